@@ -1,0 +1,109 @@
+"""Acting is a diff: the actions that take the cluster from a snapshot to a plan.
+
+This module owns :class:`Action` (one thing to do to one job) and :func:`diff`, which touches only
+jobs whose configuration changed. Translating an action into Slurm commands is the adapters' job
+(``slurm_elastic.slurm``); the simulator applies the same actions to its virtual cluster. Pure.
+
+Action kinds (the state machine of one job across rounds)::
+
+    waiting --START--> running --SHRINK/GROW/MOVE/REBATCH--> running --PREEMPT--> waiting
+    waiting --DROP--> finished (rejected)
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from slurm_elastic.core.model import ClusterSnapshot, ElasticMode, JobId, JobPlan, JobState, Placement, Plan
+
+
+class ActionKind(enum.Enum):
+    """What to do to a job (see the module docstring for the transitions)."""
+
+    START = "start"
+    SHRINK = "shrink"
+    GROW = "grow"
+    MOVE = "move"
+    REBATCH = "rebatch"
+    PREEMPT = "preempt"
+    DROP = "drop"
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """One change to one job.
+
+    Attributes:
+        kind: what to do.
+        job_id: the job.
+        before: GPUs held now.
+        after: GPUs it should hold (empty for PREEMPT/DROP).
+        global_batch, local_batch, accumulation, lr: the new configuration (0 when stopping).
+        reason: why (for the log and for a dropped job's user).
+    """
+
+    kind: ActionKind
+    job_id: JobId
+    before: Placement
+    after: Placement
+    global_batch: int = 0
+    local_batch: int = 0
+    accumulation: int = 1
+    lr: float = 0.0
+    reason: str = ""
+
+
+def _to(kind: ActionKind, before: Placement, jp: JobPlan) -> Action:
+    return Action(kind, jp.job_id, before, jp.placement, jp.global_batch, jp.local_batch, jp.accumulation, jp.lr)
+
+
+def _config_changed(job_batch: int, job_local: int, jp: JobPlan) -> bool:
+    return job_batch != jp.global_batch or job_local != jp.local_batch
+
+
+def diff(snapshot: ClusterSnapshot, plan: Plan) -> tuple[Action, ...]:
+    """Actions turning ``snapshot`` into ``plan``, in a safe order.
+
+    Stops (PREEMPT, DROP) and SHRINKs come first so that the GPUs they free exist before STARTs,
+    GROWs and MOVEs claim them. Jobs whose GPUs and batch are unchanged get no action.
+
+    Args:
+        snapshot: the cluster now.
+        plan: the validated plan.
+
+    Returns:
+        The actions, stops and shrinks first, then the rest, each group by job id.
+    """
+    planned = plan.by_job()
+    dropped = {u.job_id: u.reason for u in plan.unplaced if u.dropped}
+    waiting_reason = {u.job_id: u.reason for u in plan.unplaced}
+    first: list[Action] = []
+    then: list[Action] = []
+    for job in snapshot.elastic_jobs():
+        jp = planned.get(job.job_id)
+        if jp is None:
+            if job.job_id in dropped and job.is_waiting:
+                first.append(Action(ActionKind.DROP, job.job_id, job.placement, Placement(), reason=dropped[job.job_id]))
+            elif job.state is JobState.RUNNING:
+                first.append(Action(ActionKind.PREEMPT, job.job_id, job.placement, Placement(),
+                                    reason=waiting_reason.get(job.job_id, "")))
+            continue
+        if job.state is not JobState.RUNNING:
+            then.append(_to(ActionKind.START, job.placement, jp))
+            continue
+        now_gpus, new_gpus = job.placement.gpu_set(), jp.placement.gpu_set()
+        batch_now = job.base_batch if job.mode is ElasticMode.ENDO else job.global_batch
+        if now_gpus == new_gpus:
+            if _config_changed(batch_now, job.local_batch, jp):
+                then.append(_to(ActionKind.REBATCH, job.placement, jp))
+            continue
+        if new_gpus < now_gpus:
+            first.append(_to(ActionKind.SHRINK, job.placement, jp))
+        elif new_gpus > now_gpus:
+            then.append(_to(ActionKind.GROW, job.placement, jp))
+        else:
+            then.append(_to(ActionKind.MOVE, job.placement, jp))
+    first.sort(key=lambda a: a.job_id)
+    then.sort(key=lambda a: a.job_id)
+    return tuple(first + then)

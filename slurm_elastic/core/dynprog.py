@@ -1,0 +1,192 @@
+"""The IBM elastic-scaling optimizer: a dynamic program over GPU counts, with its autoscaler.
+
+Source: Saxena et al., "Effective Elastic Scaling of Deep Learning Workloads" (MASCOTS 2020),
+§III-C (optimizer) and §III-D (autoscaler). This module owns the ``dp`` planner.
+
+Objective (Eq. 3): maximise ``sum_j T~_j(b_opt(k_j), k_j)`` where ``T~_j(b, k) = T_j(b, k) /
+T_j(b_max, 1)`` is the throughput scaling factor of job ``j`` over its single-GPU rate at its
+largest per-GPU batch, and ``b_opt(k)`` is the batch with the highest throughput on ``k`` GPUs
+(:func:`slurm_elastic.core.sizing.best_exo_batch`). Every admitted job gets at least one GPU.
+
+Recurrence (Eq. 4): ``P(j, K) = max_{k} P(j-1, K-k) + T~_j(k)`` with ``P(0, K) = 0`` (GPUs may
+stay idle) and ``-inf`` for configurations that are infeasible. ``P(J, K) = -inf`` means
+infeasible. Cost ``O(J * K * kmax)`` as in the paper; the forward pass is vectorised over ``K``
+and only the argmax of the ``J`` cells on the optimal path is recomputed on the way back.
+
+Autoscaler (Fig. 4): jobs already executing stay; waiting jobs are tried one by one in arrival
+order and kept when the optimizer still finds a feasible solution, else skipped (the pseudocode
+goes on to the next arrival rather than stopping). Feasibility of a set is exactly
+``sum_j kmin_j <= K`` because each job's feasible GPU counts form one interval
+``kmin_j..kmax_j`` (a batch fits from some ``k`` up, and each GPU needs a sample), so the
+admission test uses that sum and the DP runs once on the admitted set; a property test checks
+this equals running the DP per trial. ``mode="drop"`` rejects jobs that do not fit instead of
+queueing them. When the executing set itself no longer fits (nodes lost), the most recently
+started jobs are preempted until it does.
+
+Periodic operation: ``interval`` (seconds, the paper's Delta) makes the planner keep the current
+allocation between re-plans; 0 (default) re-plans at every call, i.e. at every event.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from slurm_elastic.core import sizing
+from slurm_elastic.core.model import ClusterSnapshot, ElasticMode, Job, JobId, JobState
+from slurm_elastic.core.planner import PlanResult, build_plan, current_counts, register
+from slurm_elastic.errors import ConfigError
+
+NEG = -np.inf
+
+
+@dataclass(frozen=True, slots=True)
+class DpMemo:
+    """Warm state of the ``dp`` planner: when it last re-planned, and its value tables."""
+
+    last_plan_time: float | None = None
+    tables: dict[tuple[Any, ...], NDArray[np.float64]] = field(default_factory=dict)
+
+
+def scaling_values(job: Job, snapshot: ClusterSnapshot, kmax: int) -> NDArray[np.float64]:
+    """``T~_j(b_opt(k), k)`` for ``k = 0..kmax`` (``-inf`` where infeasible, and at ``k = 0``)."""
+    model = snapshot.profiles[job.model]
+    base = float(model.throughput(sizing.max_local(job, model), 1))
+    out = np.full(kmax + 1, NEG)
+    if base <= 0 or kmax < 1:
+        return out
+    ks = np.arange(1, kmax + 1, dtype=np.int64)
+    if job.mode is ElasticMode.ENDO:
+        tp = sizing.throughput_grid(job, model, kmax, corrected=False)[1:, 0]
+    else:
+        _, tp = sizing.best_exo_batches(job, model, ks)
+    out[1:] = np.where(tp > 0, tp / base, NEG)
+    return out
+
+
+def _table_key(job: Job, kmax: int) -> tuple[Any, ...]:
+    return (job.model, job.mode, job.min_batch, job.max_batch, job.base_batch, job.requested_gpus,
+            job.max_local_batch, kmax)
+
+
+def solve(values: list[NDArray[np.float64]], total: int) -> tuple[float, list[int]]:
+    """Solve Eq. 4 exactly.
+
+    Args:
+        values: per job, ``values[j][k]`` = scaling factor on ``k`` GPUs (index 0 unused,
+            ``-inf`` infeasible).
+        total: GPUs available (K).
+
+    Returns:
+        ``(P(J, K), k_j per job)``; ``(-inf, [])`` when infeasible.
+    """
+    n = len(values)
+    rows = np.full((n + 1, total + 1), NEG)
+    rows[0, :] = 0.0
+    for j, v in enumerate(values, start=1):
+        prev, cur = rows[j - 1], rows[j]
+        for k in np.flatnonzero(np.isfinite(v)):
+            if k == 0 or k > total:
+                continue
+            np.maximum(cur[k:], prev[: total + 1 - k] + v[k], out=cur[k:])
+    best = float(rows[n, total])
+    if not np.isfinite(best):
+        return NEG, []
+    ks: list[int] = []
+    cap = total
+    for j in range(n, 0, -1):
+        v = values[j - 1]
+        kk = np.arange(1, min(len(v) - 1, cap) + 1)
+        cand = rows[j - 1, cap - kk] + v[kk]
+        k = int(kk[int(np.argmax(cand))])
+        ks.append(k)
+        cap -= k
+    ks.reverse()
+    return best, ks
+
+
+@register("dp")
+class DynamicProgramPlanner:
+    """The ``dp`` policy: the IBM optimizer behind its autoscaler.
+
+    Args:
+        mode: ``"queue"`` keeps jobs that do not fit waiting; ``"drop"`` rejects them.
+        kmax: cap on GPUs per job (the paper's ``k_max``; each job's own ``max_gpus`` applies too).
+        interval: seconds between re-plans (the paper's Delta); 0 re-plans at every call.
+    """
+
+    name = "dp"
+
+    def __init__(self, mode: str = "queue", kmax: int | None = None, interval: float = 0.0) -> None:
+        if mode not in ("queue", "drop"):
+            raise ConfigError(f"dp.mode = {mode!r}: must be 'queue' or 'drop'")
+        if kmax is not None and kmax < 1:
+            raise ConfigError(f"dp.kmax = {kmax}: must be >= 1")
+        if interval < 0:
+            raise ConfigError(f"dp.interval = {interval}: must be >= 0 seconds")
+        self.mode, self.kmax, self.interval = mode, kmax, interval
+
+    def plan(self, snapshot: ClusterSnapshot, memo: Any, rng: np.random.Generator) -> PlanResult:
+        """Admit, solve the DP, and size every admitted job at its ``b_opt``."""
+        m = memo if isinstance(memo, DpMemo) else DpMemo()
+        total = len(snapshot.schedulable_gpus())
+        if m.last_plan_time is not None and snapshot.now - m.last_plan_time < self.interval:
+            counts = current_counts(snapshot)
+            plan = build_plan(snapshot, self.name, counts, notes=("between re-plans: allocation kept",))
+            return PlanResult(plan, m)
+        # Value tables depend only on a job's shape, so identical jobs share one; the memo keeps
+        # the tables of the shapes still present.
+        tables: dict[tuple[Any, ...], NDArray[np.float64]] = {}
+        vals: dict[JobId, NDArray[np.float64]] = {}
+        kmin: dict[JobId, int] = {}
+        for job in snapshot.elastic_jobs():
+            kmax = min(job.max_gpus, total, self.kmax or total)
+            key = _table_key(job, kmax)
+            if key not in tables:
+                cached = m.tables.get(key)
+                tables[key] = cached if cached is not None else scaling_values(job, snapshot, kmax)
+            v = tables[key].copy()
+            v[: job.min_gpus] = NEG
+            vals[job.job_id] = v
+            ok = np.flatnonzero(np.isfinite(v))
+            kmin[job.job_id] = int(ok[0]) if len(ok) else total + 1
+        executing = [j for j in snapshot.elastic_jobs() if j.state is JobState.RUNNING]
+        waiting = [j for j in snapshot.elastic_jobs() if j.is_waiting]
+        reasons: dict[JobId, str] = {}
+        dropped: set[JobId] = set()
+        # Keep the executing set feasible: preempt the most recently started first.
+        executing.sort(key=lambda j: (j.start_time or 0.0, j.job_id))
+        while executing and sum(kmin[j.job_id] for j in executing) > total:
+            gone = executing.pop()
+            reasons[gone.job_id] = f"preempted by dp: the running jobs need more than the {total} GPUs left"
+        used = sum(kmin[j.job_id] for j in executing)
+        admitted = list(executing)
+        for job in waiting:
+            need = kmin[job.job_id]
+            if need > total:
+                reasons[job.job_id] = f"no feasible size: needs {need} GPUs at least, the cluster schedules {total}"
+                continue
+            if used + need <= total:
+                admitted.append(job)
+                used += need
+            elif self.mode == "drop":
+                reasons[job.job_id] = f"dropped by dp: needs {need} GPUs, {total - used} left after admitted jobs"
+                dropped.add(job.job_id)
+            else:
+                reasons[job.job_id] = f"queued by dp: needs {need} GPUs, {total - used} left after admitted jobs"
+        best, ks = solve([vals[j.job_id] for j in admitted], total)
+        counts = {j.job_id: k for j, k in zip(admitted, ks, strict=True)}
+
+        def choose(job: Job, k: int) -> sizing.Sizing | None:
+            return sizing.best_exo_batch(job, k, snapshot.profiles[job.model])
+
+        plan = build_plan(snapshot, self.name, counts, reasons=reasons, choose=choose,
+                          score=best if admitted else 0.0)
+        if dropped:
+            plan = replace(
+                plan, unplaced=tuple(replace(u, dropped=u.job_id in dropped) for u in plan.unplaced)
+            )
+        return PlanResult(plan, DpMemo(snapshot.now, tables))

@@ -1,0 +1,526 @@
+"""ONES: online evolutionary search over GPU-level schedules (Bian et al., SC'21, §3.2).
+
+This module owns the ``ones`` planner. A candidate schedule is a genome with one gene per
+schedulable GPU holding the index of the job that runs there (``-1`` idle); a job's GPU count is
+its number of genes and its global batch follows (``B = c * b_local``, within ``R_j``; see
+:mod:`~slurm_elastic.core.sizing` and :mod:`~slurm_elastic.core.scaling_policy`).
+
+Score (Eq. 8, smaller is better) of a candidate under a draw of progress ``rho_j ~ Be(a_j, b_j)``::
+
+    sum over jobs running in it of  c_j / X_j(c_j, placement) * Y_j,   Y_j = Yp_j (1/rho_j - 1)
+
+``X_j`` is predicted throughput (samples/s) at the candidate's GPU count, with the inter-node
+penalty when the genome spreads the job over more nodes than needed, corrected by the job's
+measured throughput. ``Yp_j`` is the samples processed, floored at one epoch like ``alpha`` (the
+paper thresholds ``alpha = Yp/|D|`` at 1; without the same floor a job that has not finished an
+epoch would have zero remaining work). The *expected* score uses ``E[Y_j]`` instead of a draw:
+``Yp (a+b-1)/(a-1) - Yp`` when ``a > 1`` and the mean-progress plug-in ``Yp * b / a`` otherwise
+(the exact mean is infinite at ``a <= 1``).
+
+Progress distribution: from ``snapshot.progress_model`` (the fitted ONES Beta regression) when
+present; before any job completed, ``a = max(epochs done, 1)`` and ``b = max(target epochs -
+epochs done, 1)`` for jobs that declared their epochs, else ``b = default_epochs_to_go``.
+
+One call of :meth:`OnesPlanner.plan`:
+
+1. **Refresh** every member of the population carried in the memo (remapped onto today's GPUs
+   and jobs): (1) drop finished jobs and lost GPUs; (2) scale every job down to its limit
+   ``floor(R_j / b_local)`` GPUs (and drop jobs below ``min_gpus``); (3) give each job that
+   arrived since the last call its start size, taking GPUs from the jobs with the largest
+   executed time when no GPU is idle (new jobs in arrival order while GPUs last); (4) fill idle
+   GPUs: repeatedly sample ``rho``, and grow the job with the smallest utilization increase
+   ``delta(c/X) * Y_j`` (a waiting job's increase is its whole ``c * T``, so this is SRUF), up to
+   its limit. Jobs whose increases fit together in the idle GPUs are taken in one pass in
+   ascending order (equivalent to one-by-one picking under the same draw, and vectorised).
+2. ``generations`` times (the budget is counted in generations): **uniform crossover** of ``K``
+   random parent pairs into ``2K`` children; **uniform mutation** of ``K`` random members (each
+   job preempted with probability ``theta``, its GPUs refilled as in (4)); children are repaired
+   (trim to limits, drop jobs under ``min_gpus``, refill) and **reordered** (each job's workers
+   packed contiguously in order of first occurrence); **selection** keeps the ``K`` best of
+   parents and offspring under one shared ``rho`` draw, plus the member with the best expected
+   score (elitism).
+3. **Update**: ``S*`` is chosen by Algorithm 1 (one ``rho`` draw, smallest score) among members
+   whose expected score is no worse than the refreshed warm start (the previous ``S*``), so a
+   call never returns a plan worse in expectation than its warm start. ONES executes ``S*`` only
+   when every running job has completed an epoch since its allocation last changed; until then
+   running jobs keep their allocation, and waiting jobs that ``S*`` runs may still start on GPUs
+   that are idle now (that reconfigures no running job; the paper's gate exists to protect them).
+
+The executed placement comes from :func:`~slurm_elastic.core.placement.place` with ``S*``'s GPU
+counts, which keeps running workers where they are; the genome's layout is used for scoring.
+
+Population ``K`` defaults to the number of GPUs as the paper suggests, capped at
+``population_cap`` (256) so that a 4,096-GPU cluster stays within the planning-latency budget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from slurm_elastic.core import scaling_policy as sp
+from slurm_elastic.core import sizing
+from slurm_elastic.core.model import ClusterSnapshot, Job, JobId, JobState, NodeName
+from slurm_elastic.core.planner import PlanResult, build_plan, register
+from slurm_elastic.errors import ConfigError
+
+IntArr = NDArray[np.int64]
+FloatArr = NDArray[np.float64]
+RHO_EPS = 1e-6
+
+
+@dataclass(frozen=True, slots=True)
+class OnesMemo:
+    """Everything ONES carries from one call to the next (its warm start).
+
+    Attributes:
+        gpus: the GPU order of the genomes.
+        job_ids: the job order of the genes' values.
+        population: genomes, shape ``(K, len(gpus))``; row 0 is the last ``S*``.
+        limits: per-job ``R_j`` state.
+        seen: jobs seen by the previous call (to tell new arrivals).
+        waiting_at_update: jobs left waiting by the last executed update (Resume halving).
+    """
+
+    gpus: tuple[tuple[NodeName, int], ...] = ()
+    job_ids: tuple[JobId, ...] = ()
+    population: IntArr = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
+    limits: dict[JobId, sp.LimitState] = field(default_factory=dict)
+    seen: frozenset[JobId] = frozenset()
+    waiting_at_update: frozenset[JobId] = frozenset()
+
+
+@dataclass
+class _Ctx:
+    """Per-call arrays shared by the operators (job axis J, GPU axis G)."""
+
+    jobs: list[Job]
+    gnode: IntArr  # node index of each GPU
+    gpn: int  # GPUs per node
+    cap: IntArr  # GPU cap per job (from R_j and feasibility)
+    kmin: IntArr  # smallest feasible GPU count per job
+    xtab: FloatArr  # (J, kc+1, 2) throughput, [:, k, 0] packed, [:, k, 1] spread
+    yp: FloatArr  # processed samples, floored at one epoch
+    alpha: FloatArr
+    beta: FloatArr
+    rng: np.random.Generator
+
+    @property
+    def n_jobs(self) -> int:
+        return len(self.jobs)
+
+    def draw_y(self) -> FloatArr:
+        rho = self.rng.beta(self.alpha, self.beta) if self.n_jobs else np.zeros(0)
+        rho = np.clip(rho, RHO_EPS, 1 - RHO_EPS)
+        return self.yp * (1.0 / rho - 1.0)
+
+    def expected_y(self) -> FloatArr:
+        a, b = self.alpha, self.beta
+        with np.errstate(divide="ignore", invalid="ignore"):
+            exact = self.yp * ((a + b - 1.0) / (a - 1.0) - 1.0)
+        return np.where(a > 1.0, exact, self.yp * b / a)
+
+
+def _counts(ctx: _Ctx, genomes: IntArr) -> IntArr:
+    k, _ = genomes.shape
+    j = ctx.n_jobs
+    flat = (np.arange(k)[:, None] * (j + 1) + np.where(genomes < 0, j, genomes)).ravel()
+    return np.bincount(flat, minlength=k * (j + 1)).reshape(k, j + 1)[:, :j]
+
+
+def _layout(ctx: _Ctx, genomes: IntArr) -> tuple[IntArr, IntArr, IntArr]:
+    """Per gene its rank within its job; per (candidate, job) nodes spanned; the sort order."""
+    k, g = genomes.shape
+    j = ctx.n_jobs
+    keys = np.where(genomes < 0, j, genomes)
+    perm = np.argsort(keys.astype(np.int16 if j < 32767 else np.int32), axis=1, kind="stable")
+    sk = np.take_along_axis(keys, perm, axis=1)
+    sn = ctx.gnode[perm]
+    newgrp = np.ones_like(sk, dtype=bool)
+    newgrp[:, 1:] = sk[:, 1:] != sk[:, :-1]
+    newpair = newgrp.copy()
+    newpair[:, 1:] |= sn[:, 1:] != sn[:, :-1]
+    pos = np.broadcast_to(np.arange(g), (k, g))
+    start = np.maximum.accumulate(np.where(newgrp, pos, 0), axis=1)
+    rank = np.empty_like(genomes)
+    np.put_along_axis(rank, perm, pos - start, axis=1)
+    flat = (np.arange(k)[:, None] * (j + 1) + sk).ravel()
+    spans = np.bincount(flat, weights=newpair.ravel(), minlength=k * (j + 1)).reshape(k, j + 1)
+    return rank, spans[:, :j].astype(np.int64), perm
+
+
+def _throughput(ctx: _Ctx, counts: IntArr, spans: IntArr | None) -> FloatArr:
+    kc = ctx.xtab.shape[1] - 1
+    c = np.minimum(counts, kc)
+    if spans is None:
+        spread = np.zeros_like(c)
+    else:
+        spread = (spans > -(-c // ctx.gpn)).astype(np.int64)
+    return ctx.xtab[np.arange(ctx.n_jobs)[None, :], c, spread]
+
+
+def _scores(ctx: _Ctx, genomes: IntArr, y: FloatArr) -> FloatArr:
+    """Eq. 8 for each genome given remaining work ``y`` per job (inf if a job is infeasible)."""
+    if ctx.n_jobs == 0:
+        return np.zeros(len(genomes))
+    counts = _counts(ctx, genomes)
+    _, spans, _ = _layout(ctx, genomes)
+    x = _throughput(ctx, counts, spans)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(counts > 0, counts / x * y[None, :], 0.0)
+    return t.sum(axis=1)
+
+
+def _repair(ctx: _Ctx, genomes: IntArr) -> IntArr:
+    """Trim every job to its GPU cap and drop jobs below their smallest feasible count."""
+    if ctx.n_jobs == 0:
+        return np.full_like(genomes, -1)
+    rank, _, _ = _layout(ctx, genomes)
+    job = np.where(genomes < 0, 0, genomes)
+    out = np.where((genomes >= 0) & (rank < ctx.cap[job]), genomes, -1)
+    counts = _counts(ctx, out)
+    rows = np.arange(len(out))[:, None]
+    too_small = (counts > 0) & (counts < ctx.kmin[None, :])
+    return np.where((out >= 0) & too_small[rows, np.where(out < 0, 0, out)], -1, out)
+
+
+def _fill(ctx: _Ctx, genomes: IntArr, max_passes: int = 64) -> IntArr:
+    """Refresh step (4): give idle GPUs to the jobs whose growth costs least utilization."""
+    g = genomes.copy()
+    n, gg = g.shape
+    j = ctx.n_jobs
+    if j == 0 or gg == 0:
+        return g
+    rows = np.arange(n)
+    for _ in range(max_passes):
+        idle_mask = g < 0
+        idle = idle_mask.sum(axis=1)
+        if not idle.any():
+            break
+        counts = _counts(ctx, g)
+        target = np.minimum(ctx.cap[None, :], counts + idle[:, None])
+        ok = (target > counts) & ((counts > 0) | (target >= ctx.kmin[None, :]))
+        if not ok.any():
+            break
+        y = ctx.draw_y()
+        x_t = _throughput(ctx, target, None)
+        x_c = _throughput(ctx, counts, None)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cost = (target / x_t - np.where(counts > 0, counts / x_c, 0.0)) * y[None, :]
+        cost = np.where(ok & (x_t > 0), cost, np.inf)
+        order = np.argsort(cost, axis=1, kind="stable")
+        need = np.take_along_axis(target - counts, order, axis=1)
+        finite = np.isfinite(np.take_along_axis(cost, order, axis=1))
+        cum = np.cumsum(np.where(finite, need, gg + 1), axis=1)
+        take = finite & (cum <= idle[:, None])
+        if not take.any():
+            break
+        g = _give_idle(g, order, need, take)
+    return g
+
+
+def _give_idle(genomes: IntArr, order: IntArr, need: IntArr, take: NDArray[np.bool_]) -> IntArr:
+    """Hand each row's idle GPUs, in GPU order, to ``order[r, i]`` for ``need[r, i]`` GPUs each.
+
+    ``take`` marks the entries to serve; served entries must form a prefix of each row and their
+    needs must fit in the row's idle GPUs.
+    """
+    n, gg = genomes.shape
+    m = order.shape[1]
+    if m == 0:
+        return genomes
+    rows = np.arange(n)[:, None]
+    idle_mask = genomes < 0
+    stride = gg + 2
+    cum = np.cumsum(np.where(take, need, 0), axis=1)
+    cum_sel = np.where(take, cum, gg + 1) + rows * stride
+    irank = np.cumsum(idle_mask, axis=1) - 1
+    q = np.where(idle_mask, irank, 0) + rows * stride
+    idx = np.searchsorted(cum_sel.ravel(), q.ravel(), side="right").reshape(n, gg) - rows * m
+    nsel = take.sum(axis=1)
+    assign = idle_mask & (idx < nsel[:, None])
+    jobs_at = order[rows, np.minimum(idx, m - 1)]
+    return np.where(assign, jobs_at, genomes)
+
+
+def _reorder(ctx: _Ctx, genomes: IntArr) -> IntArr:
+    """Pack each job's workers contiguously, jobs in order of their first occurrence."""
+    if genomes.size == 0:
+        return genomes
+    k, g = genomes.shape
+    j = ctx.n_jobs
+    keys = np.where(genomes < 0, j, genomes)
+    first = np.full((k, j + 1), g, dtype=np.int64)
+    np.minimum.at(first, (np.repeat(np.arange(k), g), keys.ravel()), np.tile(np.arange(g), k))
+    first[:, j] = g  # idle GPUs last
+    key = np.take_along_axis(first, keys, axis=1)
+    perm = np.argsort(key.astype(np.int16 if g < 32767 else np.int32), axis=1, kind="stable")
+    return np.take_along_axis(genomes, perm, axis=1)
+
+
+def _new_jobs(ctx: _Ctx, genomes: IntArr, new: list[int]) -> IntArr:
+    """Refresh step (3): start each new job at its start size, preempting the longest-running.
+
+    New jobs are served in arrival order while GPUs last. Rows with enough idle GPUs for all of
+    them are served in one vectorised pass; the others take GPUs from the jobs with the largest
+    executed time (a victim that would fall under its smallest size is preempted whole).
+    """
+    if not new or genomes.size == 0:
+        return genomes
+    newa = np.array(new, dtype=np.int64)
+    counts = _counts(ctx, genomes)
+    need = np.where(counts[:, newa] > 0, 0, ctx.kmin[newa][None, :])
+    need = np.where(need > genomes.shape[1], 0, need)
+    idle = (genomes < 0).sum(axis=1)
+    fast = need.sum(axis=1) <= idle
+    order = np.broadcast_to(newa, need.shape)
+    g = genomes.copy()
+    g[fast] = _give_idle(genomes[fast], order[fast], need[fast], np.ones_like(need[fast], dtype=bool))
+    run_time = np.array([jb.run_time for jb in ctx.jobs])
+    longest_first = [int(v) for v in np.argsort(-run_time, kind="stable") if int(v) not in set(new)]
+    for r in np.flatnonzero(~fast):
+        row = g[r]
+        for jn, want in zip(new, need[r], strict=True):
+            if want == 0:
+                continue
+            idle_pos = np.flatnonzero(row < 0)
+            for victim in longest_first:
+                if len(idle_pos) >= want:
+                    break
+                held = np.flatnonzero(row == victim)
+                if not len(held):
+                    continue
+                short = want - len(idle_pos)
+                give = held[::-1][:short] if len(held) - short >= ctx.kmin[victim] else held
+                row[give] = -1
+                idle_pos = np.flatnonzero(row < 0)
+            if len(idle_pos) >= want:
+                row[idle_pos[:want]] = jn
+    return g
+
+
+@register("ones")
+class OnesPlanner:
+    """The ``ones`` policy.
+
+    Args:
+        population: ``K``; ``None`` means the number of schedulable GPUs (capped).
+        population_cap: upper bound on the default ``K``.
+        generations: evolution iterations per call (the search budget).
+        mutation_rate: ``theta``, probability that a job is preempted in a mutant.
+        sigma: scale-down factor in 1/s; ``None`` uses the snapshot's arrival rate (the paper's
+            suggestion ``sigma = lambda``).
+        default_epochs_to_go: progress prior ``beta`` for jobs that declared no epoch count.
+        gate: execute ``S*`` only once every running job finished an epoch since its last change.
+    """
+
+    name = "ones"
+
+    def __init__(
+        self,
+        population: int | None = None,
+        population_cap: int = 256,
+        generations: int = 10,
+        mutation_rate: float = 0.05,
+        sigma: float | None = None,
+        default_epochs_to_go: float = 10.0,
+        gate: bool = True,
+    ) -> None:
+        if population is not None and population < 2:
+            raise ConfigError(f"ones.population = {population}: must be >= 2")
+        if population_cap < 2:
+            raise ConfigError(f"ones.population_cap = {population_cap}: must be >= 2")
+        if generations < 0:
+            raise ConfigError(f"ones.generations = {generations}: must be >= 0")
+        if not 0.0 <= mutation_rate <= 1.0:
+            raise ConfigError(f"ones.mutation_rate = {mutation_rate}: must lie in [0, 1]")
+        if sigma is not None and sigma < 0:
+            raise ConfigError(f"ones.sigma = {sigma}: must be >= 0 (1/s)")
+        if default_epochs_to_go < 1:
+            raise ConfigError(f"ones.default_epochs_to_go = {default_epochs_to_go}: must be >= 1")
+        self.population = population
+        self.population_cap = population_cap
+        self.generations = generations
+        self.mutation_rate = mutation_rate
+        self.sigma = sigma
+        self.default_epochs_to_go = default_epochs_to_go
+        self.gate = gate
+
+    # -- setup ---------------------------------------------------------------------------------
+
+    def _limits(self, snapshot: ClusterSnapshot, m: OnesMemo, jobs: list[Job]) -> dict[JobId, sp.LimitState]:
+        sigma = snapshot.arrival_rate if self.sigma is None else self.sigma
+        out = {}
+        for job in jobs:
+            rejected = job.is_waiting and job.job_id in m.waiting_at_update and job.state is JobState.PREEMPTED
+            out[job.job_id] = sp.advance(m.limits.get(job.job_id), job, sigma, rejected)
+        return out
+
+    def _context(self, snapshot: ClusterSnapshot, jobs: list[Job], limits: dict[JobId, sp.LimitState],
+                 gpus: tuple[tuple[NodeName, int], ...], rng: np.random.Generator) -> _Ctx:
+        node_ix = {n.name: i for i, n in enumerate(snapshot.nodes)}
+        gnode = np.array([node_ix[n] for n, _ in gpus], dtype=np.int64)
+        gpn = max((len(n.gpus) for n in snapshot.nodes), default=1) or 1
+        g = len(gpus)
+        caps, kmins, grids = [], [], []
+        for job in jobs:
+            model = snapshot.profiles[job.model]
+            r = limits[job.job_id].limit
+            cap = min(sp.gpu_cap(job, r), g)
+            grid = sizing.throughput_grid(job, model, cap, r)
+            feas = np.flatnonzero(grid[:, 0] > 0)
+            feas = feas[feas >= job.min_gpus]
+            kmins.append(int(feas[0]) if len(feas) else g + 1)
+            caps.append(int(feas[-1]) if len(feas) else 0)
+            grids.append(grid)
+        kc = max(caps, default=0)
+        xtab = np.zeros((len(jobs), kc + 1, 2))
+        for i, grid in enumerate(grids):
+            n = min(len(grid), kc + 1)
+            xtab[i, :n] = grid[:n]
+        alpha, beta, yp = self._progress(snapshot, jobs)
+        return _Ctx(jobs, gnode, gpn, np.array(caps, dtype=np.int64), np.array(kmins, dtype=np.int64),
+                    xtab, yp, alpha, beta, rng)
+
+    def _progress(self, snapshot: ClusterSnapshot, jobs: list[Job]) -> tuple[FloatArr, FloatArr, FloatArr]:
+        epochs = np.array([j.epochs_done for j in jobs], dtype=np.float64)
+        size = np.array([j.epoch_size for j in jobs], dtype=np.float64)
+        yp = np.maximum(epochs, 1.0) * size
+        pm = snapshot.progress_model
+        if pm is not None and jobs:
+            feats = np.array([
+                [j.epoch_size, j.progress.initial_loss or 0.0, j.samples_processed,
+                 _loss_ratio(j), j.progress.val_metric or 0.0]
+                for j in jobs
+            ], dtype=np.float64)
+            a, b = pm.alpha_beta(feats)
+            return np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64), yp
+        togo = np.array([
+            (j.target_epochs - j.epochs_done) if j.target_epochs is not None else self.default_epochs_to_go
+            for j in jobs
+        ], dtype=np.float64)
+        return np.maximum(epochs, 1.0), np.maximum(togo, 1.0), yp
+
+    # -- the call ------------------------------------------------------------------------------
+
+    def plan(self, snapshot: ClusterSnapshot, memo: Any, rng: np.random.Generator) -> PlanResult:
+        """Refresh the population, evolve it, and execute (or hold) ``S*``."""
+        m = memo if isinstance(memo, OnesMemo) else OnesMemo()
+        jobs = list(snapshot.elastic_jobs())
+        gpus = snapshot.schedulable_gpus()
+        limits = self._limits(snapshot, m, jobs)
+        ctx = self._context(snapshot, jobs, limits, gpus, rng)
+        jix = {j.job_id: i for i, j in enumerate(jobs)}
+        gix = {gpu: i for i, gpu in enumerate(gpus)}
+        current = np.full(len(gpus), -1, dtype=np.int64)
+        for job in jobs:
+            for gpu in job.placement.gpu_set():
+                if gpu in gix:
+                    current[gix[gpu]] = jix[job.job_id]
+        k = self.population or max(2, min(len(gpus), self.population_cap))
+        pop = self._carry(m, jix, gix, current, k, ctx)
+        new = [jix[j.job_id] for j in jobs if j.state is JobState.PENDING and j.job_id not in m.seen]
+        pop = _reorder(ctx, _fill(ctx, _repair(ctx, _new_jobs(ctx, pop, new))))
+        warm_expected = float(_scores(ctx, pop[:1], ctx.expected_y())[0])
+        for _ in range(self.generations):
+            pop = self._generation(ctx, pop, k)
+        expected = _scores(ctx, pop, ctx.expected_y())
+        sampled = _scores(ctx, pop, ctx.draw_y())
+        sampled = np.where(expected <= warm_expected * (1 + 1e-12) + 1e-12, sampled, np.inf)
+        best = int(np.argmin(sampled))
+        star = pop[best]
+        pop = np.concatenate([star[None, :], np.delete(pop, best, axis=0)])
+        star_counts = _counts(ctx, star[None, :])[0]
+
+        held = [j for j in jobs if j.state is JobState.RUNNING and j.epochs_since_change < 1.0]
+        held += [j for j in jobs if snapshot.in_flight_for(j.job_id) is not None and j not in held]
+        gated = self.gate and bool(held)
+        counts: dict[JobId, int] = {}
+        notes: tuple[str, ...] = ()
+        if gated:
+            counts = {j.job_id: j.num_gpus for j in jobs if j.num_gpus}
+            idle = len(gpus) - sum(counts.values())
+            for i in np.argsort(-star_counts, kind="stable"):
+                job = jobs[int(i)]
+                c = int(star_counts[i])
+                if c and job.is_waiting and c <= idle:
+                    counts[job.job_id] = c
+                    idle -= c
+            first = min(held, key=lambda j: j.job_id).job_id
+            notes = (f"update gated: {len(held)} running job(s) (e.g. {first}) have not finished an epoch since their last change",)
+        else:
+            counts = {jobs[i].job_id: int(c) for i, c in enumerate(star_counts) if c}
+        reasons = {
+            j.job_id: f"waiting: ONES runs jobs with less remaining GPU time first (limit R={limits[j.job_id].limit})"
+            for j in jobs if j.job_id not in counts
+        }
+        plan = build_plan(snapshot, self.name, counts, reasons=reasons,
+                          batch_limits={j: s.limit for j, s in limits.items()},
+                          score=float(expected[best]), notes=notes)
+        running_now = set(counts)
+        new_memo = OnesMemo(
+            gpus=gpus,
+            job_ids=tuple(j.job_id for j in jobs),
+            population=pop,
+            limits=limits,
+            seen=frozenset(j.job_id for j in jobs),
+            waiting_at_update=m.waiting_at_update if gated else frozenset(
+                j.job_id for j in jobs if j.job_id not in running_now),
+        )
+        return PlanResult(plan, new_memo)
+
+    def _carry(self, m: OnesMemo, jix: dict[JobId, int], gix: dict[tuple[NodeName, int], int],
+               current: IntArr, k: int, ctx: _Ctx) -> IntArr:
+        """Remap the memo's population onto today's GPUs and jobs, topped up to ``K`` members.
+
+        Row 0 is the previous ``S*`` (the warm start), row 1 the current allocation; new members
+        are random-job-per-GPU genomes as in the paper's initialisation.
+        """
+        rows: list[IntArr] = []
+        if m.population.size:
+            old_to_new = np.array([jix.get(jid, -1) for jid in m.job_ids] + [-1], dtype=np.int64)
+            src = np.array([gix.get(gpu, -1) for gpu in m.gpus], dtype=np.int64)
+            keep = src >= 0
+            for old in m.population[: k - 1]:
+                row = np.full(len(current), -1, dtype=np.int64)
+                genes = np.where(old < 0, len(m.job_ids), old)
+                row[src[keep]] = old_to_new[genes[keep]]
+                rows.append(row)
+        rows.insert(min(1, len(rows)), current.copy())
+        j = ctx.n_jobs
+        while len(rows) < k:
+            rows.append(ctx.rng.integers(-1, j, size=len(current)) if j else current.copy())
+        return np.stack(rows[:k]) if rows and len(current) else np.zeros((k, len(current)), dtype=np.int64)
+
+    def _generation(self, ctx: _Ctx, pop: IntArr, k: int) -> IntArr:
+        n, g = pop.shape
+        if g == 0 or ctx.n_jobs == 0:
+            return pop
+        pairs = ctx.rng.integers(0, n, size=(k, 2))
+        mask = ctx.rng.random((k, g)) < 0.5
+        p1, p2 = pop[pairs[:, 0]], pop[pairs[:, 1]]
+        children = np.concatenate([np.where(mask, p1, p2), np.where(mask, p2, p1)])
+        mutants = pop[ctx.rng.integers(0, n, size=k)]
+        hit = ctx.rng.random((k, ctx.n_jobs)) < self.mutation_rate
+        rows = np.arange(k)[:, None]
+        mutants = np.where((mutants >= 0) & hit[rows, np.where(mutants < 0, 0, mutants)], -1, mutants)
+        offspring = _reorder(ctx, _fill(ctx, _repair(ctx, np.concatenate([children, mutants]))))
+        pool = np.concatenate([pop, offspring])
+        sampled = _scores(ctx, pool, ctx.draw_y())
+        expected = _scores(ctx, pool, ctx.expected_y())
+        chosen = list(np.argsort(sampled, kind="stable")[:k])
+        elite = int(np.argmin(expected))
+        if elite not in chosen:
+            chosen[-1] = elite
+        chosen.sort(key=lambda i: (i != elite, i))
+        return pool[np.array(chosen)]
+
+
+def _loss_ratio(job: Job) -> float:
+    p = job.progress
+    if p.initial_loss and p.current_loss is not None and p.initial_loss > 0:
+        return 1.0 - p.current_loss / p.initial_loss
+    return 0.0

@@ -1,0 +1,436 @@
+"""The scheduling core's data model: frozen snapshots in, frozen plans out.
+
+This module owns the vocabulary every other part speaks: :class:`Node`, :class:`Job`,
+:class:`ClusterSnapshot` (what an observer saw at one instant) and :class:`JobPlan` /
+:class:`Plan` (what a planner decided). Everything here is an immutable value; nothing here does
+I/O, reads a clock or draws random numbers.
+
+Units: times in seconds (``now`` and ``submit_time`` on the same clock, wall or virtual), batch
+sizes in samples, throughput in samples per second, learning rates as given by the user.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import NewType
+
+from slurm_elastic_predictor.progress import BetaProgressModel
+from slurm_elastic_predictor.throughput import ThroughputModel
+
+from slurm_elastic.errors import SnapshotError
+
+JobId = NewType("JobId", str)
+NodeName = NewType("NodeName", str)
+
+
+class NodeState(enum.Enum):
+    """Scheduling state of a node, reduced from Slurm's many node states.
+
+    ``UP`` nodes take work; ``DRAINING`` nodes keep their running jobs but take no new GPU;
+    ``DOWN`` nodes (down, drained, not responding, powered off) hold nothing usable.
+    """
+
+    UP = "up"
+    DRAINING = "draining"
+    DOWN = "down"
+
+
+class JobState(enum.Enum):
+    """Life cycle of a job as the planner sees it.
+
+    ``PENDING`` (never ran) -> ``RUNNING`` <-> ``PREEMPTED`` (ran, now waiting again) ->
+    ``FINISHED``. Finished jobs are normally absent from a snapshot; they appear only so that an
+    observer can report them in the same round in which they ended.
+    """
+
+    PENDING = "pending"
+    RUNNING = "running"
+    PREEMPTED = "preempted"
+    FINISHED = "finished"
+
+
+class ElasticMode(enum.Enum):
+    """How a job's batch size follows its GPU count.
+
+    ``EXO``: exo-elastic (ONES, IBM): the global batch follows the GPUs, ``B = k * b_local``, and the
+    learning rate is scaled linearly with the global batch. ``ENDO``: endo-elastic (Ares, DL2): the
+    global batch stays at the job's base batch; the per-GPU batch shrinks as GPUs are added and
+    gradient accumulation is used when it no longer fits.
+    """
+
+    EXO = "exo"
+    ENDO = "endo"
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One compute node.
+
+    Attributes:
+        name: Slurm node name.
+        gpus: indices of the node's GPUs (as in ``gres/gpu`` IDX).
+        free_gpus: GPUs not allocated to any job (rigid or elastic).
+        state: scheduling state.
+    """
+
+    name: NodeName
+    gpus: tuple[int, ...]
+    free_gpus: tuple[int, ...]
+    state: NodeState = NodeState.UP
+
+    def __post_init__(self) -> None:
+        if len(set(self.gpus)) != len(self.gpus):
+            raise SnapshotError(f"node {self.name}: duplicate GPU index in {self.gpus}")
+        stray = set(self.free_gpus) - set(self.gpus)
+        if stray:
+            raise SnapshotError(
+                f"node {self.name}: free GPUs {sorted(stray)} are not among its GPUs {self.gpus}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Which GPUs of which nodes a job holds: ``((node, (gpu, ...)), ...)`` sorted by node name."""
+
+    slots: tuple[tuple[NodeName, tuple[int, ...]], ...] = ()
+
+    @classmethod
+    def of(cls, gpus: Iterable[tuple[str, int]]) -> Placement:
+        """Build a placement from ``(node, gpu_index)`` pairs."""
+        per_node: dict[str, list[int]] = {}
+        for node, gpu in gpus:
+            per_node.setdefault(node, []).append(gpu)
+        return cls(
+            tuple(
+                (NodeName(node), tuple(sorted(idx)))
+                for node, idx in sorted(per_node.items())
+                if idx
+            )
+        )
+
+    @property
+    def num_gpus(self) -> int:
+        """Number of GPUs held."""
+        return sum(len(g) for _, g in self.slots)
+
+    @property
+    def num_nodes(self) -> int:
+        """Number of nodes spanned."""
+        return len(self.slots)
+
+    def gpu_set(self) -> frozenset[tuple[NodeName, int]]:
+        """The held GPUs as ``(node, index)`` pairs."""
+        return frozenset((n, g) for n, gs in self.slots for g in gs)
+
+    def per_node_counts(self) -> tuple[int, ...]:
+        """GPUs per spanned node, largest first (the shape that decides sync cost)."""
+        return tuple(sorted((len(g) for _, g in self.slots), reverse=True))
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressReport:
+    """The latest training progress a job reported (ONES Beta-model features).
+
+    Attributes:
+        initial_loss: training loss before the first step (``None`` until reported).
+        current_loss: latest training loss.
+        val_metric: latest validation accuracy in [0, 1] (``None`` until evaluated).
+    """
+
+    initial_loss: float | None = None
+    current_loss: float | None = None
+    val_metric: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One job as the planner sees it.
+
+    Attributes:
+        job_id: Slurm job id.
+        user: owner (Slurm user name).
+        account: Slurm account charged.
+        submit_time: seconds, same clock as the snapshot's ``now``.
+        state: life-cycle state.
+        elastic: ``False`` for rigid jobs (fixed load the planner never touches).
+        min_gpus, max_gpus: elastic GPU range (inclusive).
+        min_batch, max_batch: global batch range in samples (inclusive).
+        base_batch: global batch the user asked for at ``requested_gpus`` GPUs (samples).
+        base_lr: learning rate at ``base_batch``.
+        requested_gpus: GPUs asked for at submit (the size a rigid scheduler would give).
+        max_local_batch: largest per-GPU batch that fits in one GPU's memory (samples).
+        mode: exo- or endo-elastic.
+        epoch_size: samples per epoch.
+        samples_processed: samples trained so far.
+        target_epochs: epochs the user declared, if any (prior for the progress model).
+        observed_throughput: last measured samples/s at the current placement, if any.
+        placement: GPUs held now (empty unless running).
+        local_batch: per-GPU batch now (0 unless running).
+        start_time: when the job first started (``None`` if never).
+        run_time: seconds the job has executed (T_processed in ONES).
+        last_change_time: when its allocation last changed (``None`` if never).
+        samples_at_last_change: ``samples_processed`` at ``last_change_time``.
+        model: key of the job's throughput profile in ``ClusterSnapshot.profiles``.
+        progress: latest progress report.
+    """
+
+    job_id: JobId
+    user: str
+    account: str
+    submit_time: float
+    state: JobState
+    min_gpus: int
+    max_gpus: int
+    min_batch: int
+    max_batch: int
+    base_batch: int
+    base_lr: float
+    requested_gpus: int
+    max_local_batch: int
+    mode: ElasticMode = ElasticMode.EXO
+    elastic: bool = True
+    epoch_size: int = 1
+    samples_processed: int = 0
+    target_epochs: float | None = None
+    observed_throughput: float | None = None
+    placement: Placement = field(default_factory=Placement)
+    local_batch: int = 0
+    start_time: float | None = None
+    run_time: float = 0.0
+    last_change_time: float | None = None
+    samples_at_last_change: int = 0
+    model: str = ""
+    progress: ProgressReport = field(default_factory=ProgressReport)
+
+    def __post_init__(self) -> None:
+        def rule(ok: bool, what: str) -> None:
+            if not ok:
+                raise SnapshotError(f"job {self.job_id}: {what}")
+
+        rule(1 <= self.min_gpus <= self.max_gpus, f"GPU range {self.min_gpus}:{self.max_gpus} must satisfy 1 <= min <= max")
+        rule(1 <= self.min_batch <= self.max_batch, f"batch range {self.min_batch}:{self.max_batch} must satisfy 1 <= min <= max")
+        rule(self.min_batch <= self.base_batch <= self.max_batch, f"base batch {self.base_batch} must lie in {self.min_batch}:{self.max_batch}")
+        rule(self.max_local_batch >= 1, f"max per-GPU batch {self.max_local_batch} must be >= 1")
+        rule(self.requested_gpus >= 1, f"requested GPUs {self.requested_gpus} must be >= 1")
+        rule(self.epoch_size >= 1, f"epoch size {self.epoch_size} must be >= 1 sample")
+        rule(self.samples_processed >= 0, f"samples processed {self.samples_processed} must be >= 0")
+        rule(self.base_lr > 0, f"base learning rate {self.base_lr} must be > 0")
+        running = self.state is JobState.RUNNING
+        rule(running == (self.placement.num_gpus > 0), f"state {self.state.value} does not match placement of {self.placement.num_gpus} GPUs")
+        rule((self.local_batch > 0) == running, f"local batch {self.local_batch} must be > 0 exactly when running")
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs held now."""
+        return self.placement.num_gpus
+
+    @property
+    def base_local_batch(self) -> int:
+        """Per-GPU batch of the user's request: ``ceil(base_batch / requested_gpus)``."""
+        return min(self.max_local_batch, max(1, math.ceil(self.base_batch / self.requested_gpus)))
+
+    @property
+    def global_batch(self) -> int:
+        """Global batch now (0 unless running)."""
+        if self.mode is ElasticMode.ENDO:
+            return self.base_batch if self.num_gpus else 0
+        return self.local_batch * self.num_gpus
+
+    @property
+    def epochs_done(self) -> float:
+        """Epochs processed (fractional)."""
+        return self.samples_processed / self.epoch_size
+
+    @property
+    def epochs_since_change(self) -> float:
+        """Epochs processed since the allocation last changed."""
+        return (self.samples_processed - self.samples_at_last_change) / self.epoch_size
+
+    @property
+    def is_active(self) -> bool:
+        """Running or waiting (pending or preempted), i.e. plannable."""
+        return self.state is not JobState.FINISHED
+
+    @property
+    def is_waiting(self) -> bool:
+        """Pending or preempted."""
+        return self.state in (JobState.PENDING, JobState.PREEMPTED)
+
+
+@dataclass(frozen=True, slots=True)
+class InFlightResize:
+    """An action issued in an earlier round that has not completed yet.
+
+    Attributes:
+        job_id: the job being resized.
+        target_gpus: GPU count the action is moving the job to.
+        since: when the action was issued (seconds).
+    """
+
+    job_id: JobId
+    target_gpus: int
+    since: float
+
+
+@dataclass(frozen=True, slots=True)
+class ActionError:
+    """An action of the previous round that failed (its message as reported by the actuator)."""
+
+    job_id: JobId
+    action: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSnapshot:
+    """Everything a planner may look at, captured at one instant.
+
+    Attributes:
+        now: the instant (seconds).
+        nodes: the nodes of the managed partitions, sorted by name.
+        jobs: active jobs (elastic and rigid), sorted by submit time then id.
+        in_flight: resizes issued earlier and not yet complete.
+        last_errors: actions of the previous round that failed.
+        profiles: throughput models by job ``model`` key.
+        progress_model: fitted ONES Beta progress model (``None`` until enough history).
+        arrival_rate: recent job arrival rate, jobs per second (ONES sigma).
+    """
+
+    now: float
+    nodes: tuple[Node, ...]
+    jobs: tuple[Job, ...]
+    in_flight: tuple[InFlightResize, ...] = ()
+    last_errors: tuple[ActionError, ...] = ()
+    profiles: Mapping[str, ThroughputModel] = field(default_factory=dict)
+    progress_model: BetaProgressModel | None = None
+    arrival_rate: float = 0.0
+
+    def __post_init__(self) -> None:
+        names = [n.name for n in self.nodes]
+        if len(set(names)) != len(names):
+            raise SnapshotError(f"duplicate node names in snapshot: {sorted(names)}")
+        ids = [j.job_id for j in self.jobs]
+        if len(set(ids)) != len(ids):
+            raise SnapshotError("duplicate job ids in snapshot")
+        if self.arrival_rate < 0:
+            raise SnapshotError(f"arrival rate {self.arrival_rate} must be >= 0 jobs/s")
+        known = {n.name: set(n.gpus) for n in self.nodes}
+        held: set[tuple[NodeName, int]] = set()
+        for job in self.jobs:
+            for node, gpus in job.placement.slots:
+                if node not in known or not set(gpus) <= known[node]:
+                    raise SnapshotError(f"job {job.job_id} holds GPUs {node}:{gpus} unknown to the snapshot")
+                for g in gpus:
+                    if (node, g) in held:
+                        raise SnapshotError(f"GPU {node}:{g} is held by two jobs")
+                    held.add((node, g))
+            if job.elastic and job.is_active and job.model and job.model not in self.profiles:
+                raise SnapshotError(f"job {job.job_id}: no throughput profile named {job.model!r}")
+
+    def job(self, job_id: JobId) -> Job:
+        """The job with this id (``KeyError`` if absent)."""
+        for j in self.jobs:
+            if j.job_id == job_id:
+                return j
+        raise KeyError(job_id)
+
+    def elastic_jobs(self) -> tuple[Job, ...]:
+        """Active elastic jobs, in snapshot order."""
+        return tuple(j for j in self.jobs if j.elastic and j.is_active)
+
+    def schedulable_gpus(self) -> tuple[tuple[NodeName, int], ...]:
+        """GPUs the planner may assign: free or held by an elastic job, on nodes that are UP.
+
+        GPUs held by elastic jobs on DRAINING nodes stay schedulable for those jobs only in the
+        sense that a plan may keep them; :func:`slurm_elastic.core.constraints.validate_plan`
+        enforces that rule.
+        """
+        elastic_held = {
+            gpu for j in self.jobs if j.elastic and j.is_active for gpu in j.placement.gpu_set()
+        }
+        out: list[tuple[NodeName, int]] = []
+        for node in self.nodes:
+            if node.state is NodeState.DOWN:
+                continue
+            free = set(node.free_gpus)
+            for g in node.gpus:
+                if (node.name, g) in elastic_held or (node.state is NodeState.UP and g in free):
+                    out.append((node.name, g))
+        return tuple(out)
+
+    def in_flight_for(self, job_id: JobId) -> InFlightResize | None:
+        """The in-flight resize of this job, if any."""
+        for r in self.in_flight:
+            if r.job_id == job_id:
+                return r
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class JobPlan:
+    """The planned configuration of one running job.
+
+    Attributes:
+        job_id: the job.
+        placement: GPUs it should hold.
+        global_batch: samples per optimizer step.
+        local_batch: samples per GPU per micro-step.
+        accumulation: micro-steps per optimizer step (endo-elastic jobs whose per-GPU batch does
+            not fit; 1 otherwise).
+        lr: learning rate to use (linearly scaled for exo-elastic jobs).
+    """
+
+    job_id: JobId
+    placement: Placement
+    global_batch: int
+    local_batch: int
+    accumulation: int = 1
+    lr: float = 0.0
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs planned."""
+        return self.placement.num_gpus
+
+
+@dataclass(frozen=True, slots=True)
+class Unplaced:
+    """A job the plan leaves waiting, and why (one line a user can read).
+
+    ``dropped`` marks a job the policy rejects for good (the IBM autoscaler's drop mode); the
+    actuator cancels it instead of leaving it queued.
+    """
+
+    job_id: JobId
+    reason: str
+    dropped: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A planner's decision: the configuration of every job that should run.
+
+    Active elastic jobs absent from ``jobs`` should not run (they wait, or are preempted); each
+    of them has an entry in ``unplaced`` saying why.
+
+    Attributes:
+        policy: name of the planner that made it.
+        jobs: configurations of the jobs that should run, sorted by job id.
+        unplaced: jobs left waiting, with reasons.
+        score: the planner's own objective value (lower is better for ONES, higher for DP);
+            ``None`` where the policy has none.
+        notes: free-form remarks for the round log (e.g. "update gated: job 7 mid-epoch").
+    """
+
+    policy: str
+    jobs: tuple[JobPlan, ...]
+    unplaced: tuple[Unplaced, ...] = ()
+    score: float | None = None
+    notes: tuple[str, ...] = ()
+
+    def by_job(self) -> dict[JobId, JobPlan]:
+        """Job plans keyed by id."""
+        return {p.job_id: p for p in self.jobs}

@@ -1,0 +1,133 @@
+"""Turning planned GPU counts into concrete GPUs, with as little movement as possible.
+
+This module owns :func:`place`: given how many GPUs each job should have, pick which GPUs. Rules,
+in order of importance:
+
+1. a running job keeps the GPUs it holds (a worker that stays never moves); a shrinking job gives
+   up GPUs on the nodes where it has the fewest first (and on draining nodes before anything), so
+   what remains spans as few nodes as possible;
+2. a growing job takes free GPUs on the nodes it already uses first;
+3. everything else is packed best-fit: a request that fits in one node goes to the UP node whose
+   free GPUs fit it most tightly; larger requests take whole free nodes first.
+
+Placing never fails when the counts fit the schedulable GPUs: packing is a preference, not a rule
+(see :func:`slurm_elastic.core.constraints.placement_score`). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from slurm_elastic.core.model import ClusterSnapshot, JobId, NodeName, NodeState, Placement
+from slurm_elastic.errors import InvalidPlanError
+
+
+class _FreePool:
+    """Free GPUs per node, with nodes bucketed by free count for O(gpus-per-node) best fit."""
+
+    def __init__(self, free: dict[NodeName, list[int]], width: int) -> None:
+        self.free = free
+        self.buckets: list[dict[NodeName, None]] = [{} for _ in range(width + 1)]
+        for node, gpus in free.items():
+            self.buckets[len(gpus)][node] = None
+        self.total = sum(len(g) for g in free.values())
+
+    def take(self, node: NodeName, n: int) -> list[int]:
+        gpus = self.free[node]
+        got, rest = gpus[:n], gpus[n:]
+        del self.buckets[len(gpus)][node]
+        self.free[node] = rest
+        self.buckets[len(rest)][node] = None
+        self.total -= len(got)
+        return got
+
+    def best_fit(self, n: int) -> NodeName | None:
+        """The node with the fewest free GPUs that still has ``n`` (or the fullest node if none)."""
+        for size in range(n, len(self.buckets)):
+            if self.buckets[size]:
+                return next(iter(self.buckets[size]))
+        for size in range(min(n, len(self.buckets)) - 1, 0, -1):
+            if self.buckets[size]:
+                return next(iter(self.buckets[size]))
+        return None
+
+
+def place(snapshot: ClusterSnapshot, counts: Mapping[JobId, int]) -> dict[JobId, Placement]:
+    """Choose concrete GPUs for planned GPU counts.
+
+    Args:
+        snapshot: the cluster now.
+        counts: GPUs wanted per elastic job (jobs absent or at 0 get nothing).
+
+    Returns:
+        Placement per job with a positive count.
+
+    Raises:
+        InvalidPlanError: the counts exceed the schedulable GPUs.
+    """
+    node_state = {n.name: n.state for n in snapshot.nodes}
+    order = {n.name: i for i, n in enumerate(snapshot.nodes)}
+    width = max((len(n.gpus) for n in snapshot.nodes), default=0)
+    wanted = {j: c for j, c in counts.items() if c > 0}
+    sched = set(snapshot.schedulable_gpus())
+    held: dict[JobId, dict[NodeName, list[int]]] = {}
+    taken: set[tuple[NodeName, int]] = set()
+    for job in snapshot.jobs:
+        k = wanted.get(job.job_id, 0)
+        if not k:
+            continue
+        per_node: dict[NodeName, list[int]] = {}
+        for node, gpus in job.placement.slots:
+            keep = [g for g in gpus if (node, g) in sched]
+            if keep:
+                per_node[node] = keep
+        have = sum(len(g) for g in per_node.values())
+        # Shrink: leave draining nodes first, then the nodes where the job has fewest GPUs.
+        for node in sorted(
+            per_node,
+            key=lambda n: (node_state[n] is not NodeState.DRAINING, len(per_node[n]), -order[n]),
+        ):
+            if have <= k:
+                break
+            drop = min(have - k, len(per_node[node]))
+            per_node[node] = per_node[node][: len(per_node[node]) - drop]
+            have -= drop
+        held[job.job_id] = {n: g for n, g in per_node.items() if g}
+        taken.update((n, g) for n, gs in held[job.job_id].items() for g in gs)
+
+    free: dict[NodeName, list[int]] = {}
+    for node in snapshot.nodes:
+        if node.state is NodeState.UP:
+            gs = [g for g in node.gpus if (node.name, g) in sched and (node.name, g) not in taken]
+            free[node.name] = gs
+    pool = _FreePool(free, width)
+    need = {j: wanted[j] - sum(len(g) for g in held.get(j, {}).values()) for j in wanted}
+    if sum(n for n in need.values() if n > 0) > pool.total:
+        raise InvalidPlanError(
+            (f"planned {sum(wanted.values())} GPUs but only {len(sched)} are schedulable",)
+        )
+    # Grow in place first: free GPUs on nodes the job already uses.
+    for job_id, per_node in held.items():
+        for node in sorted(per_node, key=lambda n: -len(per_node[n])):
+            if need[job_id] <= 0:
+                break
+            if node in pool.free and pool.free[node]:
+                got = pool.take(node, min(need[job_id], len(pool.free[node])))
+                per_node[node] = per_node[node] + got
+                need[job_id] -= len(got)
+    # Pack the rest, largest request first.
+    for job_id in sorted((j for j in need if need[j] > 0), key=lambda j: (-need[j], j)):
+        per_node = held.setdefault(job_id, {})
+        while need[job_id] > 0:
+            n = need[job_id]
+            node = pool.best_fit(min(n, width)) if n < width else pool.best_fit(width)
+            if node is None:
+                raise InvalidPlanError((f"no free GPU left for job {job_id}",))
+            got = pool.take(node, min(n, len(pool.free[node])))
+            per_node[node] = per_node.get(node, []) + got
+            need[job_id] -= len(got)
+    return {
+        j: Placement.of((n, g) for n, gs in per_node.items() for g in gs)
+        for j, per_node in held.items()
+        if per_node
+    }

@@ -1,0 +1,1 @@
+"""Allocation reports built from round records and accounting data."""
