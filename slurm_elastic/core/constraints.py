@@ -8,8 +8,7 @@ output passes it. Pure: no I/O.
 Rules:
 
 1. every planned job exists in the snapshot, is elastic and active, and is planned once;
-2. every GPU exists, is schedulable (free on an UP node, or already held by an elastic job), and
-   a GPU already held by an elastic job on a DRAINING node may only be kept by that same job;
+2. every GPU exists and is schedulable: on an UP node, and free or held by an elastic job;
 3. no GPU is given to two jobs;
 4. the GPU count lies in the job's ``min_gpus..max_gpus``;
 5. the global batch lies in the job's ``min_batch..max_batch`` (exo) or equals its base batch
@@ -49,9 +48,6 @@ def plan_violations(snapshot: ClusterSnapshot, plan: Plan) -> tuple[str, ...]:
     jobs = {j.job_id: j for j in snapshot.jobs}
     states = {n.name: n.state for n in snapshot.nodes}
     schedulable = set(snapshot.schedulable_gpus())
-    holder: dict[tuple[NodeName, int], JobId] = {
-        gpu: j.job_id for j in snapshot.jobs for gpu in j.placement.gpu_set()
-    }
     used: dict[tuple[NodeName, int], JobId] = {}
     seen: set[JobId] = set()
     for jp in plan.jobs:
@@ -68,9 +64,10 @@ def plan_violations(snapshot: ClusterSnapshot, plan: Plan) -> tuple[str, ...]:
         for gpu in sorted(jp.placement.gpu_set()):
             node, idx = gpu
             if gpu not in schedulable:
-                out.append(f"job {jp.job_id}: GPU {node}:{idx} is not schedulable (unknown, down, or held by a rigid job)")
-            elif states.get(node) is NodeState.DRAINING and holder.get(gpu) != jp.job_id:
-                out.append(f"job {jp.job_id}: GPU {node}:{idx} is on draining node {node}; only its current holder may keep it")
+                state = states.get(node)
+                why = "unknown" if state is None else (
+                    f"node is {state.value}" if state is not NodeState.UP else "held by a rigid job")
+                out.append(f"job {jp.job_id}: GPU {node}:{idx} is not schedulable ({why})")
             other = used.get(gpu)
             if other is not None:
                 out.append(f"GPU {node}:{idx} is given to jobs {other} and {jp.job_id}")

@@ -26,7 +26,7 @@ One call of :meth:`OnesPlanner.plan`:
 1. **Refresh** every member of the population carried in the memo (remapped onto today's GPUs
    and jobs): (1) drop finished jobs and lost GPUs; (2) scale every job down to its limit
    ``floor(R_j / b_local)`` GPUs (and drop jobs below ``min_gpus``); (3) give each job that
-   arrived since the last call its start size, taking GPUs from the jobs with the largest
+   arrived since the last executed update its start size, taking GPUs from the jobs with the largest
    executed time when no GPU is idle (new jobs in arrival order while GPUs last); (4) fill idle
    GPUs: repeatedly sample ``rho``, and grow the job with the smallest utilization increase
    ``delta(c/X) * Y_j`` (a waiting job's increase is its whole ``c * T``, so this is SRUF), up to
@@ -34,9 +34,11 @@ One call of :meth:`OnesPlanner.plan`:
    ascending order (equivalent to one-by-one picking under the same draw, and vectorised).
 2. ``generations`` times (the budget is counted in generations): **uniform crossover** of ``K``
    random parent pairs into ``2K`` children; **uniform mutation** of ``K`` random members (each
-   job preempted with probability ``theta``, its GPUs refilled as in (4)); children are repaired
-   (trim to limits, drop jobs under ``min_gpus``, refill) and **reordered** (each job's workers
-   packed contiguously in order of first occurrence); **selection** keeps the ``K`` best of
+   job preempted with probability ``theta``); every offspring is **refreshed** again (steps 1-4;
+   the paper lists refresh among the evolution operations, and re-applying step 3 keeps new
+   arrivals in every candidate: Eq. 8 sums over running jobs only, so without it selection would
+   simply drop them) and **reordered** (each job's workers packed contiguously in order of first
+   occurrence); **selection** keeps the ``K`` best of
    parents and offspring under one shared ``rho`` draw, plus the member with the best expected
    score (elitism).
 3. **Update**: ``S*`` is chosen by Algorithm 1 (one ``rho`` draw, smallest score) among members
@@ -81,8 +83,10 @@ class OnesMemo:
         job_ids: the job order of the genes' values.
         population: genomes, shape ``(K, len(gpus))``; row 0 is the last ``S*``.
         limits: per-job ``R_j`` state.
-        seen: jobs seen by the previous call (to tell new arrivals).
+        seen: jobs known at the last executed update (later pending arrivals are "new").
         waiting_at_update: jobs left waiting by the last executed update (Resume halving).
+        warm_score: expected score of the refreshed warm start in the call that made this memo.
+        best_score: expected score of that call's ``S*`` (never above ``warm_score``).
     """
 
     gpus: tuple[tuple[NodeName, int], ...] = ()
@@ -91,6 +95,8 @@ class OnesMemo:
     limits: dict[JobId, sp.LimitState] = field(default_factory=dict)
     seen: frozenset[JobId] = frozenset()
     waiting_at_update: frozenset[JobId] = frozenset()
+    warm_score: float = 0.0
+    best_score: float = 0.0
 
 
 @dataclass
@@ -107,6 +113,7 @@ class _Ctx:
     alpha: FloatArr
     beta: FloatArr
     rng: np.random.Generator
+    new: list[int] = field(default_factory=list)  # jobs arrived since the last executed update
 
     @property
     def n_jobs(self) -> int:
@@ -302,6 +309,12 @@ def _new_jobs(ctx: _Ctx, genomes: IntArr, new: list[int]) -> IntArr:
     return g
 
 
+def _refresh(ctx: _Ctx, genomes: IntArr) -> IntArr:
+    """The refresh operation (steps 1-4) followed by reorder: every candidate the search keeps
+    respects the limits, runs the new arrivals and leaves no GPU idle that some job could use."""
+    return _reorder(ctx, _fill(ctx, _new_jobs(ctx, _repair(ctx, genomes), ctx.new)))
+
+
 @register("ones")
 class OnesPlanner:
     """The ``ones`` policy.
@@ -422,8 +435,8 @@ class OnesPlanner:
                     current[gix[gpu]] = jix[job.job_id]
         k = self.population or max(2, min(len(gpus), self.population_cap))
         pop = self._carry(m, jix, gix, current, k, ctx)
-        new = [jix[j.job_id] for j in jobs if j.state is JobState.PENDING and j.job_id not in m.seen]
-        pop = _reorder(ctx, _fill(ctx, _repair(ctx, _new_jobs(ctx, pop, new))))
+        ctx.new = [jix[j.job_id] for j in jobs if j.state is JobState.PENDING and j.job_id not in m.seen]
+        pop = _refresh(ctx, pop)
         warm_expected = float(_scores(ctx, pop[:1], ctx.expected_y())[0])
         for _ in range(self.generations):
             pop = self._generation(ctx, pop, k)
@@ -441,8 +454,15 @@ class OnesPlanner:
         counts: dict[JobId, int] = {}
         notes: tuple[str, ...] = ()
         if gated:
-            counts = {j.job_id: j.num_gpus for j in jobs if j.num_gpus}
-            idle = len(gpus) - sum(counts.values())
+            # Running jobs keep their allocation; one that must leave unschedulable GPUs (a
+            # draining or lost node) keeps its size only while capacity lasts.
+            sched = set(gpus)
+            idle = len(gpus)
+            for job in sorted((j for j in jobs if j.num_gpus),
+                              key=lambda j: (not j.placement.gpu_set() <= sched, j.job_id)):
+                if job.num_gpus <= idle:
+                    counts[job.job_id] = job.num_gpus
+                    idle -= job.num_gpus
             for i in np.argsort(-star_counts, kind="stable"):
                 job = jobs[int(i)]
                 c = int(star_counts[i])
@@ -466,9 +486,11 @@ class OnesPlanner:
             job_ids=tuple(j.job_id for j in jobs),
             population=pop,
             limits=limits,
-            seen=frozenset(j.job_id for j in jobs),
+            seen=m.seen if gated else frozenset(j.job_id for j in jobs),
             waiting_at_update=m.waiting_at_update if gated else frozenset(
                 j.job_id for j in jobs if j.job_id not in running_now),
+            warm_score=warm_expected,
+            best_score=float(expected[best]),
         )
         return PlanResult(plan, new_memo)
 
@@ -507,7 +529,7 @@ class OnesPlanner:
         hit = ctx.rng.random((k, ctx.n_jobs)) < self.mutation_rate
         rows = np.arange(k)[:, None]
         mutants = np.where((mutants >= 0) & hit[rows, np.where(mutants < 0, 0, mutants)], -1, mutants)
-        offspring = _reorder(ctx, _fill(ctx, _repair(ctx, np.concatenate([children, mutants]))))
+        offspring = _refresh(ctx, np.concatenate([children, mutants]))
         pool = np.concatenate([pop, offspring])
         sampled = _scores(ctx, pool, ctx.draw_y())
         expected = _scores(ctx, pool, ctx.expected_y())

@@ -29,8 +29,10 @@ NodeName = NewType("NodeName", str)
 class NodeState(enum.Enum):
     """Scheduling state of a node, reduced from Slurm's many node states.
 
-    ``UP`` nodes take work; ``DRAINING`` nodes keep their running jobs but take no new GPU;
-    ``DOWN`` nodes (down, drained, not responding, powered off) hold nothing usable.
+    ``UP`` nodes take work. ``DRAINING`` nodes take no new work; their rigid jobs finish there,
+    while elastic jobs are moved off (the node's GPUs are not schedulable, so a plan gives those
+    jobs GPUs elsewhere: elasticity empties a draining node sooner). ``DOWN`` nodes (down,
+    drained, not responding, powered off) hold nothing usable.
     """
 
     UP = "up"
@@ -342,23 +344,16 @@ class ClusterSnapshot:
         return tuple(j for j in self.jobs if j.elastic and j.is_active)
 
     def schedulable_gpus(self) -> tuple[tuple[NodeName, int], ...]:
-        """GPUs the planner may assign: free or held by an elastic job, on nodes that are UP.
-
-        GPUs held by elastic jobs on DRAINING nodes stay schedulable for those jobs only in the
-        sense that a plan may keep them; :func:`slurm_elastic.core.constraints.validate_plan`
-        enforces that rule.
-        """
+        """GPUs the planner may assign: on UP nodes, free or held by an active elastic job."""
         elastic_held = {
             gpu for j in self.jobs if j.elastic and j.is_active for gpu in j.placement.gpu_set()
         }
         out: list[tuple[NodeName, int]] = []
         for node in self.nodes:
-            if node.state is NodeState.DOWN:
+            if node.state is not NodeState.UP:
                 continue
             free = set(node.free_gpus)
-            for g in node.gpus:
-                if (node.name, g) in elastic_held or (node.state is NodeState.UP and g in free):
-                    out.append((node.name, g))
+            out.extend((node.name, g) for g in node.gpus if g in free or (node.name, g) in elastic_held)
         return tuple(out)
 
     def in_flight_for(self, job_id: JobId) -> InFlightResize | None:

@@ -3,9 +3,9 @@
 This module owns :func:`place`: given how many GPUs each job should have, pick which GPUs. Rules,
 in order of importance:
 
-1. a running job keeps the GPUs it holds (a worker that stays never moves); a shrinking job gives
-   up GPUs on the nodes where it has the fewest first (and on draining nodes before anything), so
-   what remains spans as few nodes as possible;
+1. a running job keeps the schedulable GPUs it holds (a worker that stays never moves; workers on
+   draining or down nodes must move); a shrinking job gives up GPUs on the nodes where it has the
+   fewest first, so what remains spans as few nodes as possible;
 2. a growing job takes free GPUs on the nodes it already uses first;
 3. everything else is packed best-fit: a request that fits in one node goes to the UP node whose
    free GPUs fit it most tightly; larger requests take whole free nodes first.
@@ -65,7 +65,6 @@ def place(snapshot: ClusterSnapshot, counts: Mapping[JobId, int]) -> dict[JobId,
     Raises:
         InvalidPlanError: the counts exceed the schedulable GPUs.
     """
-    node_state = {n.name: n.state for n in snapshot.nodes}
     order = {n.name: i for i, n in enumerate(snapshot.nodes)}
     width = max((len(n.gpus) for n in snapshot.nodes), default=0)
     wanted = {j: c for j, c in counts.items() if c > 0}
@@ -82,11 +81,8 @@ def place(snapshot: ClusterSnapshot, counts: Mapping[JobId, int]) -> dict[JobId,
             if keep:
                 per_node[node] = keep
         have = sum(len(g) for g in per_node.values())
-        # Shrink: leave draining nodes first, then the nodes where the job has fewest GPUs.
-        for node in sorted(
-            per_node,
-            key=lambda n: (node_state[n] is not NodeState.DRAINING, len(per_node[n]), -order[n]),
-        ):
+        # Shrink: leave the nodes where the job has fewest GPUs first.
+        for node in sorted(per_node, key=lambda n: (len(per_node[n]), -order[n])):
             if have <= k:
                 break
             drop = min(have - k, len(per_node[node]))

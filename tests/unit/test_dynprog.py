@@ -1,0 +1,87 @@
+"""Unit tests of the IBM dynamic program and its autoscaler."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from slurm_elastic.core import planner
+from slurm_elastic.core.constraints import validate_plan
+from slurm_elastic.core.dynprog import DpMemo, DynamicProgramPlanner, solve
+from dataclasses import replace
+
+from slurm_elastic.core.model import JobId, Node, NodeName, NodeState
+from slurm_elastic.errors import ConfigError
+from slurm_elastic.testing import make_job, make_nodes, make_snapshot
+
+NEG = -np.inf
+
+
+def test_solve_small_example_by_hand() -> None:
+    # Job 0 scales well, job 1 does not: 4 GPUs -> 3 + 1.
+    v0 = np.array([NEG, 1.0, 1.9, 2.7, 3.0])
+    v1 = np.array([NEG, 1.0, 1.1, 1.15, 1.2])
+    best, ks = solve([v0, v1], 4)
+    assert ks == [3, 1] and best == pytest.approx(3.7)
+
+
+def test_solve_reports_infeasible() -> None:
+    v = np.array([NEG, 1.0])
+    assert solve([v, v, v], 2) == (NEG, [])
+
+
+def test_drop_mode_drops_what_does_not_fit_and_queue_mode_keeps_it() -> None:
+    jobs = [make_job(i, min_gpus=2, max_gpus=4, requested_gpus=2, submit_time=i) for i in range(3)]
+    snap = make_snapshot(make_nodes(1), jobs)
+    drop = planner.create("dp", mode="drop").plan(snap, None, np.random.default_rng(0)).plan
+    queue = planner.create("dp").plan(snap, None, np.random.default_rng(0)).plan
+    validate_plan(snap, drop)
+    assert [p.job_id for p in drop.jobs] == ["0", "1"]
+    assert [(u.job_id, u.dropped) for u in drop.unplaced] == [("2", True)]
+    assert [(u.job_id, u.dropped) for u in queue.unplaced] == [("2", False)]
+    assert "needs 2 GPUs, 0 left" in queue.unplaced[0].reason
+
+
+def test_admission_skips_a_big_job_and_admits_a_later_small_one() -> None:
+    big = make_job("big", min_gpus=4, max_gpus=4, requested_gpus=4, submit_time=1)
+    small = make_job("small", submit_time=2)
+    run = make_job("run", placement=[("n000", 0)], max_gpus=4)
+    snap = make_snapshot(make_nodes(1), [run, big, small])
+    plan = planner.create("dp").plan(snap, None, np.random.default_rng(0)).plan
+    assert sorted(p.job_id for p in plan.jobs) == ["run", "small"]
+
+
+def test_uses_best_batch_and_all_gpus() -> None:
+    snap = make_snapshot(make_nodes(2), [make_job("a", max_gpus=8, requested_gpus=1)])
+    plan = planner.create("dp").plan(snap, None, np.random.default_rng(0)).plan
+    (jp,) = plan.jobs
+    assert jp.num_gpus >= 4 and jp.global_batch >= jp.num_gpus
+
+
+def test_interval_keeps_allocation_between_replans() -> None:
+    run = make_job("a", placement=[("n000", 0)], max_gpus=4)
+    snap = make_snapshot(make_nodes(1), [run], now=100.0)
+    p = DynamicProgramPlanner(interval=600)
+    res = p.plan(snap, DpMemo(last_plan_time=0.0), np.random.default_rng(0))
+    assert res.plan.by_job()[JobId("a")].num_gpus == 1
+    assert "between re-plans" in res.plan.notes[0]
+
+
+def test_preempts_latest_started_when_running_set_no_longer_fits() -> None:
+    nodes = (Node(NodeName("n000"), (0, 1, 2), ()), Node(NodeName("n001"), (0, 1), (), NodeState.DOWN))
+    a = replace(make_job("a", min_gpus=2, max_gpus=4, requested_gpus=2, placement=[("n000", 0), ("n000", 1)]),
+                start_time=10.0)
+    b = replace(make_job("b", min_gpus=2, max_gpus=4, requested_gpus=2, placement=[("n001", 0), ("n001", 1)]),
+                start_time=50.0)
+    snap = make_snapshot(nodes, [a, b])
+    plan = planner.create("dp").plan(snap, None, np.random.default_rng(0)).plan
+    validate_plan(snap, plan)
+    assert [p.job_id for p in plan.jobs] == ["a"]
+    assert "preempted by dp" in plan.unplaced[0].reason
+
+
+def test_bad_parameters_are_refused() -> None:
+    with pytest.raises(ConfigError, match=r"dp.mode = 'maybe'"):
+        DynamicProgramPlanner(mode="maybe")
+    with pytest.raises(ConfigError, match="dp.kmax = 0"):
+        DynamicProgramPlanner(kmax=0)

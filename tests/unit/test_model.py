@@ -1,0 +1,66 @@
+"""Unit tests of the core data model: validation messages and derived values."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurm_elastic.core.model import ElasticMode, JobState, Node, NodeName, NodeState, Placement
+from slurm_elastic.errors import SnapshotError
+from slurm_elastic.testing import make_job, make_nodes, make_snapshot
+
+
+def test_placement_groups_and_sorts() -> None:
+    p = Placement.of([("b", 1), ("a", 3), ("b", 0)])
+    assert p.slots == ((NodeName("a"), (3,)), (NodeName("b"), (0, 1)))
+    assert (p.num_gpus, p.num_nodes, p.per_node_counts()) == (3, 2, (2, 1))
+
+
+def test_job_rejects_bad_ranges_with_value_and_rule() -> None:
+    with pytest.raises(SnapshotError, match=r"GPU range 4:2 must satisfy 1 <= min <= max"):
+        make_job(1, min_gpus=4, max_gpus=2)
+
+
+def test_job_state_must_match_placement() -> None:
+    with pytest.raises(SnapshotError, match="does not match placement"):
+        make_job(1, state=JobState.RUNNING)
+
+
+def test_exo_global_batch_follows_gpus_endo_stays() -> None:
+    exo = make_job(1, placement=[("n000", 0), ("n000", 1)])
+    endo = make_job(2, mode=ElasticMode.ENDO, requested_gpus=4, placement=[("n000", 2)])
+    assert exo.global_batch == 2 * 128
+    assert endo.global_batch == 4 * 128
+
+
+def test_node_rejects_free_gpu_it_does_not_have() -> None:
+    with pytest.raises(SnapshotError, match=r"free GPUs \[7\]"):
+        Node(NodeName("x"), (0, 1), (7,))
+
+
+def test_snapshot_rejects_gpu_held_twice() -> None:
+    nodes = make_nodes(1)
+    a = make_job(1, placement=[("n000", 0)])
+    b = make_job(2, placement=[("n000", 0)])
+    with pytest.raises(SnapshotError, match="held by two jobs"):
+        make_snapshot(nodes, [a, b])
+
+
+def test_snapshot_rejects_unknown_profile() -> None:
+    job = make_job(1)
+    bad = type(job).__new__(type(job))
+    for f in job.__slots__:
+        object.__setattr__(bad, f, getattr(job, f))
+    object.__setattr__(bad, "model", "no-such-model")
+    with pytest.raises(SnapshotError, match="no throughput profile named 'no-such-model'"):
+        make_snapshot(make_nodes(1), [bad])
+
+
+def test_schedulable_gpus_exclude_rigid_down_and_draining() -> None:
+    nodes = list(make_nodes(3))
+    nodes[1] = Node(nodes[1].name, nodes[1].gpus, nodes[1].gpus, NodeState.DOWN)
+    nodes[2] = Node(nodes[2].name, nodes[2].gpus, nodes[2].gpus, NodeState.DRAINING)
+    rigid = make_job(1, elastic=False, min_gpus=1, max_gpus=1, placement=[("n000", 0)])
+    elastic_on_draining = make_job(2, placement=[("n002", 1)])
+    snap = make_snapshot(nodes, [rigid, elastic_on_draining])
+    got = set(snap.schedulable_gpus())
+    assert got == {("n000", 1), ("n000", 2), ("n000", 3)}
