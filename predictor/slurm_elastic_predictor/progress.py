@@ -37,13 +37,15 @@ Choices made where the paper is vague:
   :meth:`BetaProgressModel.expected_remaining` uses ``Y_processed * beta / max(alpha - 1, 1)``:
   exact for ``alpha >= 2``; for ``alpha < 2`` it is the exact mean of a job with two epochs done.
   At ``alpha = 1`` this equals the mean-progress plug-in ``Y_processed * beta / alpha``; it is
-  finite, continuous and non-increasing in ``alpha`` (a hard switch at ``alpha = 1`` would jump
-  by orders of magnitude between nearly identical jobs and destabilise a scheduler's ranking).
+  finite, continuous and, for fixed ``Y_processed``, non-increasing in ``alpha`` (a hard switch
+  at ``alpha = 1`` would jump by orders of magnitude between nearly identical jobs and
+  destabilise a scheduler's ranking).
 * **Shape bounds.** ``alpha`` and ``beta`` are clipped into ``[1, SHAPE_MAX]`` so that any finite
   features give valid, finite Beta shapes.
 * **Objective.** :func:`fit_progress_model` maximises ``sum_i log Beta(rho_i; alpha_i, beta_i) -
   l2 * |A|^2`` (``b`` unpenalised) with L-BFGS-B and an analytic gradient. The gradient of the
-  threshold ``max(z, 1)`` is taken as 1 for ``z > 1`` and 0 otherwise. The optimiser starts from
+  threshold ``max(z, 1)`` is taken as 1 for ``z > 1`` and 0 otherwise. Internally the objective
+  is divided by the number of points (same maximiser, better conditioned). The optimiser starts from
   ``A = 0`` (or the given ``prior``'s weights re-expressed in the new scale) and never returns a
   point with a worse penalised objective than its start.
 

@@ -48,28 +48,30 @@ class DpMemo:
     """Warm state of the ``dp`` planner: when it last re-planned, and its value tables."""
 
     last_plan_time: float | None = None
-    tables: dict[tuple[Any, ...], NDArray[np.float64]] = field(default_factory=dict)
+    tables: dict[tuple[Any, ...], tuple[NDArray[np.float64], NDArray[np.int64]]] = field(default_factory=dict)
 
 
 def scaling_values(job: Job, snapshot: ClusterSnapshot, kmax: int) -> NDArray[np.float64]:
     """``T~_j(b_opt(k), k)`` for ``k = 0..kmax`` (``-inf`` where infeasible, and at ``k = 0``)."""
+    return _table(job, snapshot, kmax)[0]
+
+
+def _table(job: Job, snapshot: ClusterSnapshot, kmax: int) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
+    """Scaling factors and ``b_opt`` batches for ``k = 0..kmax``."""
     model = snapshot.profiles[job.model]
     base = float(model.throughput(sizing.max_local(job, model), 1))
     out = np.full(kmax + 1, NEG)
+    batches = np.zeros(kmax + 1, dtype=np.int64)
     if base <= 0 or kmax < 1:
-        return out
+        return out, batches
     ks = np.arange(1, kmax + 1, dtype=np.int64)
     if job.mode is ElasticMode.ENDO:
         tp = sizing.throughput_grid(job, model, kmax, corrected=False)[1:, 0]
+        batches[1:] = job.base_batch
     else:
-        _, tp = sizing.best_exo_batches(job, model, ks)
+        batches[1:], tp = sizing.best_exo_batches(job, model, ks)
     out[1:] = np.where(tp > 0, tp / base, NEG)
-    return out
-
-
-def _table_key(job: Job, kmax: int) -> tuple[Any, ...]:
-    return (job.model, job.mode, job.min_batch, job.max_batch, job.base_batch, job.requested_gpus,
-            job.max_local_batch, kmax)
+    return out, batches
 
 
 def solve(values: list[NDArray[np.float64]], total: int) -> tuple[float, list[int]]:
@@ -139,16 +141,18 @@ class DynamicProgramPlanner:
             return PlanResult(plan, m)
         # Value tables depend only on a job's shape, so identical jobs share one; the memo keeps
         # the tables of the shapes still present.
-        tables: dict[tuple[Any, ...], NDArray[np.float64]] = {}
+        tables: dict[tuple[Any, ...], tuple[NDArray[np.float64], NDArray[np.int64]]] = {}
+        batch_of: dict[JobId, NDArray[np.int64]] = {}
         vals: dict[JobId, NDArray[np.float64]] = {}
         kmin: dict[JobId, int] = {}
         for job in snapshot.elastic_jobs():
             kmax = min(job.max_gpus, total, self.kmax or total)
-            key = _table_key(job, kmax)
+            key = (*sizing.shape_key(job), kmax)
             if key not in tables:
                 cached = m.tables.get(key)
-                tables[key] = cached if cached is not None else scaling_values(job, snapshot, kmax)
-            v = tables[key].copy()
+                tables[key] = cached if cached is not None else _table(job, snapshot, kmax)
+            v = tables[key][0].copy()
+            batch_of[job.job_id] = tables[key][1]
             v[: job.min_gpus] = NEG
             vals[job.job_id] = v
             ok = np.flatnonzero(np.isfinite(v))
@@ -181,7 +185,10 @@ class DynamicProgramPlanner:
         counts = {j.job_id: k for j, k in zip(admitted, ks, strict=True)}
 
         def choose(job: Job, k: int) -> sizing.Sizing | None:
-            return sizing.best_exo_batch(job, k, snapshot.profiles[job.model])
+            if job.mode is ElasticMode.ENDO:
+                return sizing.size_for(job, k, snapshot.profiles[job.model])
+            b = int(batch_of[job.job_id][k])
+            return sizing.Sizing(b, -(-b // k), 1, job.base_lr * b / job.base_batch) if b else None
 
         plan = build_plan(snapshot, self.name, counts, reasons=reasons, choose=choose,
                           score=best if admitted else 0.0)

@@ -13,9 +13,9 @@ Score (Eq. 8, smaller is better) of a candidate under a draw of progress ``rho_j
 penalty when the genome spreads the job over more nodes than needed, corrected by the job's
 measured throughput. ``Yp_j`` is the samples processed, floored at one epoch like ``alpha`` (the
 paper thresholds ``alpha = Yp/|D|`` at 1; without the same floor a job that has not finished an
-epoch would have zero remaining work). The *expected* score uses ``E[Y_j]`` instead of a draw:
-``Yp (a+b-1)/(a-1) - Yp`` when ``a > 1`` and the mean-progress plug-in ``Yp * b / a`` otherwise
-(the exact mean is infinite at ``a <= 1``).
+epoch would have zero remaining work). The *expected* score uses ``E[Y_j]`` instead of a draw,
+as :meth:`BetaProgressModel.expected_remaining` estimates it: ``Yp * b / max(a - 1, 1)``, exact
+for ``a >= 2`` (the exact mean is infinite at ``a = 1``, where this is the mean-progress plug-in).
 
 Progress distribution: from ``snapshot.progress_model`` (the fitted ONES Beta regression) when
 present; before any job completed, ``a = max(epochs done, 1)`` and ``b = max(target epochs -
@@ -52,7 +52,8 @@ The executed placement comes from :func:`~slurm_elastic.core.placement.place` wi
 counts, which keeps running workers where they are; the genome's layout is used for scoring.
 
 Population ``K`` defaults to the number of GPUs as the paper suggests, capped at
-``population_cap`` (256) so that a 4,096-GPU cluster stays within the planning-latency budget.
+``population_cap`` (64: the paper's own population on its 64-GPU testbed), so that a 4,096-GPU
+cluster stays within the planning-latency budget.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ from slurm_elastic.core.model import ClusterSnapshot, Job, JobId, JobState, Node
 from slurm_elastic.core.planner import PlanResult, build_plan, register
 from slurm_elastic.errors import ConfigError
 
-IntArr = NDArray[np.int64]
+IntArr = NDArray[np.int32]
 FloatArr = NDArray[np.float64]
 RHO_EPS = 1e-6
 
@@ -85,16 +86,18 @@ class OnesMemo:
         limits: per-job ``R_j`` state.
         seen: jobs known at the last executed update (later pending arrivals are "new").
         waiting_at_update: jobs left waiting by the last executed update (Resume halving).
+        grids: uncorrected throughput grids by (job shape, cap, limit), reused across calls.
         warm_score: expected score of the refreshed warm start in the call that made this memo.
         best_score: expected score of that call's ``S*`` (never above ``warm_score``).
     """
 
     gpus: tuple[tuple[NodeName, int], ...] = ()
     job_ids: tuple[JobId, ...] = ()
-    population: IntArr = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
+    population: IntArr = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int32))
     limits: dict[JobId, sp.LimitState] = field(default_factory=dict)
     seen: frozenset[JobId] = frozenset()
     waiting_at_update: frozenset[JobId] = frozenset()
+    grids: dict[tuple[object, ...], FloatArr] = field(default_factory=dict)
     warm_score: float = 0.0
     best_score: float = 0.0
 
@@ -125,10 +128,9 @@ class _Ctx:
         return self.yp * (1.0 / rho - 1.0)
 
     def expected_y(self) -> FloatArr:
-        a, b = self.alpha, self.beta
-        with np.errstate(divide="ignore", invalid="ignore"):
-            exact = self.yp * ((a + b - 1.0) / (a - 1.0) - 1.0)
-        return np.where(a > 1.0, exact, self.yp * b / a)
+        # Same estimate as BetaProgressModel.expected_remaining: exact for alpha >= 2, the
+        # mean-progress plug-in at alpha = 1, continuous in between.
+        return self.yp * self.beta / np.maximum(self.alpha - 1.0, 1.0)
 
 
 def _counts(ctx: _Ctx, genomes: IntArr) -> IntArr:
@@ -138,25 +140,34 @@ def _counts(ctx: _Ctx, genomes: IntArr) -> IntArr:
     return np.bincount(flat, minlength=k * (j + 1)).reshape(k, j + 1)[:, :j]
 
 
-def _layout(ctx: _Ctx, genomes: IntArr) -> tuple[IntArr, IntArr, IntArr]:
-    """Per gene its rank within its job; per (candidate, job) nodes spanned; the sort order."""
+def _ranks(ctx: _Ctx, genomes: IntArr) -> IntArr:
+    """Per gene, its rank among the genes of the same job in the same genome (GPU order)."""
     k, g = genomes.shape
     j = ctx.n_jobs
     keys = np.where(genomes < 0, j, genomes)
     perm = np.argsort(keys.astype(np.int16 if j < 32767 else np.int32), axis=1, kind="stable")
     sk = np.take_along_axis(keys, perm, axis=1)
-    sn = ctx.gnode[perm]
     newgrp = np.ones_like(sk, dtype=bool)
     newgrp[:, 1:] = sk[:, 1:] != sk[:, :-1]
-    newpair = newgrp.copy()
-    newpair[:, 1:] |= sn[:, 1:] != sn[:, :-1]
-    pos = np.broadcast_to(np.arange(g), (k, g))
+    pos = np.broadcast_to(np.arange(g, dtype=genomes.dtype), (k, g))
     start = np.maximum.accumulate(np.where(newgrp, pos, 0), axis=1)
     rank = np.empty_like(genomes)
     np.put_along_axis(rank, perm, pos - start, axis=1)
-    flat = (np.arange(k)[:, None] * (j + 1) + sk).ravel()
-    spans = np.bincount(flat, weights=newpair.ravel(), minlength=k * (j + 1)).reshape(k, j + 1)
-    return rank, spans[:, :j].astype(np.int64), perm
+    return rank
+
+
+def _spans(ctx: _Ctx, genomes: IntArr) -> IntArr:
+    """Nodes spanned per (genome, job), for reordered genomes (each job's genes contiguous).
+
+    On a genome that is not reordered it over-counts, which only makes its score worse.
+    """
+    k, _ = genomes.shape
+    j = ctx.n_jobs
+    newpair = np.ones(genomes.shape, dtype=bool)
+    newpair[:, 1:] = (genomes[:, 1:] != genomes[:, :-1]) | (ctx.gnode[1:] != ctx.gnode[:-1])[None, :]
+    keys = np.where(genomes < 0, j, genomes) + (np.arange(k, dtype=genomes.dtype) * (j + 1))[:, None]
+    spans = np.bincount(keys[newpair], minlength=k * (j + 1)).reshape(k, j + 1)
+    return spans[:, :j]
 
 
 def _throughput(ctx: _Ctx, counts: IntArr, spans: IntArr | None) -> FloatArr:
@@ -165,27 +176,26 @@ def _throughput(ctx: _Ctx, counts: IntArr, spans: IntArr | None) -> FloatArr:
     if spans is None:
         spread = np.zeros_like(c)
     else:
-        spread = (spans > -(-c // ctx.gpn)).astype(np.int64)
+        spread = (spans > -(-c // ctx.gpn)).astype(c.dtype)
     return ctx.xtab[np.arange(ctx.n_jobs)[None, :], c, spread]
 
 
-def _scores(ctx: _Ctx, genomes: IntArr, y: FloatArr) -> FloatArr:
-    """Eq. 8 for each genome given remaining work ``y`` per job (inf if a job is infeasible)."""
+def _scores(ctx: _Ctx, genomes: IntArr, *ys: FloatArr) -> list[FloatArr]:
+    """Eq. 8 for each genome under each remaining-work vector in ``ys`` (inf if infeasible)."""
     if ctx.n_jobs == 0:
-        return np.zeros(len(genomes))
+        return [np.zeros(len(genomes)) for _ in ys]
     counts = _counts(ctx, genomes)
-    _, spans, _ = _layout(ctx, genomes)
-    x = _throughput(ctx, counts, spans)
+    x = _throughput(ctx, counts, _spans(ctx, genomes))
     with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.where(counts > 0, counts / x * y[None, :], 0.0)
-    return t.sum(axis=1)
+        per_gpu_time = np.where(counts > 0, counts / x, 0.0)
+    return [per_gpu_time @ y for y in ys]
 
 
 def _repair(ctx: _Ctx, genomes: IntArr) -> IntArr:
     """Trim every job to its GPU cap and drop jobs below their smallest feasible count."""
     if ctx.n_jobs == 0:
         return np.full_like(genomes, -1)
-    rank, _, _ = _layout(ctx, genomes)
+    rank = _ranks(ctx, genomes)
     job = np.where(genomes < 0, 0, genomes)
     out = np.where((genomes >= 0) & (rank < ctx.cap[job]), genomes, -1)
     counts = _counts(ctx, out)
@@ -235,22 +245,16 @@ def _give_idle(genomes: IntArr, order: IntArr, need: IntArr, take: NDArray[np.bo
     ``take`` marks the entries to serve; served entries must form a prefix of each row and their
     needs must fit in the row's idle GPUs.
     """
-    n, gg = genomes.shape
-    m = order.shape[1]
-    if m == 0:
+    if order.shape[1] == 0:
         return genomes
-    rows = np.arange(n)[:, None]
+    served = np.where(take, need, 0)
+    labels = np.repeat(order[take], served[take])  # row-major: row 0's labels, then row 1's...
     idle_mask = genomes < 0
-    stride = gg + 2
-    cum = np.cumsum(np.where(take, need, 0), axis=1)
-    cum_sel = np.where(take, cum, gg + 1) + rows * stride
-    irank = np.cumsum(idle_mask, axis=1) - 1
-    q = np.where(idle_mask, irank, 0) + rows * stride
-    idx = np.searchsorted(cum_sel.ravel(), q.ravel(), side="right").reshape(n, gg) - rows * m
-    nsel = take.sum(axis=1)
-    assign = idle_mask & (idx < nsel[:, None])
-    jobs_at = order[rows, np.minimum(idx, m - 1)]
-    return np.where(assign, jobs_at, genomes)
+    irank = np.cumsum(idle_mask, axis=1)
+    chosen = idle_mask & (irank <= served.sum(axis=1)[:, None])
+    out = genomes.copy()
+    out[chosen] = labels  # boolean indexing is row-major too, so labels line up
+    return out
 
 
 def _reorder(ctx: _Ctx, genomes: IntArr) -> IntArr:
@@ -260,8 +264,9 @@ def _reorder(ctx: _Ctx, genomes: IntArr) -> IntArr:
     k, g = genomes.shape
     j = ctx.n_jobs
     keys = np.where(genomes < 0, j, genomes)
-    first = np.full((k, j + 1), g, dtype=np.int64)
-    np.minimum.at(first, (np.repeat(np.arange(k), g), keys.ravel()), np.tile(np.arange(g), k))
+    first = np.full((k, j + 1), g, dtype=np.int32)
+    # Writing positions back to front leaves each job's first position (last write wins).
+    first[np.arange(k)[:, None], keys[:, ::-1]] = np.arange(g - 1, -1, -1, dtype=np.int32)[None, :]
     first[:, j] = g  # idle GPUs last
     key = np.take_along_axis(first, keys, axis=1)
     perm = np.argsort(key.astype(np.int16 if g < 32767 else np.int32), axis=1, kind="stable")
@@ -287,7 +292,8 @@ def _new_jobs(ctx: _Ctx, genomes: IntArr, new: list[int]) -> IntArr:
     g = genomes.copy()
     g[fast] = _give_idle(genomes[fast], order[fast], need[fast], np.ones_like(need[fast], dtype=bool))
     run_time = np.array([jb.run_time for jb in ctx.jobs])
-    longest_first = [int(v) for v in np.argsort(-run_time, kind="stable") if int(v) not in set(new)]
+    is_new = set(new)
+    longest_first = [int(v) for v in np.argsort(-run_time, kind="stable") if int(v) not in is_new]
     for r in np.flatnonzero(~fast):
         row = g[r]
         for jn, want in zip(new, need[r], strict=True):
@@ -335,7 +341,7 @@ class OnesPlanner:
     def __init__(
         self,
         population: int | None = None,
-        population_cap: int = 256,
+        population_cap: int = 64,
         generations: int = 10,
         mutation_rate: float = 0.05,
         sigma: float | None = None,
@@ -373,7 +379,8 @@ class OnesPlanner:
         return out
 
     def _context(self, snapshot: ClusterSnapshot, jobs: list[Job], limits: dict[JobId, sp.LimitState],
-                 gpus: tuple[tuple[NodeName, int], ...], rng: np.random.Generator) -> _Ctx:
+                 gpus: tuple[tuple[NodeName, int], ...], rng: np.random.Generator,
+                 cache: dict[tuple[object, ...], FloatArr], grids_out: dict[tuple[object, ...], FloatArr]) -> _Ctx:
         node_ix = {n.name: i for i, n in enumerate(snapshot.nodes)}
         gnode = np.array([node_ix[n] for n, _ in gpus], dtype=np.int64)
         gpn = max((len(n.gpus) for n in snapshot.nodes), default=1) or 1
@@ -383,7 +390,14 @@ class OnesPlanner:
             model = snapshot.profiles[job.model]
             r = limits[job.job_id].limit
             cap = min(sp.gpu_cap(job, r), g)
-            grid = sizing.throughput_grid(job, model, cap, r)
+            key = (*sizing.shape_key(job), cap, r)
+            raw = grids_out.get(key)
+            if raw is None:
+                raw = cache.get(key)
+                if raw is None:
+                    raw = sizing.throughput_grid(job, model, cap, r, corrected=False)
+                grids_out[key] = raw
+            grid = raw * sizing.correction(job, model)
             feas = np.flatnonzero(grid[:, 0] > 0)
             feas = feas[feas >= job.min_gpus]
             kmins.append(int(feas[0]) if len(feas) else g + 1)
@@ -425,10 +439,11 @@ class OnesPlanner:
         jobs = list(snapshot.elastic_jobs())
         gpus = snapshot.schedulable_gpus()
         limits = self._limits(snapshot, m, jobs)
-        ctx = self._context(snapshot, jobs, limits, gpus, rng)
+        grids: dict[tuple[object, ...], FloatArr] = {}
+        ctx = self._context(snapshot, jobs, limits, gpus, rng, m.grids, grids)
         jix = {j.job_id: i for i, j in enumerate(jobs)}
         gix = {gpu: i for i, gpu in enumerate(gpus)}
-        current = np.full(len(gpus), -1, dtype=np.int64)
+        current = np.full(len(gpus), -1, dtype=np.int32)
         for job in jobs:
             for gpu in job.placement.gpu_set():
                 if gpu in gix:
@@ -437,11 +452,10 @@ class OnesPlanner:
         pop = self._carry(m, jix, gix, current, k, ctx)
         ctx.new = [jix[j.job_id] for j in jobs if j.state is JobState.PENDING and j.job_id not in m.seen]
         pop = _refresh(ctx, pop)
-        warm_expected = float(_scores(ctx, pop[:1], ctx.expected_y())[0])
+        warm_expected = float(_scores(ctx, pop[:1], ctx.expected_y())[0][0])
         for _ in range(self.generations):
             pop = self._generation(ctx, pop, k)
-        expected = _scores(ctx, pop, ctx.expected_y())
-        sampled = _scores(ctx, pop, ctx.draw_y())
+        expected, sampled = _scores(ctx, pop, ctx.expected_y(), ctx.draw_y())
         sampled = np.where(expected <= warm_expected * (1 + 1e-12) + 1e-12, sampled, np.inf)
         best = int(np.argmin(sampled))
         star = pop[best]
@@ -489,6 +503,7 @@ class OnesPlanner:
             seen=m.seen if gated else frozenset(j.job_id for j in jobs),
             waiting_at_update=m.waiting_at_update if gated else frozenset(
                 j.job_id for j in jobs if j.job_id not in running_now),
+            grids=grids,
             warm_score=warm_expected,
             best_score=float(expected[best]),
         )
@@ -507,15 +522,15 @@ class OnesPlanner:
             src = np.array([gix.get(gpu, -1) for gpu in m.gpus], dtype=np.int64)
             keep = src >= 0
             for old in m.population[: k - 1]:
-                row = np.full(len(current), -1, dtype=np.int64)
+                row = np.full(len(current), -1, dtype=np.int32)
                 genes = np.where(old < 0, len(m.job_ids), old)
                 row[src[keep]] = old_to_new[genes[keep]]
                 rows.append(row)
         rows.insert(min(1, len(rows)), current.copy())
         j = ctx.n_jobs
         while len(rows) < k:
-            rows.append(ctx.rng.integers(-1, j, size=len(current)) if j else current.copy())
-        return np.stack(rows[:k]) if rows and len(current) else np.zeros((k, len(current)), dtype=np.int64)
+            rows.append(ctx.rng.integers(-1, j, size=len(current), dtype=np.int32) if j else current.copy())
+        return np.stack(rows[:k]) if rows and len(current) else np.zeros((k, len(current)), dtype=np.int32)
 
     def _generation(self, ctx: _Ctx, pop: IntArr, k: int) -> IntArr:
         n, g = pop.shape
@@ -531,8 +546,7 @@ class OnesPlanner:
         mutants = np.where((mutants >= 0) & hit[rows, np.where(mutants < 0, 0, mutants)], -1, mutants)
         offspring = _refresh(ctx, np.concatenate([children, mutants]))
         pool = np.concatenate([pop, offspring])
-        sampled = _scores(ctx, pool, ctx.draw_y())
-        expected = _scores(ctx, pool, ctx.expected_y())
+        sampled, expected = _scores(ctx, pool, ctx.draw_y(), ctx.expected_y())
         chosen = list(np.argsort(sampled, kind="stable")[:k])
         elite = int(np.argmin(expected))
         if elite not in chosen:

@@ -43,6 +43,16 @@ class Sizing:
     lr: float
 
 
+def shape_key(job: Job) -> tuple[object, ...]:
+    """Everything that decides a job's sizes and predicted throughput, except measurements.
+
+    Jobs with the same key have the same sizing and (uncorrected) throughput tables, so planners
+    cache tables by it across jobs and rounds.
+    """
+    return (job.model, job.mode, job.min_batch, job.max_batch, job.base_batch, job.requested_gpus,
+            job.max_local_batch)
+
+
 def max_local(job: Job, model: ThroughputModel) -> int:
     """Per-GPU batch limit: the job's own limit and the profile's, whichever is smaller."""
     return max(1, min(job.max_local_batch, model.max_local_batch))
