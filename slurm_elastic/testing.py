@@ -14,8 +14,6 @@ from dataclasses import replace
 from functools import cache
 
 import numpy as np
-from slurm_elastic_predictor.profiles import load_models
-from slurm_elastic_predictor.throughput import ThroughputModel
 
 from slurm_elastic.core.model import (
     ClusterSnapshot,
@@ -28,6 +26,8 @@ from slurm_elastic.core.model import (
     NodeState,
     Placement,
 )
+from slurm_elastic_predictor.profiles import load_models
+from slurm_elastic_predictor.throughput import ThroughputModel
 
 # Typical per-GPU batch and epoch size (samples) of each shipped profile's model.
 MODEL_DEFAULTS: dict[str, tuple[int, int]] = {
@@ -126,7 +126,7 @@ def random_snapshot(rng: np.random.Generator, n_nodes: int, gpus_per_node: int, 
             lo = hi = req
         want_run = rng.random() < running_fraction
         k = int(rng.integers(lo, hi + 1)) if want_run else 0
-        place: list[tuple[str, int]] = []
+        place: list[tuple[NodeName, int]] = []
         if k and len(free) >= k:
             place, free = free[:k], free[k:]
         epochs = float(rng.uniform(0, 20)) if place else (float(rng.uniform(0, 5)) if rng.random() < 0.3 else 0.0)

@@ -84,7 +84,8 @@ def diff(snapshot: ClusterSnapshot, plan: Plan) -> tuple[Action, ...]:
         jp = planned.get(job.job_id)
         if jp is None:
             if job.job_id in dropped and job.is_waiting:
-                first.append(Action(ActionKind.DROP, job.job_id, job.placement, Placement(), reason=dropped[job.job_id]))
+                first.append(Action(ActionKind.DROP, job.job_id, job.placement, Placement(),
+                                    reason=dropped[job.job_id]))
             elif job.state is JobState.RUNNING:
                 first.append(Action(ActionKind.PREEMPT, job.job_id, job.placement, Placement(),
                                     reason=waiting_reason.get(job.job_id, "")))

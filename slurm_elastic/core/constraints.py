@@ -59,7 +59,8 @@ def plan_violations(snapshot: ClusterSnapshot, plan: Plan) -> tuple[str, ...]:
             out.append(f"job {jp.job_id}: planned twice")
         seen.add(jp.job_id)
         if not job.elastic or not job.is_active:
-            out.append(f"job {jp.job_id}: is {'rigid' if not job.elastic else job.state.value}, the planner may not place it")
+            what = "rigid" if not job.elastic else job.state.value
+            out.append(f"job {jp.job_id}: is {what}, the planner may not place it")
             continue
         for gpu in sorted(jp.placement.gpu_set()):
             node, idx = gpu

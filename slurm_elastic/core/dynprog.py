@@ -90,10 +90,10 @@ def solve(values: list[NDArray[np.float64]], total: int) -> tuple[float, list[in
     rows[0, :] = 0.0
     for j, v in enumerate(values, start=1):
         prev, cur = rows[j - 1], rows[j]
-        for k in np.flatnonzero(np.isfinite(v)):
-            if k == 0 or k > total:
+        for kf in np.flatnonzero(np.isfinite(v)):
+            if kf == 0 or kf > total:
                 continue
-            np.maximum(cur[k:], prev[: total + 1 - k] + v[k], out=cur[k:])
+            np.maximum(cur[kf:], prev[: total + 1 - kf] + v[kf], out=cur[kf:])
     best = float(rows[n, total])
     if not np.isfinite(best):
         return NEG, []

@@ -70,7 +70,7 @@ from slurm_elastic.core.model import ClusterSnapshot, Job, JobId, JobState, Node
 from slurm_elastic.core.planner import PlanResult, build_plan, register
 from slurm_elastic.errors import ConfigError
 
-IntArr = NDArray[np.int32]
+IntArr = NDArray[np.signedinteger[Any]]
 FloatArr = NDArray[np.float64]
 RHO_EPS = 1e-6
 
@@ -173,11 +173,9 @@ def _spans(ctx: _Ctx, genomes: IntArr) -> IntArr:
 def _throughput(ctx: _Ctx, counts: IntArr, spans: IntArr | None) -> FloatArr:
     kc = ctx.xtab.shape[1] - 1
     c = np.minimum(counts, kc)
-    if spans is None:
-        spread = np.zeros_like(c)
-    else:
-        spread = (spans > -(-c // ctx.gpn)).astype(c.dtype)
-    return ctx.xtab[np.arange(ctx.n_jobs)[None, :], c, spread]
+    spread = np.zeros_like(c) if spans is None else (spans > -(-c // ctx.gpn)).astype(c.dtype)
+    out: FloatArr = ctx.xtab[np.arange(ctx.n_jobs)[None, :], c, spread]
+    return out
 
 
 def _scores(ctx: _Ctx, genomes: IntArr, *ys: FloatArr) -> list[FloatArr]:
@@ -207,11 +205,10 @@ def _repair(ctx: _Ctx, genomes: IntArr) -> IntArr:
 def _fill(ctx: _Ctx, genomes: IntArr, max_passes: int = 64) -> IntArr:
     """Refresh step (4): give idle GPUs to the jobs whose growth costs least utilization."""
     g = genomes.copy()
-    n, gg = g.shape
+    gg = g.shape[1]
     j = ctx.n_jobs
     if j == 0 or gg == 0:
         return g
-    rows = np.arange(n)
     for _ in range(max_passes):
         idle_mask = g < 0
         idle = idle_mask.sum(axis=1)
@@ -484,7 +481,8 @@ class OnesPlanner:
                     counts[job.job_id] = c
                     idle -= c
             first = min(held, key=lambda j: j.job_id).job_id
-            notes = (f"update gated: {len(held)} running job(s) (e.g. {first}) have not finished an epoch since their last change",)
+            notes = (f"update gated: {len(held)} running job(s) (e.g. {first}) have not finished an epoch "
+                     "since their last change",)
         else:
             counts = {jobs[i].job_id: int(c) for i, c in enumerate(star_counts) if c}
         reasons = {
@@ -552,7 +550,8 @@ class OnesPlanner:
         if elite not in chosen:
             chosen[-1] = elite
         chosen.sort(key=lambda i: (i != elite, i))
-        return pool[np.array(chosen)]
+        out: IntArr = pool[np.array(chosen)]
+        return out
 
 
 def _loss_ratio(job: Job) -> float:

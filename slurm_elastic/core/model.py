@@ -17,10 +17,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NewType
 
+from slurm_elastic.errors import SnapshotError
 from slurm_elastic_predictor.progress import BetaProgressModel
 from slurm_elastic_predictor.throughput import ThroughputModel
-
-from slurm_elastic.errors import SnapshotError
 
 JobId = NewType("JobId", str)
 NodeName = NewType("NodeName", str)
@@ -212,16 +211,20 @@ class Job:
             if not ok:
                 raise SnapshotError(f"job {self.job_id}: {what}")
 
-        rule(1 <= self.min_gpus <= self.max_gpus, f"GPU range {self.min_gpus}:{self.max_gpus} must satisfy 1 <= min <= max")
-        rule(1 <= self.min_batch <= self.max_batch, f"batch range {self.min_batch}:{self.max_batch} must satisfy 1 <= min <= max")
-        rule(self.min_batch <= self.base_batch <= self.max_batch, f"base batch {self.base_batch} must lie in {self.min_batch}:{self.max_batch}")
+        rule(1 <= self.min_gpus <= self.max_gpus,
+             f"GPU range {self.min_gpus}:{self.max_gpus} must satisfy 1 <= min <= max")
+        rule(1 <= self.min_batch <= self.max_batch,
+             f"batch range {self.min_batch}:{self.max_batch} must satisfy 1 <= min <= max")
+        rule(self.min_batch <= self.base_batch <= self.max_batch,
+             f"base batch {self.base_batch} must lie in {self.min_batch}:{self.max_batch}")
         rule(self.max_local_batch >= 1, f"max per-GPU batch {self.max_local_batch} must be >= 1")
         rule(self.requested_gpus >= 1, f"requested GPUs {self.requested_gpus} must be >= 1")
         rule(self.epoch_size >= 1, f"epoch size {self.epoch_size} must be >= 1 sample")
         rule(self.samples_processed >= 0, f"samples processed {self.samples_processed} must be >= 0")
         rule(self.base_lr > 0, f"base learning rate {self.base_lr} must be > 0")
         running = self.state is JobState.RUNNING
-        rule(running == (self.placement.num_gpus > 0), f"state {self.state.value} does not match placement of {self.placement.num_gpus} GPUs")
+        rule(running == (self.placement.num_gpus > 0),
+             f"state {self.state.value} does not match placement of {self.placement.num_gpus} GPUs")
         rule((self.local_batch > 0) == running, f"local batch {self.local_batch} must be > 0 exactly when running")
 
     @property

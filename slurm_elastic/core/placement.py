@@ -92,10 +92,9 @@ def place(snapshot: ClusterSnapshot, counts: Mapping[JobId, int]) -> dict[JobId,
         taken.update((n, g) for n, gs in held[job.job_id].items() for g in gs)
 
     free: dict[NodeName, list[int]] = {}
-    for node in snapshot.nodes:
-        if node.state is NodeState.UP:
-            gs = [g for g in node.gpus if (node.name, g) in sched and (node.name, g) not in taken]
-            free[node.name] = gs
+    for nd in snapshot.nodes:
+        if nd.state is NodeState.UP:
+            free[nd.name] = [g for g in nd.gpus if (nd.name, g) in sched and (nd.name, g) not in taken]
     pool = _FreePool(free, width)
     need = {j: wanted[j] - sum(len(g) for g in held.get(j, {}).values()) for j in wanted}
     if sum(n for n in need.values() if n > 0) > pool.total:
@@ -107,7 +106,7 @@ def place(snapshot: ClusterSnapshot, counts: Mapping[JobId, int]) -> dict[JobId,
         for node in sorted(per_node, key=lambda n: -len(per_node[n])):
             if need[job_id] <= 0:
                 break
-            if node in pool.free and pool.free[node]:
+            if pool.free.get(node):
                 got = pool.take(node, min(need[job_id], len(pool.free[node])))
                 per_node[node] = per_node[node] + got
                 need[job_id] -= len(got)
@@ -116,9 +115,10 @@ def place(snapshot: ClusterSnapshot, counts: Mapping[JobId, int]) -> dict[JobId,
         per_node = held.setdefault(job_id, {})
         while need[job_id] > 0:
             n = need[job_id]
-            node = pool.best_fit(min(n, width)) if n < width else pool.best_fit(width)
-            if node is None:
+            fit = pool.best_fit(min(n, width))
+            if fit is None:
                 raise InvalidPlanError((f"no free GPU left for job {job_id}",))
+            node = fit
             got = pool.take(node, min(n, len(pool.free[node])))
             per_node[node] = per_node.get(node, []) + got
             need[job_id] -= len(got)

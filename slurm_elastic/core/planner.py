@@ -9,6 +9,7 @@ so that no planner re-implements either. Pure: no I/O, no clock; randomness only
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -18,7 +19,7 @@ import numpy as np
 from slurm_elastic.core import sizing
 from slurm_elastic.core.model import ClusterSnapshot, Job, JobId, JobPlan, Plan, Unplaced
 from slurm_elastic.core.placement import place
-from slurm_elastic.errors import UnknownPolicyError
+from slurm_elastic.errors import ConfigError, UnknownPolicyError
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +72,7 @@ def create(name: str, **params: Any) -> Planner:
 
     Raises:
         UnknownPolicyError: no planner has that name.
+        ConfigError: a parameter is unknown (or a value breaks the planner's rule).
     """
     _load_builtin()
     try:
@@ -78,6 +80,13 @@ def create(name: str, **params: Any) -> Planner:
     except KeyError:
         raise UnknownPolicyError(
             f"unknown policy {name!r}; known policies: {', '.join(sorted(_REGISTRY))}"
+        ) from None
+    try:
+        inspect.signature(factory).bind(**params)
+    except TypeError as exc:
+        known = [n for n in inspect.signature(factory).parameters if n != "self"]
+        raise ConfigError(
+            f"policy {name!r}: bad parameters {sorted(params)} ({exc}); known parameters: {', '.join(known)}"
         ) from None
     return factory(**params)
 

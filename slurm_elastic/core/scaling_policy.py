@@ -3,7 +3,8 @@
 This module owns the four rules that move a job's batch-size limit ``R`` (global batch, samples):
 
 * **Start**: a new job is limited to one GPU's worth, ``R = b_local`` (or ``min_gpus`` GPUs' worth
-  when the job cannot run on fewer; also never below its ``min_batch``).
+  when the job cannot run on fewer; also never below its ``min_batch``). A job first seen while
+  already running keeps the limit of its current size.
 * **Scale-up / scale-down**, applied once per training epoch a running job completes::
 
       R' = ceil(2R / m),   m = floor(sigma * T_processed) + 1
@@ -87,8 +88,12 @@ def advance(state: LimitState | None, job: Job, sigma: float, rejected: bool) ->
     """
     epochs = int(job.epochs_done)
     if state is None:
-        start = start_limit(job)
-        return LimitState(start, epochs, start)
+        # First sight: a new job gets the Start limit; a job already running (the planner was
+        # restarted, or the job predates it) keeps what it runs now.
+        limit = start_limit(job)
+        if job.state is JobState.RUNNING:
+            limit = clamp(job, max(limit, job.num_gpus * job.base_local_batch))
+        return LimitState(limit, epochs, limit)
     limit = state.limit
     if job.state is JobState.RUNNING:
         for _ in range(max(0, epochs - state.epochs_seen)):

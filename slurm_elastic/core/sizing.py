@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
-from slurm_elastic_predictor.throughput import ThroughputModel
 
 from slurm_elastic.core.model import ElasticMode, Job
+from slurm_elastic_predictor.throughput import ThroughputModel
 
 CORRECTION_CLIP = (0.25, 4.0)
 

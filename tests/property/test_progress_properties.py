@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from slurm_elastic_predictor.progress import (
     SHAPE_MAX,
     BetaProgressModel,

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+
 from slurm_elastic_predictor.errors import ProfileError
 from slurm_elastic_predictor.progress import (
     EPS,

@@ -45,3 +45,9 @@ def test_resume_halves_on_each_rejection_never_below_start() -> None:
     for _ in range(10):
         st = sp.advance(st, job, 0.0, rejected=True)
     assert st.limit == 128
+
+
+def test_job_first_seen_running_keeps_its_size() -> None:
+    job = make_job(1, max_gpus=16, placement=[("n000", g) for g in range(4)])
+    st = sp.advance(None, job, 0.0, False)
+    assert sp.gpu_cap(job, st.limit) == 4

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from slurm_elastic_predictor.errors import ProfileError
 from slurm_elastic_predictor.profiles import (
     PROFILE_NAMES,

@@ -1,0 +1,79 @@
+"""Benchmarks behind ``slurm-elastic bench``: figures as JSON, never asserted in tests.
+
+This module owns the measurement loops (wall clock via ``time.perf_counter``); what they measure
+is the pure core, fed with synthetic snapshots from :mod:`slurm_elastic.testing`.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import resource
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+
+from slurm_elastic.core import planner as registry
+from slurm_elastic.core.constraints import plan_violations
+from slurm_elastic.errors import ConfigError
+from slurm_elastic.testing import random_snapshot
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def bench_planner(*, gpus: int, gpus_per_node: int, jobs: int, policy: str, repeat: int = 20,
+                  seed: int = 0, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Planning latency of ``policy`` on a synthetic cluster.
+
+    The first call has no memo (cold); the ``repeat`` calls after it each get the previous memo
+    and a fresh seed, as the daemon's rounds do. Every plan is validated (outside the timing).
+
+    Returns:
+        A JSON-ready dict: latencies in milliseconds (cold, median, p95, min, max), the
+        cluster shape, the planner parameters, and the process's peak RSS in MiB.
+    """
+    if gpus < 1 or gpus_per_node < 1 or jobs < 0 or repeat < 1:
+        raise ConfigError(
+            f"bench planner: gpus={gpus}, gpus_per_node={gpus_per_node}, jobs={jobs}, repeat={repeat}: "
+            "need gpus >= 1, gpus_per_node >= 1, jobs >= 0, repeat >= 1"
+        )
+    params = dict(params or {})
+    snap = random_snapshot(np.random.default_rng(seed), math.ceil(gpus / gpus_per_node), gpus_per_node, jobs)
+    planner = registry.create(policy, **params)
+    t0 = time.perf_counter()
+    res = planner.plan(snap, None, np.random.default_rng(seed))
+    cold = time.perf_counter() - t0
+    bad = plan_violations(snap, res.plan)
+    times: list[float] = []
+    for i in range(repeat):
+        t0 = time.perf_counter()
+        res = planner.plan(snap, res.memo, np.random.default_rng(seed + 1 + i))
+        times.append(time.perf_counter() - t0)
+        bad += plan_violations(snap, res.plan)
+    ms = [t * 1000 for t in times]
+    return {
+        "benchmark": "planner",
+        "policy": policy,
+        "params": params,
+        "gpus": len(snap.schedulable_gpus()),
+        "nodes": len(snap.nodes),
+        "gpus_per_node": gpus_per_node,
+        "jobs": jobs,
+        "elastic_jobs": len(snap.elastic_jobs()),
+        "running_after": len(res.plan.jobs),
+        "repeat": repeat,
+        "cold_ms": round(cold * 1000, 2),
+        "median_ms": round(statistics.median(ms), 2),
+        "p95_ms": round(_pct(ms, 0.95), 2),
+        "min_ms": round(min(ms), 2),
+        "max_ms": round(max(ms), 2),
+        "invalid_plans": len(bad),
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+    }

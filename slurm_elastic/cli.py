@@ -1,0 +1,188 @@
+"""The ``slurm-elastic`` command: the only place that parses arguments or configures logging.
+
+Subcommands:
+
+* ``plan``     -- plan a demo cluster with a policy and print the plan (table or ``--json``).
+* ``profiles`` -- fit the throughput model on the shipped profiles and report its error.
+* ``bench planner`` -- planning latency as JSON.
+
+Bad input exits with status 2 and one line naming the value and the rule.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from slurm_elastic import __version__
+from slurm_elastic.errors import ConfigError, ElasticError
+
+log = logging.getLogger(__name__)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
+    return value
+
+
+def _param(text: str) -> tuple[str, Any]:
+    key, sep, raw = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} must look like KEY=VALUE")
+    try:
+        value: Any = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return key.replace("-", "_"), value
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="slurm-elastic", description="Elastic deep-learning scheduling for Slurm.")
+    p.add_argument("--version", action="version", version=f"slurm-elastic {__version__}")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    plan = sub.add_parser("plan", help="plan a demo cluster with a policy and print the plan")
+    plan.add_argument("--policy", default="ones", help="planner name (see --list-policies)")
+    plan.add_argument("--gpus", type=_positive_int, default=64, help="GPUs in the demo cluster (default 64)")
+    plan.add_argument("--gpus-per-node", type=_positive_int, default=4, help="GPUs per node (default 4)")
+    plan.add_argument("--jobs", type=int, default=24, help="jobs in the demo cluster (default 24)")
+    plan.add_argument("--seed", type=int, default=1, help="seed of the demo cluster and the planner")
+    plan.add_argument("--rounds", type=_positive_int, default=1, help="plan this many times, carrying the memo")
+    plan.add_argument("--param", type=_param, action="append", default=[], metavar="KEY=VALUE",
+                      help="planner parameter, e.g. generations=20 (repeatable)")
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+    plan.add_argument("--list-policies", action="store_true", help="list the registered policies and exit")
+
+    prof = sub.add_parser("profiles", help="fit the throughput model on the shipped profiles and report its error")
+    prof.add_argument("--json", action="store_true", help="print JSON")
+
+    bench = sub.add_parser("bench", help="benchmarks printing JSON")
+    bsub = bench.add_subparsers(dest="bench", required=True, metavar="BENCHMARK")
+    bp = bsub.add_parser("planner", help="planning latency of one policy on a synthetic cluster")
+    bp.add_argument("--gpus", type=_positive_int, default=4096)
+    bp.add_argument("--gpus-per-node", type=_positive_int, default=4)
+    bp.add_argument("--jobs", type=int, default=1000)
+    bp.add_argument("--policy", default="dp")
+    bp.add_argument("--repeat", type=_positive_int, default=20)
+    bp.add_argument("--seed", type=int, default=0)
+    bp.add_argument("--param", type=_param, action="append", default=[], metavar="KEY=VALUE",
+                    help="planner parameter, e.g. generations=1 (repeatable)")
+    bp.add_argument("--json", action="store_true", help="print JSON (the default; kept for symmetry)")
+    return p
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from slurm_elastic.core import planner as registry
+    from slurm_elastic.core.constraints import placement_score, validate_plan
+    from slurm_elastic.testing import random_snapshot
+
+    if args.list_policies:
+        print("\n".join(registry.available()))
+        return 0
+    if args.jobs < 0:
+        raise ConfigError(f"--jobs {args.jobs}: must be >= 0")
+    nodes = -(-args.gpus // args.gpus_per_node)
+    snap = random_snapshot(np.random.default_rng(args.seed), nodes, args.gpus_per_node, args.jobs)
+    planner = registry.create(args.policy, **dict(args.param))
+    memo: Any = None
+    rng = np.random.default_rng(args.seed)
+    for _ in range(args.rounds):
+        res = planner.plan(snap, memo, rng)
+        memo = res.memo
+    plan = res.plan
+    validate_plan(snap, plan)
+    jobs = {j.job_id: j for j in snap.jobs}
+    if args.json:
+        out = {
+            "policy": plan.policy,
+            "score": plan.score,
+            "notes": list(plan.notes),
+            "placement_score": placement_score(plan, args.gpus_per_node),
+            "jobs": [
+                {"job_id": p.job_id, "model": jobs[p.job_id].model, "gpus_now": jobs[p.job_id].num_gpus,
+                 "gpus": p.num_gpus, "nodes": [n for n, _ in p.placement.slots], "global_batch": p.global_batch,
+                 "local_batch": p.local_batch, "accumulation": p.accumulation, "lr": p.lr}
+                for p in plan.jobs
+            ],
+            "waiting": [{"job_id": u.job_id, "reason": u.reason, "dropped": u.dropped} for u in plan.unplaced],
+        }
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"policy {plan.policy}: {len(plan.jobs)} running, {len(plan.unplaced)} waiting, "
+          f"{sum(p.num_gpus for p in plan.jobs)}/{len(snap.schedulable_gpus())} GPUs, score {plan.score}")
+    for note in plan.notes:
+        print(f"note: {note}")
+    print(f"{'JOBID':>6} {'MODEL':<12} {'GPUS':>9} {'NODES':>5} {'BATCH':>7} {'LOCAL':>6} {'ACC':>3} {'LR':>8}")
+    for p in plan.jobs:
+        j = jobs[p.job_id]
+        print(f"{p.job_id:>6} {j.model:<12} {j.num_gpus:>4}->{p.num_gpus:<4} {p.placement.num_nodes:>5} "
+              f"{p.global_batch:>7} {p.local_batch:>6} {p.accumulation:>3} {p.lr:>8.4g}")
+    for u in plan.unplaced:
+        print(f"{u.job_id:>6} {jobs[u.job_id].model:<12} {'waiting' if not u.dropped else 'dropped':>9}  {u.reason}")
+    return 0
+
+
+def _cmd_profiles(args: argparse.Namespace) -> int:
+    from slurm_elastic_predictor.profiles import PROFILE_NAMES, load_profile_rows, v100_longhorn
+    from slurm_elastic_predictor.throughput import fit_error, fit_profile
+
+    rows: list[dict[str, Any]] = []
+    for name in PROFILE_NAMES:
+        single, multi = load_profile_rows(name)
+        model = fit_profile(name, single, multi)
+        err = fit_error(model, multi)
+        v100 = v100_longhorn(model)
+        rows.append({
+            "profile": name, "points": int(err["n"]), "median_ape": err["median_ape"], "p90_ape": err["p90_ape"],
+            "max_ape": err["max_ape"], "max_local_batch": model.max_local_batch,
+            "t4_samples_per_s_4gpu": float(model.throughput(4 * min(128, model.max_local_batch), 4)),
+            "v100_samples_per_s_4gpu": float(v100.throughput(4 * min(128, v100.max_local_batch), 4)),
+        })
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'profile':<12} {'points':>6} {'median':>7} {'p90':>7} {'max':>7}  (absolute % error of step time)")
+    for r in rows:
+        print(f"{r['profile']:<12} {r['points']:>6} {100 * r['median_ape']:>6.1f}% {100 * r['p90_ape']:>6.1f}% "
+              f"{100 * r['max_ape']:>6.1f}%")
+    return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from slurm_elastic.bench import bench_planner
+
+    result = bench_planner(gpus=args.gpus, gpus_per_node=args.gpus_per_node, jobs=args.jobs,
+                           policy=args.policy, repeat=args.repeat, seed=args.seed, params=dict(args.param))
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``slurm-elastic`` console script."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING - 10 * min(args.verbose, 2),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    handlers = {"plan": _cmd_plan, "profiles": _cmd_profiles, "bench": _cmd_bench}
+    try:
+        return handlers[args.command](args)
+    except ElasticError as exc:
+        print(f"slurm-elastic {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""The layering contracts hold, and the command line behaves (exit codes, JSON)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from slurm_elastic import __version__
+from slurm_elastic.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_import_linter_contracts_are_kept() -> None:
+    exe = shutil.which("lint-imports") or str(Path(sys.executable).with_name("lint-imports"))
+    proc = subprocess.run([exe, "--config", str(ROOT / "setup.cfg")], cwd=ROOT, capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "4 kept, 0 broken" in proc.stdout
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.strip() == f"slurm-elastic {__version__}"
+
+
+@pytest.mark.parametrize("policy", ["ones", "dp"])
+def test_plan_json_is_a_valid_plan(policy: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--policy", policy, "--gpus", "16", "--jobs", "8", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["policy"] == policy
+    assert sum(j["gpus"] for j in out["jobs"]) <= 16
+    assert {j["job_id"] for j in out["jobs"]}.isdisjoint(w["job_id"] for w in out["waiting"])
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["plan", "--policy", "nope"], "unknown policy 'nope'"),
+        (["plan", "--param", "generations=-3"], "ones.generations = -3: must be >= 0"),
+        (["plan", "--param", "colour=blue"], "bad parameters ['colour']"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_bench_planner_prints_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "planner", "--gpus", "32", "--jobs", "10", "--policy", "ones", "--repeat", "2",
+                 "--param", "generations=1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["policy"] == "ones" and out["invalid_plans"] == 0 and out["median_ms"] > 0
+
+
+def test_profiles_report(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["profiles", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["profile"] for r in rows} == {"cifar10", "imagenet", "bert", "deepspeech2", "yolov3", "ncf"}
+    assert all(r["v100_samples_per_s_4gpu"] > r["t4_samples_per_s_4gpu"] for r in rows)
