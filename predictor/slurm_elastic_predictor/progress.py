@@ -62,8 +62,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from scipy.optimize import minimize  # type: ignore[import-untyped]
-from scipy.special import betaln, digamma  # type: ignore[import-untyped]
+from scipy.optimize import minimize
+from scipy.special import betaln, digamma
 
 from slurm_elastic_predictor.errors import ProfileError
 

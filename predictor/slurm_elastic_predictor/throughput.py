@@ -57,7 +57,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from scipy.optimize import nnls  # type: ignore[import-untyped]
+from scipy.optimize import nnls
 
 from slurm_elastic_predictor.errors import ProfileError
 
