@@ -193,10 +193,15 @@ def _repair(ctx: _Ctx, genomes: IntArr) -> IntArr:
     """Trim every job to its GPU cap and drop jobs below their smallest feasible count."""
     if ctx.n_jobs == 0:
         return np.full_like(genomes, -1)
-    rank = _ranks(ctx, genomes)
-    job = np.where(genomes < 0, 0, genomes)
-    out = np.where((genomes >= 0) & (rank < ctx.cap[job]), genomes, -1)
-    counts = _counts(ctx, out)
+    counts = _counts(ctx, genomes)
+    over = (counts > ctx.cap[None, :]).any(axis=1)  # only these rows need per-gene ranks
+    out = genomes.copy()
+    if over.any():
+        sub = genomes[over]
+        rank = _ranks(ctx, sub)
+        job = np.where(sub < 0, 0, sub)
+        out[over] = np.where((sub >= 0) & (rank < ctx.cap[job]), sub, -1)
+        counts[over] = np.minimum(counts[over], ctx.cap[None, :])
     rows = np.arange(len(out))[:, None]
     too_small = (counts > 0) & (counts < ctx.kmin[None, :])
     return np.where((out >= 0) & too_small[rows, np.where(out < 0, 0, out)], -1, out)
@@ -209,30 +214,34 @@ def _fill(ctx: _Ctx, genomes: IntArr, max_passes: int = 64) -> IntArr:
     j = ctx.n_jobs
     if j == 0 or gg == 0:
         return g
+    counts = _counts(ctx, g)
+    idle = (g < 0).sum(axis=1)
+    active = np.flatnonzero(idle > 0)
     for _ in range(max_passes):
-        idle_mask = g < 0
-        idle = idle_mask.sum(axis=1)
-        if not idle.any():
+        if not len(active):
             break
-        counts = _counts(ctx, g)
-        target = np.minimum(ctx.cap[None, :], counts + idle[:, None])
-        ok = (target > counts) & ((counts > 0) | (target >= ctx.kmin[None, :]))
-        if not ok.any():
-            break
+        c, free = counts[active], idle[active]
+        target = np.minimum(ctx.cap[None, :], c + free[:, None])
+        ok = (target > c) & ((c > 0) | (target >= ctx.kmin[None, :]))
         y = ctx.draw_y()
         x_t = _throughput(ctx, target, None)
-        x_c = _throughput(ctx, counts, None)
+        x_c = _throughput(ctx, c, None)
         with np.errstate(divide="ignore", invalid="ignore"):
-            cost = (target / x_t - np.where(counts > 0, counts / x_c, 0.0)) * y[None, :]
+            cost = (target / x_t - np.where(c > 0, c / x_c, 0.0)) * y[None, :]
         cost = np.where(ok & (x_t > 0), cost, np.inf)
         order = np.argsort(cost, axis=1, kind="stable")
-        need = np.take_along_axis(target - counts, order, axis=1)
+        need = np.take_along_axis(target - c, order, axis=1)
         finite = np.isfinite(np.take_along_axis(cost, order, axis=1))
         cum = np.cumsum(np.where(finite, need, gg + 1), axis=1)
-        take = finite & (cum <= idle[:, None])
-        if not take.any():
+        take = finite & (cum <= free[:, None])
+        served = take.any(axis=1)
+        if not served.any():
             break
-        g = _give_idle(g, order, need, take)
+        g[active] = _give_idle(g[active], order, need, take)
+        rows, cols = np.nonzero(take)
+        counts[active[rows], order[rows, cols]] += need[rows, cols]
+        idle[active] -= np.where(take, need, 0).sum(axis=1)
+        active = active[served & (idle[active] > 0)]
     return g
 
 
