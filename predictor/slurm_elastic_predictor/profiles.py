@@ -40,6 +40,7 @@ import csv
 import math
 import re
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 from typing import TypeVar
@@ -53,6 +54,8 @@ __all__ = [
     "V100_COMPUTE_SPEEDUP",
     "V100_INTER_SPEEDUP",
     "V100_INTRA_SPEEDUP",
+    "Measurement",
+    "load_measurements",
     "load_model",
     "load_models",
     "load_profile_rows",
@@ -167,11 +170,11 @@ def _placement(text: str) -> str:
     return text
 
 
-def _common(path: Path, line: int, row: dict[str, str]) -> tuple[int, float]:
+def _common(path: Path, line: int, row: dict[str, str]) -> tuple[int, float, float]:
     local = _field(path, line, row, "local_bsz", _pos_int, "must be an integer >= 1")
     step = _field(path, line, row, "step_time", _pos_float, "must be a finite number > 0")
-    _field(path, line, row, "sync_time", _nonneg_float, "must be a finite number >= 0")
-    return local, step
+    sync = _field(path, line, row, "sync_time", _nonneg_float, "must be a finite number >= 0")
+    return local, step, sync
 
 
 def _folder(name: str, root: Path | None) -> Path:
@@ -191,10 +194,81 @@ def _folder(name: str, root: Path | None) -> Path:
     return folder
 
 
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """One measured multi- or single-GPU step.
+
+    Attributes:
+        per_node: GPUs on each node used, largest first (``(4, 4, 2)``). ``scalability.csv`` rows
+            give only node and GPU counts; their GPUs are taken as spread as evenly as possible.
+        local_batch: per-GPU batch (samples).
+        step_time: seconds per iteration, exposed all-reduce included.
+        sync_time: the exposed all-reduce part of ``step_time`` (seconds).
+    """
+
+    per_node: tuple[int, ...]
+    local_batch: int
+    step_time: float
+    sync_time: float
+
+    @property
+    def k(self) -> int:
+        """GPUs used."""
+        return sum(self.per_node)
+
+
+def _even(nodes: int, k: int) -> tuple[int, ...]:
+    base, extra = divmod(k, nodes)
+    return tuple(sorted((base + (i < extra) for i in range(nodes)), reverse=True))
+
+
+def load_measurements(name: str, root: Path | None = None) -> list[Measurement]:
+    """Every measured row of one profile, placements first, then scalability rows, in file order.
+
+    Args:
+        name: profile name, one of :data:`PROFILE_NAMES` when ``root`` is ``None``.
+        root: folder holding ``<name>/placements.csv`` and ``<name>/scalability.csv``; ``None``
+            for the shipped profiles (:func:`profile_dir`).
+
+    Raises:
+        ProfileError: On an unknown name, a missing or unreadable file, a bad header, or a
+            malformed row (message ``"<file>:<line>: <column> <rule>, got <value>"``).
+    """
+    folder = _folder(name, root)
+    out: list[Measurement] = []
+    path = folder / _PLACEMENTS
+    for line, row in _rows(path, ("placement", "local_bsz", "step_time", "sync_time")):
+        placement = _field(
+            path,
+            line,
+            row,
+            "placement",
+            _placement,
+            f"must be one digit 1..{PROFILE_GPUS_PER_NODE} per node",
+        )
+        local, step, sync = _common(path, line, row)
+        shape = tuple(sorted((int(d) for d in placement), reverse=True))
+        out.append(Measurement(shape, local, step, sync))
+
+    path = folder / _SCALABILITY
+    columns = ("num_nodes", "num_replicas", "local_bsz", "step_time", "sync_time")
+    for line, row in _rows(path, columns):
+        nodes = _field(path, line, row, "num_nodes", _pos_int, "must be an integer >= 1")
+        k = _field(path, line, row, "num_replicas", _pos_int, "must be an integer >= 1")
+        if not nodes <= k <= nodes * PROFILE_GPUS_PER_NODE:
+            raise ProfileError(
+                f"{path}:{line}: num_replicas must lie in [num_nodes, "
+                f"{PROFILE_GPUS_PER_NODE} * num_nodes], got {k} on {nodes} node(s)"
+            )
+        local, step, sync = _common(path, line, row)
+        out.append(Measurement(_even(nodes, k), local, step, sync))
+    return out
+
+
 def load_profile_rows(
     name: str, root: Path | None = None
 ) -> tuple[list[tuple[int, float]], list[MultiGpuPoint]]:
-    """Read one profile's measured rows.
+    """Read one profile's measured rows in the form :func:`fit_profile` takes.
 
     Args:
         name: profile name, one of :data:`PROFILE_NAMES` when ``root`` is ``None``.
@@ -207,46 +281,19 @@ def load_profile_rows(
         ``scalability.csv`` row, in file order.
 
     Raises:
-        ProfileError: On an unknown name, a missing or unreadable file, a bad header, a malformed
-            row (message ``"<file>:<line>: <column> <rule>, got <value>"``), or no single-GPU row.
+        ProfileError: As :func:`load_measurements`, or when there is no single-GPU row.
     """
-    folder = _folder(name, root)
     single: dict[int, list[float]] = {}
     multi: list[MultiGpuPoint] = []
-
-    path = folder / _PLACEMENTS
-    for line, row in _rows(path, ("placement", "local_bsz", "step_time", "sync_time")):
-        placement = _field(
-            path,
-            line,
-            row,
-            "placement",
-            _placement,
-            f"must be one digit 1..{PROFILE_GPUS_PER_NODE} per node",
-        )
-        local, step = _common(path, line, row)
-        if placement == "1":
-            single.setdefault(local, []).append(step)
+    for m in load_measurements(name, root):
+        if m.per_node == (1,):
+            single.setdefault(m.local_batch, []).append(m.step_time)
         else:
-            k = sum(int(d) for d in placement)
-            point = MultiGpuPoint(k=k, nodes=len(placement), local_batch=local, step_time=step)
-            multi.append(point)
+            multi.append(MultiGpuPoint(k=m.k, nodes=len(m.per_node), local_batch=m.local_batch,
+                                       step_time=m.step_time))
     if not single:
+        path = _folder(name, root) / _PLACEMENTS
         raise ProfileError(f"{path}: no single-GPU row (placement '1'); t_proc needs at least one")
-
-    path = folder / _SCALABILITY
-    columns = ("num_nodes", "num_replicas", "local_bsz", "step_time", "sync_time")
-    for line, row in _rows(path, columns):
-        nodes = _field(path, line, row, "num_nodes", _pos_int, "must be an integer >= 1")
-        k = _field(path, line, row, "num_replicas", _pos_int, "must be an integer >= 1")
-        if not nodes <= k <= nodes * PROFILE_GPUS_PER_NODE:
-            raise ProfileError(
-                f"{path}:{line}: num_replicas must lie in [num_nodes, "
-                f"{PROFILE_GPUS_PER_NODE} * num_nodes], got {k} on {nodes} node(s)"
-            )
-        local, step = _common(path, line, row)
-        multi.append(MultiGpuPoint(k=k, nodes=nodes, local_batch=local, step_time=step))
-
     single_rows = [(b, sum(ts) / len(ts)) for b, ts in sorted(single.items())]
     return single_rows, multi
 

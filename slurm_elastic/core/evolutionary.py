@@ -343,6 +343,7 @@ class OnesPlanner:
     """
 
     name = "ones"
+    epoch_events = True  # ONES re-plans as jobs finish epochs (its update gate and R_j rules)
 
     def __init__(
         self,

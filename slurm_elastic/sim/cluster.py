@@ -1,0 +1,338 @@
+"""The virtual cluster: the simulator's observer and actuator for the shared ``run_round``.
+
+This module owns the mutable state of a simulated cluster (nodes, jobs, their progress on a
+virtual clock) and the two ports of :mod:`slurm_elastic.core.rounds`: :meth:`VirtualCluster.observe`
+builds the same :class:`~slurm_elastic.core.model.ClusterSnapshot` the Slurm observer builds, and
+:meth:`VirtualCluster.apply` carries out the same actions the Slurm actuator carries out, with the
+configured resize cost. Job progress follows :mod:`slurm_elastic.sim.truth`. It never talks to
+Slurm and never reads a real clock.
+
+Resize costs (a job makes no progress while paused):
+
+* ``in-place`` (default): the launcher's measured pause on our machines
+  (../shared/PYTHON-STACK-FACTS.md): grow 2.7 s, shrink/move/re-batch 0.9 s; a preempted job
+  that resumes restarts from a checkpoint (30 s);
+* ``checkpoint``: every change is a checkpoint-restart, 30 s (Pollux's figure);
+* a number: that many seconds for every change.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from slurm_elastic_predictor.progress import BetaProgressModel, JobHistory, bounded_uniform_sample, fit_progress_model
+from slurm_elastic_predictor.throughput import ThroughputModel
+
+from slurm_elastic.core.actions import Action, ActionKind
+from slurm_elastic.core.model import (
+    ActionError,
+    ClusterSnapshot,
+    Job,
+    JobId,
+    JobState,
+    Node,
+    NodeName,
+    Placement,
+    ProgressReport,
+)
+from slurm_elastic.core.rounds import ActionOutcome
+from slurm_elastic.errors import ConfigError, ProfileError
+from slurm_elastic.sim.truth import truth
+from slurm_elastic.sim.workload import SimJobSpec
+
+CHECKPOINT_RESTART_S = 30.0
+IN_PLACE_GROW_S = 2.7
+IN_PLACE_SHRINK_S = 0.9
+ARRIVAL_WINDOW_S = 3600.0
+PROGRESS_POINTS = 2000
+
+
+def _reports(spec: SimJobSpec, processed: float, batch: float) -> tuple[float, float]:
+    """(training loss, validation metric) a simulated job reports after ``processed`` samples.
+
+    The metric is the measured validation curve of the job's model at the nearest measured batch,
+    at the same point of training (relative to the target), so the ONES progress regression sees
+    a real, noisy signal and not the true progress. Loss curves are not in the profiles, so the
+    loss stays at its initial value (no information, rather than invented information).
+    """
+    conv = truth(spec.model).convergence
+    epochs_done = processed / spec.epoch_size / spec.work_scale
+    return 1.0, conv.relative_metric(batch or spec.base_batch, epochs_done)
+
+
+@dataclass(frozen=True, slots=True)
+class ResizeCost:
+    """Seconds of pause per kind of change."""
+
+    grow: float
+    shrink: float
+    restart: float
+    label: str
+
+    @classmethod
+    def parse(cls, text: str) -> ResizeCost:
+        """``in-place``, ``checkpoint`` or a number of seconds."""
+        if text == "in-place":
+            return cls(IN_PLACE_GROW_S, IN_PLACE_SHRINK_S, CHECKPOINT_RESTART_S, text)
+        if text == "checkpoint":
+            return cls(CHECKPOINT_RESTART_S, CHECKPOINT_RESTART_S, CHECKPOINT_RESTART_S, text)
+        try:
+            value = float(text)
+        except ValueError:
+            raise ConfigError(f"resize cost {text!r}: must be in-place, checkpoint or seconds >= 0") from None
+        if not math.isfinite(value) or value < 0:
+            raise ConfigError(f"resize cost {text!r}: must be in-place, checkpoint or seconds >= 0")
+        return cls(value, value, value, f"{value:g}s")
+
+
+@dataclass
+class SimJob:
+    """Mutable state of one simulated job."""
+
+    spec: SimJobSpec
+    state: JobState = JobState.PENDING
+    placement: Placement = field(default_factory=Placement)
+    global_batch: int = 0
+    local_batch: int = 0
+    accumulation: int = 1
+    done: float = 0.0  # fraction of the work to the target
+    samples: float = 0.0
+    start: float | None = None
+    end: float | None = None
+    run_time: float = 0.0
+    gpu_seconds: float = 0.0
+    paused_until: float = 0.0
+    last_change: float | None = None
+    samples_at_change: float = 0.0
+    resizes: int = 0
+    dropped: bool = False
+    speed: float = 0.0  # samples/s while not paused
+    rate: float = 0.0  # work fraction/s while not paused
+
+    @property
+    def active(self) -> bool:
+        return self.end is None
+
+    def configure(self) -> None:
+        """Recompute speed and rate after a change of placement or batch."""
+        if self.state is not JobState.RUNNING:
+            self.speed = self.rate = 0.0
+            return
+        t = truth(self.spec.model)
+        shape = tuple(len(g) for _, g in self.placement.slots)
+        self.speed = t.speed.throughput(self.global_batch, self.local_batch, shape, self.accumulation)
+        self.rate = self.speed / (self.spec.epoch_size * self.spec.epochs_needed(self.global_batch))
+
+    def advance(self, t0: float, t1: float) -> None:
+        """Progress from ``t0`` to ``t1`` at the current configuration."""
+        if self.state is not JobState.RUNNING or t1 <= t0:
+            return
+        k = self.placement.num_gpus
+        self.run_time += t1 - t0
+        self.gpu_seconds += k * (t1 - t0)
+        busy = max(0.0, t1 - max(t0, self.paused_until))
+        self.done += self.rate * busy
+        self.samples += self.speed * busy
+
+    def time_to_finish(self, now: float) -> float:
+        """Absolute time of completion at the current configuration (inf if not running)."""
+        if self.state is not JobState.RUNNING or self.rate <= 0:
+            return math.inf
+        return max(now, self.paused_until) + max(0.0, 1.0 - self.done) / self.rate
+
+    def time_to_epoch_end(self, now: float) -> float:
+        """Absolute time of the next epoch boundary (inf if not running)."""
+        if self.state is not JobState.RUNNING or self.speed <= 0:
+            return math.inf
+        size = self.spec.epoch_size
+        left = size - (self.samples % size)
+        return max(now, self.paused_until) + left / self.speed
+
+
+class VirtualCluster:
+    """Nodes and jobs on a virtual clock; observer and actuator of ``run_round``.
+
+    Args:
+        nodes: number of nodes.
+        gpus_per_node: GPUs per node.
+        cost: resize cost.
+        fit_progress: refit the ONES progress model from completed jobs (as ONES does online).
+    """
+
+    def __init__(self, nodes: int, gpus_per_node: int, cost: ResizeCost, fit_progress: bool = True) -> None:
+        if nodes < 1 or gpus_per_node < 1:
+            raise ConfigError(f"cluster of {nodes} nodes x {gpus_per_node} GPUs: both must be >= 1")
+        width = max(3, len(str(nodes - 1)))
+        self.node_names = tuple(NodeName(f"sim{i:0{width}d}") for i in range(nodes))
+        self.gpus_per_node = gpus_per_node
+        self.cost = cost
+        self.now = 0.0
+        self.jobs: dict[str, SimJob] = {}
+        self.active: dict[str, SimJob] = {}
+        self.finished: list[SimJob] = []
+        self.arrivals: list[float] = []
+        self.profiles: dict[str, ThroughputModel] = {}
+        self.fit_progress = fit_progress
+        self.histories: list[JobHistory] = []
+        self.progress_model: BetaProgressModel | None = None
+        self._fitted_at = 0
+        self._errors: list[tuple[str, str, str]] = []
+
+    @property
+    def total_gpus(self) -> int:
+        """GPUs in the cluster."""
+        return len(self.node_names) * self.gpus_per_node
+
+    def busy_gpus(self) -> int:
+        """GPUs held by running jobs."""
+        return sum(j.placement.num_gpus for j in self.active.values())
+
+    # -- time -------------------------------------------------------------------------------------
+
+    def advance(self, t: float) -> None:
+        """Move the clock to ``t``, progressing every running job."""
+        for job in self.active.values():
+            job.advance(self.now, t)
+        self.now = max(self.now, t)
+
+    def arrive(self, spec: SimJobSpec) -> None:
+        """A job is submitted now."""
+        if spec.job_id in self.jobs:
+            raise ConfigError(f"job id {spec.job_id!r} submitted twice")
+        job = SimJob(spec)
+        self.jobs[spec.job_id] = job
+        self.active[spec.job_id] = job
+        self.arrivals.append(self.now)
+        if spec.model not in self.profiles:
+            self.profiles[spec.model] = truth(spec.model).speed.planner_model
+
+    def complete_finished(self, eps: float = 1e-9) -> list[SimJob]:
+        """Finish every job whose work is done; returns them."""
+        done = [j for j in self.active.values() if j.state is JobState.RUNNING and j.done >= 1.0 - eps]
+        for job in done:
+            self._finish(job)
+            self._record_history(job)
+        if done:
+            self._maybe_refit()
+        return done
+
+    def _finish(self, job: SimJob) -> None:
+        job.end = self.now
+        job.state = JobState.FINISHED
+        job.placement = Placement()
+        job.speed = job.rate = 0.0
+        del self.active[job.spec.job_id]
+        self.finished.append(job)
+
+    # -- progress model (ONES learns it online from completed jobs) -------------------------------
+
+    def _record_history(self, job: SimJob) -> None:
+        if not self.fit_progress:
+            return
+        spec = job.spec
+        total = job.samples
+        epochs = max(1, int(total // spec.epoch_size))
+        points = []
+        for e in range(1, epochs + 1):
+            processed = min(total, e * spec.epoch_size)
+            if processed >= total:
+                break
+            points.append((processed, *_reports(spec, processed, spec.base_batch)))
+        if points:
+            self.histories.append(JobHistory(float(spec.epoch_size), 1.0, float(total), tuple(points)))
+
+    def _maybe_refit(self) -> None:
+        n = len(self.histories)
+        if not self.fit_progress or n < 3 or n < self._fitted_at * 1.1:
+            return
+        data = bounded_uniform_sample(self.histories, PROGRESS_POINTS, np.random.default_rng(n))
+        try:
+            self.progress_model = fit_progress_model(data, prior=self.progress_model)
+        except ProfileError:
+            return
+        self._fitted_at = n
+
+    # -- observer ---------------------------------------------------------------------------------
+
+    def observe(self) -> ClusterSnapshot:
+        """The snapshot a planner sees now."""
+        held: dict[NodeName, set[int]] = {}
+        for job in self.active.values():
+            for node, gpus in job.placement.slots:
+                held.setdefault(node, set()).update(gpus)
+        gpus = tuple(range(self.gpus_per_node))
+        nodes = tuple(
+            Node(name, gpus, tuple(g for g in gpus if g not in held.get(name, ()))) for name in self.node_names
+        )
+        jobs = tuple(self._job(j) for j in self.active.values())
+        window = min(self.now, ARRIVAL_WINDOW_S)
+        recent = sum(1 for a in self.arrivals if a >= self.now - ARRIVAL_WINDOW_S)
+        rate = recent / window if window > 0 else 0.0
+        errors = tuple(self._errors)
+        self._errors.clear()
+
+        return ClusterSnapshot(
+            now=self.now, nodes=nodes, jobs=jobs, profiles=self.profiles, progress_model=self.progress_model,
+            arrival_rate=rate, last_errors=tuple(ActionError(JobId(a), b, c) for a, b, c in errors),
+        )
+
+    def _job(self, j: SimJob) -> Job:
+        s = j.spec
+        running = j.state is JobState.RUNNING
+        return Job(
+            job_id=JobId(s.job_id), user=s.user, account=s.account, submit_time=s.submit_time, state=j.state,
+            min_gpus=s.min_gpus, max_gpus=s.max_gpus, min_batch=s.min_batch, max_batch=s.max_batch,
+            base_batch=s.base_batch, base_lr=0.1, requested_gpus=s.requested_gpus,
+            max_local_batch=truth(s.model).speed.max_local_batch, mode=s.mode, epoch_size=s.epoch_size,
+            samples_processed=int(j.samples), observed_throughput=j.speed if running else None,
+            placement=j.placement, local_batch=j.local_batch if running else 0, start_time=j.start,
+            run_time=j.run_time, last_change_time=j.last_change, samples_at_last_change=int(j.samples_at_change),
+            model=s.model, progress=ProgressReport(1.0, *_reports(s, j.samples, j.global_batch)),
+        )
+
+    # -- actuator ---------------------------------------------------------------------------------
+
+    def apply(self, snapshot: ClusterSnapshot, actions: tuple[Action, ...]) -> tuple[ActionOutcome, ...]:
+        """Carry out the actions now (they cannot fail here except on unknown jobs)."""
+        out = []
+        for a in actions:
+            job = self.active.get(a.job_id)
+            if job is None:
+                self._errors.append((a.job_id, a.kind.value, "job is not active"))
+                out.append(ActionOutcome(a, False, "job is not active"))
+                continue
+            self._apply(job, a)
+            out.append(ActionOutcome(a, True))
+        return tuple(out)
+
+    def _apply(self, job: SimJob, a: Action) -> None:
+        now = self.now
+        if a.kind is ActionKind.DROP:
+            job.dropped = True
+            self._finish(job)
+            return
+        if a.kind is ActionKind.PREEMPT:
+            job.state = JobState.PREEMPTED
+            job.placement = Placement()
+            job.last_change = now
+            job.samples_at_change = job.samples
+            job.configure()
+            return
+        resumed = job.state is JobState.PREEMPTED
+        if a.kind is ActionKind.START:
+            job.state = JobState.RUNNING
+            if job.start is None:
+                job.start = now
+            pause = self.cost.restart if resumed else 0.0
+        else:
+            job.resizes += 1
+            grew = a.after.num_gpus > a.before.num_gpus
+            pause = self.cost.grow if grew else self.cost.shrink
+        job.placement = a.after
+        job.global_batch, job.local_batch, job.accumulation = a.global_batch, a.local_batch, a.accumulation
+        job.paused_until = max(job.paused_until, now + pause) if pause else job.paused_until
+        job.last_change = now
+        job.samples_at_change = job.samples
+        job.configure()

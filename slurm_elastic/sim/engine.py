@@ -1,0 +1,158 @@
+"""The discrete-event loop of the simulator: the same ``run_round`` as the daemon, on virtual time.
+
+This module owns :func:`simulate`. Events are job arrivals, job completions, epoch ends (only for
+planners that ask for them, see below), and a periodic tick (only for planners that are periodic
+by design). Between events every running job progresses at a constant rate, so the loop jumps from
+event to event. A round (:func:`~slurm_elastic.core.rounds.run_round`) runs after arrivals and
+completions, at ticks, and at epoch ends for planners that want them, but at most once per
+``min_round_gap`` seconds for epoch ends (ONES reacts to epochs; a 50-job workload has thousands).
+A periodic planner keeps its allocation between its own re-plans (its memo knows when it last
+planned), so calling it at every event is what a daemon does too.
+
+Optional planner attributes read here: ``interval`` (seconds; ticks are scheduled every
+``interval``) and ``epoch_events`` (bool).
+
+Returns a JSON-ready result (the schema ``slurm_elastic.reports.simulation`` renders): per-job
+records, metrics (:mod:`slurm_elastic.sim.metrics`) and a timeline of busy GPUs and completed
+jobs.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from slurm_elastic.core.planner import Planner
+from slurm_elastic.core.rounds import run_round
+from slurm_elastic.errors import ConfigError
+from slurm_elastic.sim.cluster import ResizeCost, VirtualCluster
+from slurm_elastic.sim.metrics import metrics
+from slurm_elastic.sim.workload import SimJobSpec
+
+log = logging.getLogger(__name__)
+
+MAX_IDLE_ROUNDS = 3
+
+
+def simulate(jobs: Sequence[SimJobSpec], planner: Planner, *, gpus: int, gpus_per_node: int = 4,
+             resize_cost: str = "in-place", seed: int = 0, min_round_gap: float = 30.0,
+             horizon: float = 30 * 24 * 3600.0, on_progress: Callable[[int, int], None] | None = None,
+             workload: str = "") -> dict[str, Any]:
+    """Replay ``jobs`` under ``planner`` on a virtual cluster.
+
+    Args:
+        jobs: the workload (any order; sorted by submit time here).
+        planner: the policy.
+        gpus: cluster size (a multiple of ``gpus_per_node``).
+        gpus_per_node: GPUs per node.
+        resize_cost: ``in-place``, ``checkpoint`` or seconds.
+        seed: seed of the planner's random numbers.
+        min_round_gap: seconds between rounds triggered only by epoch ends.
+        horizon: stop at this virtual time (jobs still running are reported unfinished).
+        on_progress: called with (jobs finished or dropped, jobs in total) after each round.
+        workload: name recorded in the result.
+
+    Raises:
+        ConfigError: bad cluster shape or resize cost.
+    """
+    if gpus < 1 or gpus_per_node < 1 or gpus % gpus_per_node:
+        raise ConfigError(f"--gpus {gpus} must be a positive multiple of --gpus-per-node {gpus_per_node}")
+    cost = ResizeCost.parse(resize_cost)
+    cluster = VirtualCluster(gpus // gpus_per_node, gpus_per_node, cost)
+    order = sorted(jobs, key=lambda j: (j.submit_time, j.job_id))
+    interval = float(getattr(planner, "interval", 0.0) or 0.0)
+    epoch_events = bool(getattr(planner, "epoch_events", False))
+    rng = np.random.default_rng(seed)
+    memo: Any = None
+    nxt = 0
+    next_tick = interval if interval > 0 else math.inf
+    last_round = -math.inf
+    timeline_t: list[float] = [0.0]
+    timeline_busy: list[int] = [0]
+    timeline_done: list[int] = [0]
+    timeline_active: list[int] = [0]
+    idle_rounds = 0
+    rounds = 0
+    total = len(order)
+    while nxt < total or cluster.active:
+        t_arrival = order[nxt].submit_time if nxt < total else math.inf
+        running = [j for j in cluster.active.values() if j.rate > 0]
+        t_finish = min((j.time_to_finish(cluster.now) for j in running), default=math.inf)
+        t_epoch = min((j.time_to_epoch_end(cluster.now) for j in running), default=math.inf) if epoch_events else math.inf
+        t_epoch = max(t_epoch, last_round + min_round_gap)
+        t = min(t_arrival, t_finish, next_tick, t_epoch)
+        if not math.isfinite(t) or t > horizon:
+            if cluster.active:
+                log.warning("simulation stopped at t=%.0f with %d job(s) unfinished", cluster.now, len(cluster.active))
+            break
+        cluster.advance(t)
+        arrived = 0
+        while nxt < total and order[nxt].submit_time <= cluster.now:
+            cluster.arrive(order[nxt])
+            nxt += 1
+            arrived += 1
+        finished = cluster.complete_finished()
+        tick = cluster.now >= next_tick
+        if tick:
+            next_tick = (math.floor(cluster.now / interval) + 1) * interval
+        epoch = epoch_events and cluster.now >= t_epoch
+        do_round = bool(arrived or finished or tick or epoch)
+        if do_round and cluster.active:
+            busy_before = cluster.busy_gpus()
+            rec = run_round(cluster, planner, cluster, memo, rng)
+            memo = rec.memo
+            rounds += 1
+            last_round = cluster.now
+            if rec.violations:
+                log.error("t=%.0f plan refused: %s", cluster.now, "; ".join(rec.violations[:3]))
+            log.debug("%s", rec.summary())
+            # A round that starts nothing while nothing runs would repeat forever: stop after a few.
+            if not rec.actions and busy_before == 0 and nxt >= total and not interval:
+                idle_rounds += 1
+                if idle_rounds >= MAX_IDLE_ROUNDS:
+                    log.warning("no job can be placed; %d job(s) left waiting", len(cluster.active))
+                    break
+            else:
+                idle_rounds = 0
+        if on_progress and (finished or arrived):
+            on_progress(len(cluster.finished), total)
+        if timeline_t[-1] == cluster.now:
+            timeline_t.pop(), timeline_busy.pop(), timeline_done.pop(), timeline_active.pop()
+        timeline_t.append(cluster.now)
+        timeline_busy.append(cluster.busy_gpus())
+        timeline_done.append(sum(1 for j in cluster.finished if not j.dropped))
+        timeline_active.append(len(cluster.active))
+    timeline = {"t": timeline_t, "busy_gpus": timeline_busy, "completed": timeline_done, "active": timeline_active}
+    records = [_record(j) for j in cluster.jobs.values()]
+    return {
+        "workload": workload,
+        "policy": getattr(planner, "name", type(planner).__name__),
+        "seed": seed,
+        "gpus": gpus,
+        "gpus_per_node": gpus_per_node,
+        "resize_cost": cost.label,
+        "rounds": rounds,
+        "metrics": metrics(records, order, timeline, gpus),
+        "jobs": records,
+        "timeline": timeline,
+    }
+
+
+def _record(j: Any) -> dict[str, Any]:
+    s = j.spec
+    done = j.end is not None and not j.dropped
+    return {
+        "job_id": s.job_id, "model": s.model, "category": s.category, "user": s.user, "account": s.account,
+        "submit": s.submit_time, "requested_gpus": s.requested_gpus,
+        "start": j.start, "end": j.end if done else None,
+        "queue": (j.start - s.submit_time) if j.start is not None else None,
+        "exec": (j.end - j.start) if done and j.start is not None else None,
+        "jct": (j.end - s.submit_time) if done else None,
+        "gpu_seconds": j.gpu_seconds, "resizes": j.resizes, "dropped": j.dropped, "finished": done,
+        "ftf": None,
+    }
+

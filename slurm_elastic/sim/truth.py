@@ -1,0 +1,200 @@
+"""Ground truth of the simulator: how fast a job really trains and how much work it really needs.
+
+This module owns the simulator's physics, built from the measured profiles and deliberately not
+from the fitted model the planners use, so a simulated planner faces real prediction error:
+
+* **Speed** (:class:`MeasuredSpeed`): the measured step time of the exact placement shape
+  (GPUs per node, e.g. ``(4, 4, 2)``) interpolated over the per-GPU batch; shapes never measured
+  fall back to a measured shape with the same GPU and node counts, then to the fitted model. The
+  target machine is derived as the predictor derives its V100 profile: the compute part of a step
+  (``step - sync``) is divided by the compute speed-up, the exposed all-reduce part (``sync``) by
+  the intra- or inter-node speed-up. Gradient accumulation repeats the compute part.
+* **Work** (:class:`Convergence`): epochs needed to reach the job's target at global batch ``B``:
+  the first (interpolated) epoch at which the validation curve measured at that batch reaches the
+  profile's target (:data:`TARGETS`: accuracy rising to it, or WER/loss falling to it),
+  interpolated between measured batches in ``log2(B)`` and held flat outside them. The curves
+  come from runs with learning-rate scaling, so big batches cost only somewhat more epochs.
+
+Reads the shipped profile files once per process (cached); pure computation otherwise.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+from numpy.typing import NDArray
+from slurm_elastic_predictor.profiles import (
+    V100_COMPUTE_SPEEDUP,
+    V100_INTER_SPEEDUP,
+    V100_INTRA_SPEEDUP,
+    Measurement,
+    load_measurements,
+    load_model,
+    profile_dir,
+    v100_longhorn,
+)
+from slurm_elastic_predictor.throughput import ThroughputModel
+
+from slurm_elastic.errors import ProfileError
+
+# Target validation metric per profile and whether the metric rises (accuracy, F1, hit rate) or
+# falls (word error rate, loss) towards it; each is reached at every measured batch size.
+TARGETS: dict[str, tuple[float, bool]] = {
+    "cifar10": (0.93, True),      # top-1 accuracy
+    "imagenet": (0.74, True),     # top-1 accuracy
+    "bert": (88.0, True),         # SQuAD F1
+    "ncf": (0.69, True),          # hit rate
+    "deepspeech2": (25.0, False),  # word error rate, %
+    "yolov3": (13.0, False),      # validation loss
+}
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Curve:
+    local: NDArray[np.float64]
+    compute: NDArray[np.float64]  # step - sync, seconds
+    sync: NDArray[np.float64]
+
+
+def _curves(rows: list[Measurement], key: str) -> dict[object, _Curve]:
+    groups: dict[object, dict[int, list[tuple[float, float]]]] = {}
+    for m in rows:
+        k: object = m.per_node if key == "shape" else (m.k, len(m.per_node))
+        groups.setdefault(k, {}).setdefault(m.local_batch, []).append((m.step_time, m.sync_time))
+    out: dict[object, _Curve] = {}
+    for k, by_local in groups.items():
+        locs = sorted(by_local)
+        step = np.array([np.mean([s for s, _ in by_local[b]]) for b in locs])
+        sync = np.array([np.mean([y for _, y in by_local[b]]) for b in locs])
+        sync = np.minimum(sync, step)
+        out[k] = _Curve(np.array(locs, dtype=np.float64), step - sync, sync)
+    return out
+
+
+class MeasuredSpeed:
+    """Measured step time of one profile at any placement shape and per-GPU batch.
+
+    Args:
+        name: profile name.
+        v100: derive the V100 Longhorn machine (default) instead of the measured T4 one.
+    """
+
+    def __init__(self, name: str, v100: bool = True) -> None:
+        rows = load_measurements(name)
+        self.name = name
+        self.by_shape = _curves(rows, "shape")
+        self.by_count = _curves(rows, "count")
+        t4 = load_model(name)
+        self.fitted: ThroughputModel = t4
+        self.planner_model: ThroughputModel = v100_longhorn(t4) if v100 else t4
+        self.max_local_batch = t4.max_local_batch
+        self.speed = (V100_COMPUTE_SPEEDUP, V100_INTRA_SPEEDUP, V100_INTER_SPEEDUP) if v100 else (1.0, 1.0, 1.0)
+
+    def _parts(self, local: float, shape: Shape) -> tuple[float, float]:
+        curve = self.by_shape.get(shape) or self.by_count.get((sum(shape), len(shape)))
+        if curve is None:
+            k, nodes = sum(shape), len(shape)
+            total = float(self.fitted.t_iter(min(local, self.max_local_batch) * k, k, nodes))
+            proc = float(self.fitted.t_proc(min(local, self.max_local_batch)))
+            compute, sync = proc, max(0.0, total - proc)
+        else:
+            lo, hi = curve.local[0], curve.local[-1]
+            x = min(max(local, lo), hi)
+            compute = float(np.interp(x, curve.local, curve.compute))
+            sync = float(np.interp(x, curve.local, curve.sync))
+            if local > hi:  # a saturated GPU: compute grows in proportion to the batch
+                compute *= local / hi
+        return compute, sync
+
+    def step_time(self, local_batch: int, shape: Shape, accumulation: int = 1) -> float:
+        """Seconds per optimizer step with ``local_batch`` per GPU on ``shape``, accumulation included."""
+        if local_batch < 1 or not shape:
+            raise ValueError(f"local batch {local_batch} and shape {shape} must be positive")
+        shape = tuple(sorted(shape, reverse=True))
+        compute, sync = self._parts(local_batch, shape)
+        c, intra, inter = self.speed
+        return accumulation * compute / c + (0.0 if sum(shape) == 1 else sync / (intra if len(shape) == 1 else inter))
+
+    def throughput(self, global_batch: int, local_batch: int, shape: Shape, accumulation: int = 1) -> float:
+        """Samples per second."""
+        return global_batch / self.step_time(local_batch, shape, accumulation)
+
+
+def _read_validation(name: str) -> dict[int, list[dict[str, float]]]:
+    folder = profile_dir() / name
+    out: dict[int, list[dict[str, float]]] = {}
+    for path in sorted(folder.glob("validation-*.csv")):
+        try:
+            batch = int(path.stem.split("-", 1)[1])
+            with path.open(newline="", encoding="utf-8") as fh:
+                out[batch] = [{k: float(v) for k, v in row.items()} for row in csv.DictReader(fh)]
+        except (ValueError, OSError, KeyError) as exc:
+            raise ProfileError(f"{path}: unreadable validation curve: {exc}") from exc
+        if not out[batch]:
+            raise ProfileError(f"{path}: empty validation curve")
+    if not out:
+        raise ProfileError(f"{folder}: no validation-<batch>.csv files")
+    return out
+
+
+class Convergence:
+    """Epochs one profile's model needs to reach its target at a global batch (see module doc)."""
+
+    def __init__(self, name: str) -> None:
+        curves = _read_validation(name)
+        batches = sorted(curves)
+        self.name = name
+        if name not in TARGETS:
+            raise ProfileError(f"{name}: no convergence target defined; known: {', '.join(sorted(TARGETS))}")
+        self.target, rising = TARGETS[name]
+        sign = 1.0 if rising else -1.0
+        epochs = [self._first_reach([sign * r["metric"] for r in curves[b]], sign * self.target, b)
+                  for b in batches]
+        self._rising = rising
+        self._curves = {b: np.array([r["metric"] for r in curves[b]]) for b in batches}
+        self.batches = np.log2(np.array(batches, dtype=np.float64))
+        self.epochs_at = np.array(epochs)
+
+    def _first_reach(self, metric: list[float], target: float, batch: int) -> float:
+        prev = 0.0
+        for i, m in enumerate(metric):
+            if m >= target:
+                if i == 0:
+                    return 1.0
+                frac = (target - prev) / (m - prev) if m > prev else 1.0
+                return i + frac
+            prev = m
+        raise ProfileError(f"{self.name}: target {target} never reached at batch {batch}")
+
+    def relative_metric(self, global_batch: float, epoch: float) -> float:
+        """The measured validation metric after ``epoch`` epochs at the nearest measured batch,
+        relative to the target (1.0 = target reached; for falling metrics, target / metric)."""
+        b = min(self._curves, key=lambda m: abs(math.log2(m) - math.log2(max(global_batch, 1.0))))
+        curve = self._curves[b]
+        m = float(np.interp(epoch, np.arange(1, len(curve) + 1, dtype=np.float64), curve))
+        return m / self.target if self._rising else self.target / max(m, 1e-9)
+
+    def epochs(self, global_batch: float) -> float:
+        """Epochs to the target at this global batch (interpolated in log2 of the batch)."""
+        return float(np.interp(math.log2(max(global_batch, 1.0)), self.batches, self.epochs_at))
+
+
+@dataclass(frozen=True)
+class ModelTruth:
+    """Everything the simulator knows about one model profile."""
+
+    name: str
+    speed: MeasuredSpeed
+    convergence: Convergence
+
+
+@cache
+def truth(name: str, v100: bool = True) -> ModelTruth:
+    """The (cached) ground truth of one shipped profile."""
+    return ModelTruth(name, MeasuredSpeed(name, v100), Convergence(name))
