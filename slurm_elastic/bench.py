@@ -77,3 +77,23 @@ def bench_planner(*, gpus: int, gpus_per_node: int, jobs: int, policy: str, repe
         "python": platform.python_version(),
         "numpy": np.__version__,
     }
+
+
+def bench_simulate(*, jobs: int, gpus: int, policy: str, seed: int = 1, round_gap: float = 30.0) -> dict[str, Any]:
+    """Wall time of simulating a Philly-like trace of ``jobs`` jobs on ``gpus`` GPUs."""
+    from slurm_elastic.sim.engine import simulate
+    from slurm_elastic.sim.workload import philly_like
+
+    t0 = time.perf_counter()
+    trace = philly_like(jobs, gpus, seed)
+    t1 = time.perf_counter()
+    res = simulate(trace, registry.create(policy), gpus=gpus, seed=seed, round_gap=round_gap, workload="philly-like")
+    t2 = time.perf_counter()
+    m = res["metrics"]
+    return {
+        "benchmark": "simulate", "workload": "philly-like", "jobs": jobs, "gpus": gpus, "policy": policy,
+        "round_gap_s": round_gap, "generate_s": round(t1 - t0, 2), "simulate_s": round(t2 - t1, 2),
+        "rounds": res["rounds"], "jobs_completed": m["jobs_completed"], "avg_jct_s": m["avg_jct"],
+        "virtual_span_h": round(m["makespan"] / 3600, 1),
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }

@@ -2,9 +2,11 @@
 
 Subcommands:
 
-* ``plan``     -- plan a demo cluster with a policy and print the plan (table or ``--json``).
-* ``profiles`` -- fit the throughput model on the shipped profiles and report its error.
-* ``bench planner`` -- planning latency as JSON.
+* ``plan``      -- plan a demo cluster with a policy and print the plan (table or ``--json``).
+* ``simulate``  -- replay a workload or trace under policies; metrics as JSON, a report directory.
+* ``reproduce`` -- the seed papers' comparisons as a markdown table (and a report).
+* ``profiles``  -- fit the throughput model on the shipped profiles and report its error.
+* ``bench planner|simulate`` -- planning latency / simulation speed as JSON.
 
 Bad input exits with status 2 and one line naming the value and the rule.
 """
@@ -14,8 +16,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -65,6 +69,28 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.add_argument("--list-policies", action="store_true", help="list the registered policies and exit")
 
+    sim = sub.add_parser("simulate", help="replay a workload or trace under policies (the same planners as the daemon)")
+    src = sim.add_mutually_exclusive_group(required=True)
+    src.add_argument("--workload", help="built-in workload: " + ", ".join(_workloads()))
+    src.add_argument("--trace", type=Path, help="trace CSV (job_id, submit_time, num_gpus, duration, ...)")
+    sim.add_argument("--gpus", type=_positive_int, default=None, help="cluster GPUs (default: 64, or 40 for ibm-*)")
+    sim.add_argument("--gpus-per-node", type=_positive_int, default=4)
+    sim.add_argument("--policy", default="ones,tiresias,optimus", help="comma-separated policies")
+    sim.add_argument("--seeds", default="1", help="seeds, e.g. 1-5 (workload generation and planner)")
+    sim.add_argument("--resize-cost", default="in-place", help="in-place, checkpoint or seconds")
+    sim.add_argument("--round-gap", type=float, default=30.0, help="least seconds between rounds (default 30)")
+    sim.add_argument("--param", type=_param, action="append", default=[], metavar="POLICY.KEY=VALUE",
+                     help="planner parameter for one policy, e.g. ones.generations=20 (repeatable)")
+    sim.add_argument("--json", type=Path, metavar="OUT", help="write all results as JSON here")
+    sim.add_argument("--report", type=Path, metavar="DIR", help="write the HTML/PNG/CSV report here")
+    sim.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    rep = sub.add_parser("reproduce", help="the seed papers' comparisons as a markdown table")
+    rep.add_argument("--seeds", default="1-5")
+    rep.add_argument("--out", type=Path, default=Path("reproduce"), help="output folder (default ./reproduce)")
+    rep.add_argument("--quick", action="store_true", help="one seed, 40 GPUs only (a smoke run)")
+    rep.add_argument("--quiet", action="store_true")
+
     prof = sub.add_parser("profiles", help="fit the throughput model on the shipped profiles and report its error")
     prof.add_argument("--json", action="store_true", help="print JSON")
 
@@ -80,7 +106,36 @@ def _parser() -> argparse.ArgumentParser:
     bp.add_argument("--param", type=_param, action="append", default=[], metavar="KEY=VALUE",
                     help="planner parameter, e.g. generations=1 (repeatable)")
     bp.add_argument("--json", action="store_true", help="print JSON (the default; kept for symmetry)")
+    bs = bsub.add_parser("simulate", help="wall time of a simulation of a Philly-like trace")
+    bs.add_argument("--jobs", type=_positive_int, default=10_000)
+    bs.add_argument("--gpus", type=_positive_int, default=1024)
+    bs.add_argument("--policy", default="dp")
+    bs.add_argument("--seed", type=int, default=1)
+    bs.add_argument("--round-gap", type=float, default=30.0)
+    bs.add_argument("--json", action="store_true", help="print JSON (the default)")
     return p
+
+
+def _workloads() -> tuple[str, ...]:
+    from slurm_elastic.sim.workload import BUILTIN
+
+    return BUILTIN
+
+
+class _Bar:
+    """A one-line progress bar on stderr (only when stderr is a terminal, unless forced)."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total, self.done, self.enabled = total, 0, enabled
+
+    def step(self, text: str) -> None:
+        if not self.enabled:
+            return
+        self.done += 1
+        width = 30
+        fill = int(width * self.done / max(1, self.total))
+        print(f"\r[{'#' * fill}{'.' * (width - fill)}] {self.done}/{self.total} {text[:60]:<60}",
+              end="" if self.done < self.total else "\n", file=sys.stderr, flush=True)
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
@@ -134,6 +189,69 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _policy_specs(names: str, params: list[tuple[str, Any]]) -> list[Any]:
+    from slurm_elastic.sim.runner import PolicySpec
+
+    pols = [n.strip() for n in names.split(",") if n.strip()]
+    if not pols:
+        raise ConfigError(f"--policy {names!r}: names no policy")
+    per: dict[str, dict[str, Any]] = {p: {} for p in pols}
+    for key, value in params:
+        pol, dot, name = key.partition(".")
+        if not dot or pol not in per:
+            raise ConfigError(f"--param {key}: must be POLICY.KEY=VALUE with POLICY one of {', '.join(pols)}")
+        per[pol][name] = value
+    return [PolicySpec(p, per[p]) for p in pols]
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    from slurm_elastic.sim.runner import parse_seeds, run_comparison
+
+    seeds = parse_seeds(args.seeds)
+    pols = _policy_specs(args.policy, args.param)
+    gpus = args.gpus or (40 if (args.workload or "").startswith("ibm-") else 64)
+    bar = _Bar(len(seeds) * len(pols), enabled=not args.quiet and sys.stderr.isatty())
+    results = run_comparison(pols, seeds, workload=args.workload, trace=args.trace, gpus=gpus,
+                             gpus_per_node=args.gpus_per_node, resize_cost=args.resize_cost,
+                             round_gap=args.round_gap, progress=bar.step)
+    summary = [{"policy": r["policy"], "seed": r["seed"], **r["metrics"]} for r in results]
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=1, default=float))
+    if args.report:
+        from slurm_elastic.reports.simulation import write_report
+
+        write_report(results, args.report, title=f"{results[0]['workload']} on {gpus} GPUs")
+    print(json.dumps(summary, indent=2, default=float))
+    return 0
+
+
+def _cmd_reproduce(args: argparse.Namespace) -> int:
+    from slurm_elastic.reports.simulation import write_report
+    from slurm_elastic.sim.runner import parse_seeds, reproduce
+
+    seeds = parse_seeds(args.seeds)
+    bar = _Bar(0, enabled=not args.quiet and sys.stderr.isatty())
+
+    def progress(text: str) -> None:
+        if bar.enabled:
+            print(f"\r{text[:100]:<100}", end="", file=sys.stderr, flush=True)
+
+    table, results = reproduce(seeds, quick=args.quick, progress=progress)
+    if bar.enabled:
+        print(file=sys.stderr)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "reproduce.md").write_text(table)
+    (args.out / "results.json").write_text(json.dumps(results, indent=1, default=float))
+    ones = [r for r in results if r["workload"] == "ones-longhorn"]
+    write_report(ones, args.out / "ones-longhorn", title="ones-longhorn: ONES vs baselines")
+    for gpus in sorted({r["gpus"] for r in results if r["workload"] == "ibm-categories"}):
+        ibm = [r for r in results if r["workload"] == "ibm-categories" and r["gpus"] == gpus]
+        write_report(ibm, args.out / f"ibm-categories-{gpus}", title=f"ibm-categories on {gpus} GPUs")
+    print(table)
+    return 0
+
+
 def _cmd_profiles(args: argparse.Namespace) -> int:
     from slurm_elastic_predictor.profiles import PROFILE_NAMES, load_profile_rows, v100_longhorn
     from slurm_elastic_predictor.throughput import fit_error, fit_profile
@@ -161,8 +279,13 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from slurm_elastic.bench import bench_planner
+    from slurm_elastic.bench import bench_planner, bench_simulate
 
+    if args.bench == "simulate":
+        out = bench_simulate(jobs=args.jobs, gpus=args.gpus, policy=args.policy, seed=args.seed,
+                             round_gap=args.round_gap)
+        print(json.dumps(out, indent=2))
+        return 0
     result = bench_planner(gpus=args.gpus, gpus_per_node=args.gpus_per_node, jobs=args.jobs,
                            policy=args.policy, repeat=args.repeat, seed=args.seed, params=dict(args.param))
     print(json.dumps(result, indent=2))
@@ -171,12 +294,15 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``slurm-elastic`` console script."""
+    if hasattr(signal, "SIGPIPE"):
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `slurm-elastic ... | head` ends quietly
     args = _parser().parse_args(argv)
     logging.basicConfig(
         level=logging.WARNING - 10 * min(args.verbose, 2),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    handlers = {"plan": _cmd_plan, "profiles": _cmd_profiles, "bench": _cmd_bench}
+    handlers = {"plan": _cmd_plan, "simulate": _cmd_simulate, "reproduce": _cmd_reproduce,
+                "profiles": _cmd_profiles, "bench": _cmd_bench}
     try:
         return handlers[args.command](args)
     except ElasticError as exc:

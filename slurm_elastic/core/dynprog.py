@@ -56,8 +56,10 @@ def scaling_values(job: Job, snapshot: ClusterSnapshot, kmax: int) -> NDArray[np
     return _table(job, snapshot, kmax)[0]
 
 
-def _table(job: Job, snapshot: ClusterSnapshot, kmax: int) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
-    """Scaling factors and ``b_opt`` batches for ``k = 0..kmax``."""
+def _table(job: Job, snapshot: ClusterSnapshot, kmax: int, fixed: bool = False) -> tuple[
+    NDArray[np.float64], NDArray[np.int64]
+]:
+    """Scaling factors and batches for ``k = 0..kmax``: ``b_opt(k)``, or the job's own batch if ``fixed``."""
     model = snapshot.profiles[job.model]
     base = float(model.throughput(sizing.max_local(job, model), 1))
     out = np.full(kmax + 1, NEG)
@@ -65,7 +67,11 @@ def _table(job: Job, snapshot: ClusterSnapshot, kmax: int) -> tuple[NDArray[np.f
     if base <= 0 or kmax < 1:
         return out, batches
     ks = np.arange(1, kmax + 1, dtype=np.int64)
-    if job.mode is ElasticMode.ENDO:
+    if fixed:
+        batches[1:] = job.base_batch
+        fits = (-(-job.base_batch // ks) <= sizing.max_local(job, model)) & (ks <= job.base_batch)
+        tp = np.where(fits, model.throughput(job.base_batch, ks), 0.0)
+    elif job.mode is ElasticMode.ENDO:
         tp = sizing.throughput_grid(job, model, kmax, corrected=False)[1:, 0]
         batches[1:] = job.base_batch
     else:
@@ -118,18 +124,26 @@ class DynamicProgramPlanner:
         mode: ``"queue"`` keeps jobs that do not fit waiting; ``"drop"`` rejects them.
         kmax: cap on GPUs per job (the paper's ``k_max``; each job's own ``max_gpus`` applies too).
         interval: seconds between re-plans (the paper's Delta); 0 re-plans at every call.
+        batch: ``"optimal"`` (the paper's method: ``b_opt(k)``) or ``"fixed"`` (the paper's baseline:
+            each job keeps its own global batch, spread over the GPUs the same optimizer gives it;
+            a configuration whose per-GPU batch does not fit is infeasible).
     """
 
     name = "dp"
 
-    def __init__(self, mode: str = "queue", kmax: int | None = None, interval: float = 0.0) -> None:
+    def __init__(self, mode: str = "queue", kmax: int | None = None, interval: float = 0.0,
+                 batch: str = "optimal") -> None:
         if mode not in ("queue", "drop"):
             raise ConfigError(f"dp.mode = {mode!r}: must be 'queue' or 'drop'")
         if kmax is not None and kmax < 1:
             raise ConfigError(f"dp.kmax = {kmax}: must be >= 1")
         if interval < 0:
             raise ConfigError(f"dp.interval = {interval}: must be >= 0 seconds")
+        if batch not in ("optimal", "fixed"):
+            raise ConfigError(f"dp.batch = {batch!r}: must be 'optimal' or 'fixed'")
         self.mode, self.kmax, self.interval = mode, kmax, interval
+        self.fixed = batch == "fixed"
+        self.name = "dp-fixed" if self.fixed else "dp"
 
     def plan(self, snapshot: ClusterSnapshot, memo: Any, rng: np.random.Generator) -> PlanResult:
         """Admit, solve the DP, and size every admitted job at its ``b_opt``."""
@@ -147,10 +161,10 @@ class DynamicProgramPlanner:
         kmin: dict[JobId, int] = {}
         for job in snapshot.elastic_jobs():
             kmax = min(job.max_gpus, total, self.kmax or total)
-            key = (*sizing.shape_key(job), kmax)
+            key = (*sizing.shape_key(job), kmax, self.fixed)
             if key not in tables:
                 cached = m.tables.get(key)
-                tables[key] = cached if cached is not None else _table(job, snapshot, kmax)
+                tables[key] = cached if cached is not None else _table(job, snapshot, kmax, self.fixed)
             v = tables[key][0].copy()
             batch_of[job.job_id] = tables[key][1]
             v[: job.min_gpus] = NEG
@@ -185,6 +199,9 @@ class DynamicProgramPlanner:
         counts = {j.job_id: k for j, k in zip(admitted, ks, strict=True)}
 
         def choose(job: Job, k: int) -> sizing.Sizing | None:
+            if self.fixed:
+                b = job.base_batch
+                return sizing.Sizing(b, -(-b // k), 1, job.base_lr)
             if job.mode is ElasticMode.ENDO:
                 return sizing.size_for(job, k, snapshot.profiles[job.model])
             b = int(batch_of[job.job_id][k])
@@ -197,3 +214,9 @@ class DynamicProgramPlanner:
                 plan, unplaced=tuple(replace(u, dropped=u.job_id in dropped) for u in plan.unplaced)
             )
         return PlanResult(plan, DpMemo(snapshot.now, tables))
+
+
+@register("dp-fixed")
+def fixed_batch_planner(mode: str = "queue", kmax: int | None = None, interval: float = 0.0) -> DynamicProgramPlanner:
+    """The IBM paper's baseline: the same optimizer, each job's global batch fixed (Random-BS)."""
+    return DynamicProgramPlanner(mode=mode, kmax=kmax, interval=interval, batch="fixed")

@@ -344,6 +344,7 @@ class OnesPlanner:
 
     name = "ones"
     epoch_events = True  # ONES re-plans as jobs finish epochs (its update gate and R_j rules)
+    uses_progress = True  # reads snapshot.progress_model (the Beta regression)
 
     def __init__(
         self,

@@ -97,6 +97,10 @@ class Placement:
     """Which GPUs of which nodes a job holds: ``((node, (gpu, ...)), ...)`` sorted by node name."""
 
     slots: tuple[tuple[NodeName, tuple[int, ...]], ...] = ()
+    _gpus: frozenset[tuple[NodeName, int]] = field(init=False, repr=False, compare=False, default=frozenset())
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_gpus", frozenset((n, g) for n, gs in self.slots for g in gs))
 
     @classmethod
     def of(cls, gpus: Iterable[tuple[str, int]]) -> Placement:
@@ -115,7 +119,7 @@ class Placement:
     @property
     def num_gpus(self) -> int:
         """Number of GPUs held."""
-        return sum(len(g) for _, g in self.slots)
+        return len(self._gpus)
 
     @property
     def num_nodes(self) -> int:
@@ -124,7 +128,7 @@ class Placement:
 
     def gpu_set(self) -> frozenset[tuple[NodeName, int]]:
         """The held GPUs as ``(node, index)`` pairs."""
-        return frozenset((n, g) for n, gs in self.slots for g in gs)
+        return self._gpus
 
     def per_node_counts(self) -> tuple[int, ...]:
         """GPUs per spanned node, largest first (the shape that decides sync cost)."""
@@ -312,6 +316,8 @@ class ClusterSnapshot:
     profiles: Mapping[str, ThroughputModel] = field(default_factory=dict)
     progress_model: BetaProgressModel | None = None
     arrival_rate: float = 0.0
+    _elastic: tuple[Job, ...] = field(init=False, repr=False, compare=False, default=())
+    _schedulable: tuple[tuple[NodeName, int], ...] = field(init=False, repr=False, compare=False, default=())
 
     def __post_init__(self) -> None:
         names = [n.name for n in self.nodes]
@@ -334,6 +340,16 @@ class ClusterSnapshot:
                     held.add((node, g))
             if job.elastic and job.is_active and job.model and job.model not in self.profiles:
                 raise SnapshotError(f"job {job.job_id}: no throughput profile named {job.model!r}")
+        # Derived views, computed once: planners, placement and validation all ask for them.
+        elastic = tuple(j for j in self.jobs if j.elastic and j.is_active)
+        elastic_held = {gpu for j in elastic for gpu in j.placement.gpu_set()}
+        sched: list[tuple[NodeName, int]] = []
+        for nd in self.nodes:
+            if nd.state is NodeState.UP:
+                free = set(nd.free_gpus)
+                sched.extend((nd.name, g) for g in nd.gpus if g in free or (nd.name, g) in elastic_held)
+        object.__setattr__(self, "_elastic", elastic)
+        object.__setattr__(self, "_schedulable", tuple(sched))
 
     def job(self, job_id: JobId) -> Job:
         """The job with this id (``KeyError`` if absent)."""
@@ -344,20 +360,11 @@ class ClusterSnapshot:
 
     def elastic_jobs(self) -> tuple[Job, ...]:
         """Active elastic jobs, in snapshot order."""
-        return tuple(j for j in self.jobs if j.elastic and j.is_active)
+        return self._elastic
 
     def schedulable_gpus(self) -> tuple[tuple[NodeName, int], ...]:
         """GPUs the planner may assign: on UP nodes, free or held by an active elastic job."""
-        elastic_held = {
-            gpu for j in self.jobs if j.elastic and j.is_active for gpu in j.placement.gpu_set()
-        }
-        out: list[tuple[NodeName, int]] = []
-        for node in self.nodes:
-            if node.state is not NodeState.UP:
-                continue
-            free = set(node.free_gpus)
-            out.extend((node.name, g) for g in node.gpus if g in free or (node.name, g) in elastic_held)
-        return tuple(out)
+        return self._schedulable
 
     def in_flight_for(self, job_id: JobId) -> InFlightResize | None:
         """The in-flight resize of this job, if any."""

@@ -122,8 +122,16 @@ def place(snapshot: ClusterSnapshot, counts: Mapping[JobId, int]) -> dict[JobId,
             got = pool.take(node, min(n, len(pool.free[node])))
             per_node[node] = per_node.get(node, []) + got
             need[job_id] -= len(got)
-    return {
-        j: Placement.of((n, g) for n, gs in per_node.items() for g in gs)
-        for j, per_node in held.items()
-        if per_node
-    }
+    current = {j.job_id: j.placement for j in snapshot.jobs if j.job_id in held}
+    out: dict[JobId, Placement] = {}
+    for j, per_node in held.items():
+        if not per_node:
+            continue
+        now = current.get(j)
+        if now is not None and sum(map(len, per_node.values())) == now.num_gpus and all(
+            (n, g) in now.gpu_set() for n, gs in per_node.items() for g in gs
+        ):
+            out[j] = now  # unchanged: keep the very same value
+        else:
+            out[j] = Placement.of((n, g) for n, gs in per_node.items() for g in gs)
+    return out

@@ -87,11 +87,23 @@ def size_for(job: Job, k: int, model: ThroughputModel, batch_limit: int | None =
         model: the job's throughput model (for its memory limit).
         batch_limit: ONES's ``R_j``: the global batch may not exceed it (exo only).
     """
-    b, local, accum, valid = sizes(job, model, np.array([k]), batch_limit)
-    if not valid[0]:
+    # Scalar twin of :func:`sizes` (planners call this once per planned job; numpy would dominate).
+    if k < 1:
         return None
-    lr = job.base_lr if job.mode is ElasticMode.ENDO else job.base_lr * int(b[0]) / job.base_batch
-    return Sizing(int(b[0]), int(local[0]), int(accum[0]), lr)
+    limit = max_local(job, model)
+    if job.mode is ElasticMode.ENDO:
+        b = job.base_batch
+        if b < k:
+            return None
+        accum = max(1, -(-b // (k * limit)))
+        return Sizing(b, -(-b // (k * accum)), accum, job.base_lr)
+    hi = min(job.max_batch, k * limit)
+    if batch_limit is not None:
+        hi = min(hi, batch_limit)
+    b = min(max(k * job.base_local_batch, job.min_batch), hi)
+    if b < job.min_batch or b < k:
+        return None
+    return Sizing(b, -(-b // k), 1, job.base_lr * b / job.base_batch)
 
 
 def best_exo_batches(job: Job, model: ThroughputModel, ks: NDArray[np.int64]) -> tuple[

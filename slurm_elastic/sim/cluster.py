@@ -22,8 +22,6 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from slurm_elastic_predictor.progress import BetaProgressModel, JobHistory, bounded_uniform_sample, fit_progress_model
-from slurm_elastic_predictor.throughput import ThroughputModel
 
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import (
@@ -41,6 +39,8 @@ from slurm_elastic.core.rounds import ActionOutcome
 from slurm_elastic.errors import ConfigError, ProfileError
 from slurm_elastic.sim.truth import truth
 from slurm_elastic.sim.workload import SimJobSpec
+from slurm_elastic_predictor.progress import BetaProgressModel, JobHistory, bounded_uniform_sample, fit_progress_model
+from slurm_elastic_predictor.throughput import ThroughputModel
 
 CHECKPOINT_RESTART_S = 30.0
 IN_PLACE_GROW_S = 2.7
@@ -110,6 +110,7 @@ class SimJob:
     dropped: bool = False
     speed: float = 0.0  # samples/s while not paused
     rate: float = 0.0  # work fraction/s while not paused
+    view: Job | None = None  # the planner's view of a waiting job, reused until it changes
 
     @property
     def active(self) -> bool:
@@ -266,7 +267,7 @@ class VirtualCluster:
         nodes = tuple(
             Node(name, gpus, tuple(g for g in gpus if g not in held.get(name, ()))) for name in self.node_names
         )
-        jobs = tuple(self._job(j) for j in self.active.values())
+        jobs = tuple(self._view(j) for j in self.active.values())
         window = min(self.now, ARRIVAL_WINDOW_S)
         recent = sum(1 for a in self.arrivals if a >= self.now - ARRIVAL_WINDOW_S)
         rate = recent / window if window > 0 else 0.0
@@ -278,6 +279,12 @@ class VirtualCluster:
             arrival_rate=rate, last_errors=tuple(ActionError(JobId(a), b, c) for a, b, c in errors),
         )
 
+    def _view(self, j: SimJob) -> Job:
+        # A waiting job does not change between rounds; a running one does (samples, run time).
+        if j.state is JobState.RUNNING or j.view is None:
+            j.view = self._job(j)
+        return j.view
+
     def _job(self, j: SimJob) -> Job:
         s = j.spec
         running = j.state is JobState.RUNNING
@@ -285,11 +292,13 @@ class VirtualCluster:
             job_id=JobId(s.job_id), user=s.user, account=s.account, submit_time=s.submit_time, state=j.state,
             min_gpus=s.min_gpus, max_gpus=s.max_gpus, min_batch=s.min_batch, max_batch=s.max_batch,
             base_batch=s.base_batch, base_lr=0.1, requested_gpus=s.requested_gpus,
-            max_local_batch=truth(s.model).speed.max_local_batch, mode=s.mode, epoch_size=s.epoch_size,
+            max_local_batch=s.local_limit, mode=s.mode, epoch_size=s.epoch_size,
             samples_processed=int(j.samples), observed_throughput=j.speed if running else None,
             placement=j.placement, local_batch=j.local_batch if running else 0, start_time=j.start,
             run_time=j.run_time, last_change_time=j.last_change, samples_at_last_change=int(j.samples_at_change),
-            model=s.model, progress=ProgressReport(1.0, *_reports(s, j.samples, j.global_batch)),
+            model=s.model,
+            progress=ProgressReport(1.0, *_reports(s, j.samples, j.global_batch)) if self.fit_progress
+            else ProgressReport(),
         )
 
     # -- actuator ---------------------------------------------------------------------------------
@@ -309,6 +318,7 @@ class VirtualCluster:
 
     def _apply(self, job: SimJob, a: Action) -> None:
         now = self.now
+        job.view = None
         if a.kind is ActionKind.DROP:
             job.dropped = True
             self._finish(job)

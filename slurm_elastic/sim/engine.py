@@ -4,13 +4,16 @@ This module owns :func:`simulate`. Events are job arrivals, job completions, epo
 planners that ask for them, see below), and a periodic tick (only for planners that are periodic
 by design). Between events every running job progresses at a constant rate, so the loop jumps from
 event to event. A round (:func:`~slurm_elastic.core.rounds.run_round`) runs after arrivals and
-completions, at ticks, and at epoch ends for planners that want them, but at most once per
-``min_round_gap`` seconds for epoch ends (ONES reacts to epochs; a 50-job workload has thousands).
+completions, at ticks, and at epoch ends for planners that want them, at most once per
+``round_gap`` seconds (default 30 s, like a batch scheduler's scheduling interval): events that
+come sooner are served together at the end of the gap. ``round_gap=0`` makes every arrival and
+completion its own round (epoch ends are still grouped: a 50-job workload has thousands).
 A periodic planner keeps its allocation between its own re-plans (its memo knows when it last
 planned), so calling it at every event is what a daemon does too.
 
 Optional planner attributes read here: ``interval`` (seconds; ticks are scheduled every
-``interval``) and ``epoch_events`` (bool).
+``interval``), ``epoch_events`` (bool) and ``uses_progress`` (bool: jobs report validation
+metrics and the ONES progress model is refitted as jobs complete).
 
 Returns a JSON-ready result (the schema ``slurm_elastic.reports.simulation`` renders): per-job
 records, metrics (:mod:`slurm_elastic.sim.metrics`) and a timeline of busy GPUs and completed
@@ -39,7 +42,7 @@ MAX_IDLE_ROUNDS = 3
 
 
 def simulate(jobs: Sequence[SimJobSpec], planner: Planner, *, gpus: int, gpus_per_node: int = 4,
-             resize_cost: str = "in-place", seed: int = 0, min_round_gap: float = 30.0,
+             resize_cost: str = "in-place", seed: int = 0, round_gap: float = 30.0,
              horizon: float = 30 * 24 * 3600.0, on_progress: Callable[[int, int], None] | None = None,
              workload: str = "") -> dict[str, Any]:
     """Replay ``jobs`` under ``planner`` on a virtual cluster.
@@ -51,7 +54,7 @@ def simulate(jobs: Sequence[SimJobSpec], planner: Planner, *, gpus: int, gpus_pe
         gpus_per_node: GPUs per node.
         resize_cost: ``in-place``, ``checkpoint`` or seconds.
         seed: seed of the planner's random numbers.
-        min_round_gap: seconds between rounds triggered only by epoch ends.
+        round_gap: least seconds between two rounds (see the module docstring).
         horizon: stop at this virtual time (jobs still running are reported unfinished).
         on_progress: called with (jobs finished or dropped, jobs in total) after each round.
         workload: name recorded in the result.
@@ -59,10 +62,13 @@ def simulate(jobs: Sequence[SimJobSpec], planner: Planner, *, gpus: int, gpus_pe
     Raises:
         ConfigError: bad cluster shape or resize cost.
     """
+    if round_gap < 0:
+        raise ConfigError(f"round gap {round_gap} s: must be >= 0")
     if gpus < 1 or gpus_per_node < 1 or gpus % gpus_per_node:
         raise ConfigError(f"--gpus {gpus} must be a positive multiple of --gpus-per-node {gpus_per_node}")
     cost = ResizeCost.parse(resize_cost)
-    cluster = VirtualCluster(gpus // gpus_per_node, gpus_per_node, cost)
+    cluster = VirtualCluster(gpus // gpus_per_node, gpus_per_node, cost,
+                             fit_progress=bool(getattr(planner, "uses_progress", False)))
     order = sorted(jobs, key=lambda j: (j.submit_time, j.job_id))
     interval = float(getattr(planner, "interval", 0.0) or 0.0)
     epoch_events = bool(getattr(planner, "epoch_events", False))
@@ -77,14 +83,19 @@ def simulate(jobs: Sequence[SimJobSpec], planner: Planner, *, gpus: int, gpus_pe
     timeline_active: list[int] = [0]
     idle_rounds = 0
     rounds = 0
+    pending = False  # a round is owed (arrival, completion or tick seen since the last one)
+    epoch_gap = max(round_gap, 30.0)
     total = len(order)
     while nxt < total or cluster.active:
         t_arrival = order[nxt].submit_time if nxt < total else math.inf
         running = [j for j in cluster.active.values() if j.rate > 0]
         t_finish = min((j.time_to_finish(cluster.now) for j in running), default=math.inf)
-        t_epoch = min((j.time_to_epoch_end(cluster.now) for j in running), default=math.inf) if epoch_events else math.inf
-        t_epoch = max(t_epoch, last_round + min_round_gap)
-        t = min(t_arrival, t_finish, next_tick, t_epoch)
+        t_epoch = math.inf
+        if epoch_events:
+            t_epoch = min((j.time_to_epoch_end(cluster.now) for j in running), default=math.inf)
+        t_epoch = max(t_epoch, last_round + epoch_gap)
+        t_due = max(cluster.now, last_round + round_gap) if pending else math.inf
+        t = min(t_arrival, t_finish, next_tick, t_epoch, t_due)
         if not math.isfinite(t) or t > horizon:
             if cluster.active:
                 log.warning("simulation stopped at t=%.0f with %d job(s) unfinished", cluster.now, len(cluster.active))
@@ -100,8 +111,11 @@ def simulate(jobs: Sequence[SimJobSpec], planner: Planner, *, gpus: int, gpus_pe
         if tick:
             next_tick = (math.floor(cluster.now / interval) + 1) * interval
         epoch = epoch_events and cluster.now >= t_epoch
-        do_round = bool(arrived or finished or tick or epoch)
-        if do_round and cluster.active:
+        pending = pending or bool(arrived or finished or tick or epoch)
+        if pending and not cluster.active:
+            pending = False  # nothing to plan for
+        if pending and cluster.now >= last_round + round_gap:
+            pending = False
             busy_before = cluster.busy_gpus()
             rec = run_round(cluster, planner, cluster, memo, rng)
             memo = rec.memo
@@ -126,7 +140,9 @@ def simulate(jobs: Sequence[SimJobSpec], planner: Planner, *, gpus: int, gpus_pe
         timeline_busy.append(cluster.busy_gpus())
         timeline_done.append(sum(1 for j in cluster.finished if not j.dropped))
         timeline_active.append(len(cluster.active))
-    timeline = {"t": timeline_t, "busy_gpus": timeline_busy, "completed": timeline_done, "active": timeline_active}
+    timeline: dict[str, list[float]] = {"t": timeline_t, "busy_gpus": [float(b) for b in timeline_busy],
+                                        "completed": [float(c) for c in timeline_done],
+                                        "active": [float(a) for a in timeline_active]}
     records = [_record(j) for j in cluster.jobs.values()]
     return {
         "workload": workload,

@@ -27,6 +27,8 @@ from functools import cache
 
 import numpy as np
 from numpy.typing import NDArray
+
+from slurm_elastic.errors import ProfileError
 from slurm_elastic_predictor.profiles import (
     V100_COMPUTE_SPEEDUP,
     V100_INTER_SPEEDUP,
@@ -38,8 +40,6 @@ from slurm_elastic_predictor.profiles import (
     v100_longhorn,
 )
 from slurm_elastic_predictor.throughput import ThroughputModel
-
-from slurm_elastic.errors import ProfileError
 
 # Target validation metric per profile and whether the metric rises (accuracy, F1, hit rate) or
 # falls (word error rate, loss) towards it; each is reached at every measured batch size.

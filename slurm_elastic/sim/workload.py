@@ -57,6 +57,8 @@ class SimJobSpec:
         mode: exo- or endo-elastic.
         user, account: owner and account.
         category: workload-specific class label (for reports).
+        max_local_batch: per-GPU memory limit (samples); ``None`` means the profile's largest
+            measured per-GPU batch.
     """
 
     job_id: str
@@ -74,6 +76,12 @@ class SimJobSpec:
     user: str = "user"
     account: str = "account"
     category: str = ""
+    max_local_batch: int | None = None
+
+    @property
+    def local_limit(self) -> int:
+        """The per-GPU batch limit in effect."""
+        return self.max_local_batch or truth(self.model).speed.max_local_batch
 
     def epochs_needed(self, global_batch: float) -> float:
         """Epochs to finish at this global batch."""
@@ -85,7 +93,7 @@ def requested_time(spec: SimJobSpec) -> float:
     t = truth(spec.model)
     k = spec.requested_gpus
     local = math.ceil(spec.base_batch / k)
-    accum = max(1, math.ceil(local / t.speed.max_local_batch))
+    accum = max(1, math.ceil(local / spec.local_limit))
     local = math.ceil(spec.base_batch / (k * accum))
     shape = _packed(k)
     tp = t.speed.throughput(spec.base_batch, local, shape, accum)
@@ -107,7 +115,7 @@ def single_gpu_time(spec: SimJobSpec) -> float:
     """Best time of the job alone on one GPU (the IBM paper's optimal scheduled time)."""
     t = truth(spec.model)
     best = math.inf
-    hi = min(spec.max_batch, t.speed.max_local_batch)
+    hi = min(spec.max_batch, spec.local_limit)
     for b in sorted({spec.min_batch, hi, *[int(x) for x in t.speed.planner_model.proc_batch]}):
         if spec.min_batch <= b <= hi:
             tp = t.speed.throughput(b, b, (1,))
@@ -253,12 +261,12 @@ def ones_longhorn(seed: int) -> list[SimJobSpec]:
 
 
 # IBM Table I, mapped onto the shipped profiles by scaling behaviour (documented in ibm_categories).
-_IBM_CATEGORIES: tuple[tuple[str, str, int, int, float, bool], ...] = (
-    # name, profile, min batch, max batch, single-GPU minutes, elastic
-    ("1-compute-bound", "imagenet", 32, 256, 16.0, True),
-    ("2-communication-bound", "ncf", 16, 256, 21.0, True),
-    ("3-balanced", "cifar10", 16, 1024, 41.0, True),
-    ("4-not-elastic", "cifar10", 128, 128, 27.0, False),
+_IBM_CATEGORIES: tuple[tuple[str, str, int, int, float, bool, int | None], ...] = (
+    # name, profile, min batch, max batch, single-GPU minutes, elastic, per-GPU batch limit
+    ("1-compute-bound", "imagenet", 32, 256, 16.0, True, 32),  # Table II: up to 32 per GPU
+    ("2-communication-bound", "ncf", 16, 256, 21.0, True, None),
+    ("3-balanced", "cifar10", 16, 1024, 41.0, True, None),
+    ("4-not-elastic", "cifar10", 128, 128, 27.0, False, None),
 )
 IBM_KMAX = 10
 
@@ -271,7 +279,9 @@ def ibm_categories(seed: int, gpus: int = 40, arrival: str = "high", minutes: fl
     VGG11-BN on CIFAR-100, AlexNet on Food-101) are not in the shipped profiles, so each category
     uses the profile with the same scaling behaviour: compute-bound -> imagenet (ResNet-50),
     communication-bound -> ncf, balanced -> cifar10 (ResNet-18, 11M weights like VGG11's 10M),
-    not elastic -> cifar10 at a fixed batch of 128 on one GPU. Batch ranges are Table I's.
+    not elastic -> cifar10 at a fixed batch of 128 on one GPU. Batch ranges are Table I's; the
+    compute-bound category's per-GPU limit is 32 (Table II's largest per-GPU batch), the others
+    keep their profile's measured limit.
     The Random-BS baseline batch (``base_batch``) is uniform in each job's range.
 
     Arrivals are Poisson. The base rate ``lambda`` is the completion rate of a uniformly drawn job
@@ -294,26 +304,62 @@ def ibm_categories(seed: int, gpus: int = 40, arrival: str = "high", minutes: fl
         t += float(rng.exponential(1.0 / rate))
         if t > minutes * 60:
             break
-        name, profile, bmin, bmax, minutes_1gpu, elastic = _IBM_CATEGORIES[int(rng.integers(len(_IBM_CATEGORIES)))]
+        name, profile, bmin, bmax, minutes_1gpu, elastic, limit = _IBM_CATEGORIES[
+            int(rng.integers(len(_IBM_CATEGORIES)))]
         i += 1
         batch = int(rng.integers(bmin, bmax + 1))
-        local, epoch = MODEL_DEFAULTS[profile]
+        epoch = MODEL_DEFAULTS[profile][1]
         spec = SimJobSpec(
             job_id=str(i), submit_time=round(t, 3), model=profile, requested_gpus=1, min_gpus=1,
             max_gpus=IBM_KMAX if elastic else 1, base_batch=batch, min_batch=bmin, max_batch=bmax,
-            epoch_size=epoch, category=name,
+            epoch_size=epoch, category=name, max_local_batch=limit,
         )
         jobs.append(replace(spec, work_scale=60.0 * minutes_1gpu / single_gpu_time(spec)))
     return jobs
 
 
-BUILTIN = ("ones-longhorn", "ibm-categories", "ibm-categories-bursty", "ibm-categories-low")
+# Philly-like job shapes (Jeon et al., ATC'19: most jobs use one GPU, few use 8+, and durations
+# span minutes to days with a heavy tail).
+PHILLY_GPUS = ((1, 0.70), (2, 0.10), (4, 0.10), (8, 0.08), (16, 0.02))
+PHILLY_MEDIAN_S = 15 * 60.0
+PHILLY_SIGMA = 1.6
+PHILLY_MAX_S = 24 * 3600.0
+
+
+def philly_like(n_jobs: int, gpus: int, seed: int, load: float = 0.9) -> list[SimJobSpec]:
+    """A synthetic trace with Philly's shape: GPU counts from :data:`PHILLY_GPUS`, log-normal
+    durations (median 15 min, sigma 1.6, capped at 24 h), Poisson arrivals at a rate that offers
+    ``load`` times the cluster's GPU-time on average. Models follow the GPU-time classes."""
+    if n_jobs < 1 or gpus < 1 or load <= 0:
+        raise TraceError(f"philly-like: n_jobs={n_jobs}, gpus={gpus}, load={load} must all be positive")
+    rng = np.random.default_rng(seed)
+    sizes = np.array([g for g, _ in PHILLY_GPUS])
+    probs = np.array([p for _, p in PHILLY_GPUS])
+    k = rng.choice(sizes, size=n_jobs, p=probs / probs.sum())
+    dur = np.minimum(PHILLY_MAX_S, PHILLY_MEDIAN_S * np.exp(PHILLY_SIGMA * rng.standard_normal(n_jobs)))
+    mean_work = float(np.mean(k * dur))
+    rate = load * gpus / mean_work
+    submit = np.cumsum(rng.exponential(1.0 / rate, size=n_jobs))
+    jobs = []
+    for i in range(n_jobs):
+        req = int(k[i])
+        model = _model_for(req * float(dur[i]) / 3600, i)
+        local, epoch = MODEL_DEFAULTS[model]
+        spec = SimJobSpec(str(i + 1), round(float(submit[i]), 3), model, req, 1, max(req, min(4 * req, 64)),
+                          local * req, local, local * max(req, min(4 * req, 64)), epoch)
+        jobs.append(scaled_to(spec, float(dur[i])))
+    return jobs
+
+
+BUILTIN = ("ones-longhorn", "ibm-categories", "ibm-categories-bursty", "ibm-categories-low", "philly-like")
 
 
 def builtin(name: str, seed: int, gpus: int) -> list[SimJobSpec]:
     """A built-in workload by name (see :data:`BUILTIN`)."""
     if name == "ones-longhorn":
         return ones_longhorn(seed)
+    if name == "philly-like":
+        return philly_like(1000, gpus, seed)
     if name.startswith("ibm-categories"):
         arrival = {"ibm-categories": "high", "ibm-categories-bursty": "bursty", "ibm-categories-low": "low"}.get(name)
         if arrival:

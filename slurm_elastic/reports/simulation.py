@@ -1,0 +1,738 @@
+"""Report directory of a simulated policy comparison: tables, plots, CSVs and a standalone HTML page.
+
+This module owns the *rendering* of simulation results: it takes the JSON-ready result dicts the
+simulator produces (one per policy × seed run) and writes a report directory. It has three layers:
+
+* validation (:func:`summary_table` and :func:`write_report` both start there): every run is checked
+  against the result schema and bad input raises :class:`ReportInputError`, naming the run index and
+  the key;
+* pure tables (:func:`summary_table`, and the HTML text): per-series means and standard deviations
+  over seeds, no I/O;
+* rendering (:func:`write_report`): PNG plots drawn with matplotlib's Agg canvas, CSVs and
+  ``index.html``.
+
+It must not simulate, schedule or talk to Slurm: everything it shows comes from its input. matplotlib
+is imported lazily inside the drawing functions, so importing this module stays cheap, and the global
+pyplot backend is never touched (figures are drawn on an explicit Agg canvas, under matplotlib's
+default style, so a user's ``matplotlibrc`` does not change the report).
+
+A *series* is one (workload, policy, GPUs, resize cost) combination; its runs differ only in the
+seed. Series are labelled by their policy name, with the attributes that differ between series
+added in parentheses, and keep one colour across all plots. Series appear in the order of their
+first run in the input.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import itertools
+import json
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from slurm_elastic.errors import ElasticError
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "FILES",
+    "JOB_FIELDS",
+    "METRIC_KEYS",
+    "ReportInputError",
+    "summary_table",
+    "write_report",
+]
+
+# Metrics every run carries (a value may be null, e.g. the JCTs of a run whose jobs were all dropped).
+METRIC_KEYS: tuple[str, ...] = (
+    "jobs", "jobs_completed", "jobs_dropped", "drop_ratio",
+    "avg_jct", "p50_jct", "p99_jct", "avg_queue", "avg_exec",
+    "makespan", "gpu_hours", "avg_utilization", "scaling_efficiency",
+    "unfair_fraction", "worst_ftf", "resizes_per_job",
+)  # fmt: skip
+# Fields every job record carries, in the column order of jobs.csv.
+JOB_FIELDS: tuple[str, ...] = (
+    "job_id", "model", "user", "submit", "start", "end", "queue", "exec", "jct",
+    "gpu_seconds", "resizes", "ftf", "dropped",
+)  # fmt: skip
+_JOB_STR = ("model", "user")
+_JOB_NULLABLE = ("start", "end", "queue", "exec", "jct", "ftf")
+_JOB_NUMBER = ("submit", "gpu_seconds", "resizes")
+_RUN_COLUMNS = ("workload", "policy", "seed", "resize_cost", "gpus")
+
+# The files of a report directory, in the order write_report writes (and returns) them.
+FILES: tuple[str, ...] = (
+    "jct_cdf.png", "queue_exec_box.png", "completed_over_time.png", "utilization_over_time.png",
+    "ftf_cdf.png", "jobs.csv", "summary.csv", "index.html",
+)  # fmt: skip
+
+_LOG_SPREAD = 100.0  # a CDF gets a log x axis when max/min of its positive values exceeds this
+_DPI = 110
+
+
+class ReportInputError(ElasticError):
+    """A simulation result handed to the report breaks the result schema (names run index and key)."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Validation
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One validated run: numbers as floats, unknown values as ``None``."""
+
+    index: int
+    workload: str
+    policy: str
+    seed: int
+    gpus: int
+    resize_cost: str
+    metrics: dict[str, float | None]
+    extra_metrics: dict[str, Any]
+    jobs: list[dict[str, Any]]
+    t: list[float]
+    busy_gpus: list[float]
+    completed: list[float]
+
+    @property
+    def key(self) -> tuple[str, str, int, str]:
+        return (self.workload, self.policy, self.gpus, self.resize_cost)
+
+    def values(self, name: str) -> list[float]:
+        """The known (non-null) values of job field ``name``."""
+        return [j[name] for j in self.jobs if j[name] is not None]
+
+
+@dataclass
+class _Series:
+    """The runs of one (workload, policy, GPUs, resize cost) combination, ordered by seed."""
+
+    workload: str
+    policy: str
+    gpus: int
+    resize_cost: str
+    label: str = ""
+    runs: list[_Run] = field(default_factory=list)
+
+    def pooled(self, name: str) -> list[float]:
+        return [v for r in self.runs for v in r.values(name)]
+
+    @property
+    def n_jobs(self) -> int:
+        return sum(len(r.jobs) for r in self.runs)
+
+
+def _fail(run: int, key: str, rule: str) -> ReportInputError:
+    return ReportInputError(f"simulation result run {run}: key {key!r} {rule}")
+
+
+def _get(run: int, obj: Mapping[str, Any], key: str, where: str = "") -> Any:
+    if key not in obj:
+        raise _fail(run, where + key, "is missing")
+    return obj[key]
+
+
+def _str(run: int, key: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise _fail(run, key, f"must be a string, got {value!r}")
+    return value
+
+
+def _int(run: int, key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _fail(run, key, f"must be an integer, got {value!r}")
+    return int(value)
+
+
+def _number(run: int, key: str, value: Any, *, nullable: bool) -> float | None:
+    """A finite float; ``None`` for null (and for NaN/inf) where the key may be unknown."""
+    if value is None and nullable:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        rule = "a number or null" if nullable else "a number"
+        raise _fail(run, key, f"must be {rule}, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        if nullable:
+            return None
+        raise _fail(run, key, f"must be finite, got {value!r}")
+    return int(value) if isinstance(value, int) else float(value)  # an int stays an int in the CSVs
+
+
+def _float(run: int, key: str, value: Any) -> float:
+    number = _number(run, key, value, nullable=False)
+    assert number is not None  # nullable=False never returns None
+    return number
+
+
+def _mapping(run: int, key: str, value: Any) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise _fail(run, key, f"must be an object, got {type(value).__name__}")
+    return value
+
+
+def _list(run: int, key: str, value: Any) -> list[Any]:
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise _fail(run, key, f"must be a list, got {type(value).__name__}")
+    return list(value)
+
+
+def _job(run: int, k: int, raw: Any) -> dict[str, Any]:
+    where = f"jobs[{k}]."
+    job_map = _mapping(run, f"jobs[{k}]", raw)
+    job: dict[str, Any] = dict(job_map)  # keeps extra fields for jobs.csv
+    job_id = _get(run, job_map, "job_id", where)
+    if isinstance(job_id, bool) or not isinstance(job_id, str | int):
+        raise _fail(run, where + "job_id", f"must be a string or an integer, got {job_id!r}")
+    job["job_id"] = str(job_id)
+    for name in _JOB_STR:
+        job[name] = _str(run, where + name, _get(run, job_map, name, where))
+    for name in _JOB_NUMBER:
+        job[name] = _float(run, where + name, _get(run, job_map, name, where))
+    for name in _JOB_NULLABLE:
+        job[name] = _number(run, where + name, _get(run, job_map, name, where), nullable=True)
+    dropped = _get(run, job_map, "dropped", where)
+    if not isinstance(dropped, bool):
+        raise _fail(run, where + "dropped", f"must be true or false, got {dropped!r}")
+    return job
+
+
+def _validate_run(i: int, raw: Any) -> _Run:
+    if not isinstance(raw, Mapping):
+        raise ReportInputError(f"simulation result run {i}: must be an object, got {type(raw).__name__}")
+    gpus = _int(i, "gpus", _get(i, raw, "gpus"))
+    if gpus < 1:
+        raise _fail(i, "gpus", f"must be >= 1, got {gpus}")
+    metrics_raw = _mapping(i, "metrics", _get(i, raw, "metrics"))
+    metrics = {
+        name: _number(i, "metrics." + name, _get(i, metrics_raw, name, "metrics."), nullable=True)
+        for name in METRIC_KEYS
+    }
+    extra_metrics = {k: v for k, v in metrics_raw.items() if k not in metrics}
+    jobs = [_job(i, k, j) for k, j in enumerate(_list(i, "jobs", _get(i, raw, "jobs")))]
+    timeline = _mapping(i, "timeline", _get(i, raw, "timeline"))
+    series: dict[str, list[float]] = {}
+    if timeline:  # an empty object is an empty timeline
+        for name in ("t", "busy_gpus", "completed"):
+            values = _list(i, "timeline." + name, _get(i, timeline, name, "timeline."))
+            series[name] = [
+                _float(i, f"timeline.{name}[{k}]", v) for k, v in enumerate(values)
+            ]
+        lengths = {name: len(v) for name, v in series.items()}
+        if len(set(lengths.values())) > 1:
+            raise _fail(i, "timeline", f"lists must have equal lengths, got {lengths}")
+        t = series["t"]
+        if any(b < a for a, b in itertools.pairwise(t)):
+            raise _fail(i, "timeline.t", "must be non-decreasing")
+    return _Run(
+        index=i,
+        workload=_str(i, "workload", _get(i, raw, "workload")),
+        policy=_str(i, "policy", _get(i, raw, "policy")),
+        seed=_int(i, "seed", _get(i, raw, "seed")),
+        gpus=gpus,
+        resize_cost=_str(i, "resize_cost", _get(i, raw, "resize_cost")),
+        metrics=metrics,
+        extra_metrics=extra_metrics,
+        jobs=jobs,
+        t=series.get("t", []),
+        busy_gpus=series.get("busy_gpus", []),
+        completed=series.get("completed", []),
+    )
+
+
+def _series(results: Sequence[Mapping[str, Any]]) -> list[_Series]:
+    """Validates ``results`` and groups the runs into labelled series (order of first appearance)."""
+    if isinstance(results, str | bytes | Mapping) or not isinstance(results, Sequence):
+        raise ReportInputError(f"simulation results must be a list of run objects, got {type(results).__name__}")
+    if not results:
+        raise ReportInputError("simulation results: no runs to report")
+    groups: dict[tuple[str, str, int, str], _Series] = {}
+    seen: dict[tuple[tuple[str, str, int, str], int], int] = {}
+    for i, raw in enumerate(results):
+        run = _validate_run(i, raw)
+        if (run.key, run.seed) in seen:
+            raise _fail(i, "seed", f"repeats run {seen[run.key, run.seed]} (same workload, policy, gpus, "
+                                   f"resize_cost and seed {run.seed})")
+        seen[run.key, run.seed] = i
+        if run.key not in groups:
+            groups[run.key] = _Series(run.workload, run.policy, run.gpus, run.resize_cost)
+        groups[run.key].runs.append(run)
+    out = list(groups.values())
+    varying = {
+        "workload": len({s.workload for s in out}) > 1,
+        "gpus": len({s.gpus for s in out}) > 1,
+        "resize_cost": len({s.resize_cost for s in out}) > 1,
+    }
+    for s in out:
+        s.runs.sort(key=lambda r: r.seed)
+        extra = [s.workload] if varying["workload"] else []
+        extra += [f"{s.gpus} GPUs"] if varying["gpus"] else []
+        extra += [s.resize_cost] if varying["resize_cost"] else []
+        s.label = s.policy + (f" ({', '.join(extra)})" if extra else "")
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Pure tables
+# --------------------------------------------------------------------------------------------------
+
+
+def summary_table(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per-series summary over seeds: the rows of the HTML table.
+
+    A series is one (workload, policy, GPUs, resize cost) combination; in the usual comparison (one
+    workload, one cluster) that is one row per policy. Pure: no I/O.
+
+    Args:
+        results: The simulator's JSON-ready run dicts (one per policy × seed).
+
+    Returns:
+        One JSON-ready dict per series, in the order of first appearance: ``label`` (the policy
+        name, plus the attributes that differ between series), ``workload``, ``policy``, ``gpus``,
+        ``resize_cost``, ``seeds`` (sorted list), ``n_seeds``, and ``metrics``: for each name of
+        :data:`METRIC_KEYS` a dict ``{"mean", "std", "n"}`` over the runs where the metric is known
+        (``n`` of them). ``std`` is the sample standard deviation (n − 1), ``None`` below two values;
+        ``mean`` is ``None`` when no run knows the metric. Times are in seconds, as in the input.
+
+    Raises:
+        ReportInputError: ``results`` breaks the result schema.
+    """
+    return _summary_rows(_series(results))
+
+
+def _summary_rows(series: Sequence[_Series]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for s in series:
+        metrics: dict[str, dict[str, float | int | None]] = {}
+        for name in METRIC_KEYS:
+            values = [v for r in s.runs if (v := r.metrics[name]) is not None]
+            metrics[name] = {
+                "mean": statistics.fmean(values) if values else None,
+                "std": statistics.stdev(values) if len(values) > 1 else None,
+                "n": len(values),
+            }
+        rows.append({
+            "label": s.label,
+            "workload": s.workload,
+            "policy": s.policy,
+            "gpus": s.gpus,
+            "resize_cost": s.resize_cost,
+            "seeds": [r.seed for r in s.runs],
+            "n_seeds": len(s.runs),
+            "metrics": metrics,
+        })
+    return rows
+
+
+def _time_unit(seconds: float) -> tuple[str, float]:
+    """The unit that shows a typical duration of ``seconds`` with 1–3 integer digits."""
+    if seconds < 120:
+        return "s", 1.0
+    if seconds < 120 * 60:
+        return "min", 60.0
+    return "h", 3600.0
+
+
+_UNIT_NAMES = {"s": "seconds", "min": "minutes", "h": "hours"}
+
+
+def _decimals(values: Sequence[float]) -> int:
+    """Decimals that show a column's largest value with about three significant digits (none if all are whole)."""
+    if all(v == int(v) for v in values):
+        return 0
+    mag = max(abs(v) for v in values)
+    if mag >= 100:
+        return 0
+    if mag >= 10:
+        return 1
+    if mag >= 1:
+        return 2
+    return 3
+
+
+def _cell(stat: Mapping[str, Any], scale: float, places: int) -> str:
+    """``mean ± std`` with ``places`` decimals, the mean alone below two seeds, "–" if unknown."""
+    mean, std = stat["mean"], stat["std"]
+    if mean is None:
+        return "–"
+    text = f"{mean / scale:,.{places}f}"
+    if std is not None:
+        text += f" ± {std / scale:,.{places}f}"
+    return text
+
+
+def _units(rows: Sequence[Mapping[str, Any]], series: Sequence[_Series]) -> tuple[tuple[str, float], tuple[str, float]]:
+    """(duration unit for JCT/queue/exec, horizon unit for makespan and timelines)."""
+    jcts = [m for row in rows if (m := row["metrics"]["avg_jct"]["mean"]) is not None]
+    if not jcts:
+        jcts = [max(vals) for s in series if (vals := s.pooled("jct"))]
+    spans = [m for row in rows if (m := row["metrics"]["makespan"]["mean"]) is not None]
+    spans += [r.t[-1] for s in series for r in s.runs if r.t]
+    return _time_unit(max(jcts, default=0.0)), _time_unit(max(spans, default=0.0))
+
+
+# (header, metric, scale kind) where scale kind is "dur", "span", a number, or 1.
+_COLUMNS: tuple[tuple[str, str, str | float], ...] = (
+    ("Avg JCT ({dur})", "avg_jct", "dur"),
+    ("P50 JCT ({dur})", "p50_jct", "dur"),
+    ("P99 JCT ({dur})", "p99_jct", "dur"),
+    ("Avg queue ({dur})", "avg_queue", "dur"),
+    ("Avg exec ({dur})", "avg_exec", "dur"),
+    ("Makespan ({span})", "makespan", "span"),
+    ("Utilization (%)", "avg_utilization", 0.01),
+    ("Scaling efficiency", "scaling_efficiency", 1.0),
+    ("Unfair fraction", "unfair_fraction", 1.0),
+    ("Worst FTF", "worst_ftf", 1.0),
+    ("Resizes / job", "resizes_per_job", 1.0),
+    ("GPU-hours", "gpu_hours", 1.0),
+    ("Drop ratio", "drop_ratio", 1.0),
+    ("Jobs completed", "jobs_completed", 1.0),
+    ("Jobs", "jobs", 1.0),
+)
+
+_CAPTIONS: dict[str, str] = {
+    "jct_cdf.png": "Job completion time CDF per policy, seeds pooled. The y axis is the fraction of all "
+                   "submitted jobs, so a curve ends below 1 when jobs were dropped or did not finish.",
+    "queue_exec_box.png": "Queueing time (left) and execution time (right) per policy, seeds pooled; boxes "
+                          "span the quartiles, whiskers 1.5 × IQR, points are outliers.",
+    "completed_over_time.png": "Jobs completed over simulated time; the solid line is each policy's lowest "
+                               "seed, the faint lines its other seeds.",
+    "utilization_over_time.png": "GPU utilization (busy GPUs / cluster GPUs) over simulated time, step-wise "
+                                 "between events; solid: lowest seed, faint: other seeds.",
+    "ftf_cdf.png": "Finish-time fairness (FTF) CDF per policy over the jobs with a known FTF, seeds pooled; "
+                   "jobs right of the dashed line at FTF = 1 were treated unfairly.",
+}
+
+_CSS = """
+body { font-family: sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 1.5em; }
+table { border-collapse: collapse; font-size: 0.85em; }
+th, td { border: 1px solid #bbb; padding: 0.3em 0.5em; text-align: right; white-space: nowrap; }
+th { background: #eee; } td.label { text-align: left; font-weight: bold; }
+.swatch { display: inline-block; width: 0.8em; height: 0.8em; margin-right: 0.4em; vertical-align: middle; }
+figure { margin: 1.5em 0; } figure img { max-width: 100%; border: 1px solid #ddd; }
+figcaption { font-size: 0.9em; color: #444; max-width: 900px; }
+.note { font-size: 0.85em; color: #555; }
+"""
+
+
+def _render_html(title: str, rows: Sequence[Mapping[str, Any]], series: Sequence[_Series],
+                 colours: Sequence[str], dur: tuple[str, float], span: tuple[str, float],
+                 images: Mapping[str, bytes]) -> str:
+    """The standalone ``index.html`` text (pure). Images are embedded as data URIs and link to the PNGs."""
+    esc = html.escape
+    units = {"dur": dur, "span": span}
+    head = ["Policy", "Seeds"] + [h.format(dur=dur[0], span=span[0]) for h, _, _ in _COLUMNS]
+    lines = [
+        "<!DOCTYPE html>",
+        '<html lang="en">',
+        '<head><meta charset="utf-8">',
+        f"<title>{esc(title)}</title>",
+        f"<style>{_CSS}</style>",
+        "</head>",
+        "<body>",
+        f"<h1>{esc(title)}</h1>",
+    ]
+    workloads = sorted({s.workload for s in series})
+    clusters = sorted({s.gpus for s in series})
+    costs = sorted({s.resize_cost for s in series})
+    lines.append(
+        f'<p>Workload: {esc(", ".join(workloads))}. Cluster: {esc(", ".join(map(str, clusters)))} GPUs. '
+        f'Resize cost: {esc(", ".join(costs))}. {sum(len(s.runs) for s in series)} runs, '
+        f"{sum(s.n_jobs for s in series)} job records.</p>"
+    )
+    lines += ["<h2>Summary</h2>", "<table>", "<thead><tr>" + "".join(f"<th>{esc(h)}</th>" for h in head)
+              + "</tr></thead>", "<tbody>"]
+    scales = [units[kind][1] if isinstance(kind, str) else kind for _, _, kind in _COLUMNS]
+    places = [
+        _decimals([m / scale for row in rows if (m := row["metrics"][metric]["mean"]) is not None] or [0.0])
+        for (_, metric, _), scale in zip(_COLUMNS, scales, strict=True)
+    ]
+    for row, colour in zip(rows, colours, strict=True):
+        cells = [
+            f'<td class="label"><span class="swatch" style="background:{colour}"></span>{esc(row["label"])}</td>',
+            f'<td>{row["n_seeds"]} ({esc(", ".join(map(str, row["seeds"])))})</td>',
+        ]
+        for (_, metric, _), scale, digits in zip(_COLUMNS, scales, places, strict=True):
+            cells.append(f"<td>{esc(_cell(row['metrics'][metric], scale, digits))}</td>")
+        lines.append("<tr>" + "".join(cells) + "</tr>")
+    lines += [
+        "</tbody>",
+        "</table>",
+        f'<p class="note">Each cell is the mean ± sample standard deviation over the seeds of the row '
+        f"(mean alone with one seed; – when no run knows the value). JCT, queue and execution times are "
+        f"in {esc(_UNIT_NAMES[dur[0]])}, makespan in {esc(_UNIT_NAMES[span[0]])}. Utilization is the "
+        f"time-averaged share of busy GPUs; FTF is finish-time fairness (time in the shared cluster over "
+        f"time with a fair 1/N share; &gt; 1 is unfair).</p>",
+        "<h2>Plots</h2>",
+    ]
+    for name, png in images.items():
+        data = base64.b64encode(png).decode("ascii")
+        lines.append(
+            f'<figure><a href="{esc(name)}"><img src="data:image/png;base64,{data}" alt="{esc(name)}"></a>'
+            f"<figcaption>{esc(_CAPTIONS[name])} (<a href=\"{esc(name)}\">{esc(name)}</a>)</figcaption></figure>"
+        )
+    lines += [
+        "<h2>Data</h2>",
+        "<ul>",
+        '<li><a href="summary.csv">summary.csv</a>: one row per run with its metrics (times in seconds).</li>',
+        '<li><a href="jobs.csv">jobs.csv</a>: one row per job per run (times in seconds; empty cells are '
+        "unknown values, e.g. the JCT of a dropped job).</li>",
+        "</ul>",
+        "</body>",
+        "</html>",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------
+# CSVs
+# --------------------------------------------------------------------------------------------------
+
+
+def _csv_value(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Mapping | list | tuple):
+        return json.dumps(value, sort_keys=True)
+    return value
+
+
+def _write_csv(path: Path, columns: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> None:
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(columns)
+        for row in rows:
+            writer.writerow([_csv_value(row.get(c)) for c in columns])
+
+
+def _run_columns(run: _Run) -> dict[str, Any]:
+    return {"workload": run.workload, "policy": run.policy, "seed": run.seed,
+            "resize_cost": run.resize_cost, "gpus": run.gpus}
+
+
+def _write_jobs_csv(path: Path, series: Sequence[_Series]) -> None:
+    runs = [r for s in series for r in s.runs]
+    extra = sorted({k for r in runs for j in r.jobs for k in j} - set(JOB_FIELDS) - set(_RUN_COLUMNS))
+    rows = [{**j, **_run_columns(r)} for r in runs for j in r.jobs]
+    _write_csv(path, (*_RUN_COLUMNS, *JOB_FIELDS, *extra), rows)
+
+
+def _write_summary_csv(path: Path, series: Sequence[_Series]) -> None:
+    runs = [r for s in series for r in s.runs]
+    extra = sorted({k for r in runs for k in r.extra_metrics} - set(_RUN_COLUMNS))
+    rows = [{**r.extra_metrics, **r.metrics, **_run_columns(r)} for r in runs]
+    _write_csv(path, (*_RUN_COLUMNS, *METRIC_KEYS, *extra), rows)
+
+
+# --------------------------------------------------------------------------------------------------
+# Plots (matplotlib imported lazily, drawn on an explicit Agg canvas)
+# --------------------------------------------------------------------------------------------------
+
+
+def _mpl_label(label: str) -> str:
+    """A legend/tick label matplotlib shows verbatim (no mathtext, not hidden by a leading ``_``)."""
+    label = label.replace("$", r"\$")
+    return " " + label if label.startswith("_") else label
+
+
+def _colours(n: int) -> list[str]:
+    from matplotlib import colormaps
+    from matplotlib.colors import to_hex
+
+    cmap = colormaps["tab10" if n <= 10 else "tab20"]
+    size = 10 if n <= 10 else 20
+    return [to_hex(cmap(i % size)) for i in range(n)]
+
+
+def _new_figure(ncols: int = 1, width: float = 8.0) -> tuple[Figure, list[Axes]]:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, 4.8), dpi=_DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, ncols, squeeze=False)
+    return fig, list(axes[0])
+
+
+def _save(fig: Figure, path: Path) -> bytes:
+    fig.savefig(path, format="png", metadata={"Software": None})
+    return path.read_bytes()
+
+
+def _no_data(ax: Axes, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4")
+
+
+def _cdf(ax: Axes, values: Sequence[float], denominator: int, colour: str, label: str) -> None:
+    xs = sorted(values)
+    ys = [(k + 1) / denominator for k in range(len(xs))]
+    ax.step([xs[0], *xs], [0.0, *ys], where="post", color=colour, label=label, linewidth=1.8)
+
+
+def _log_if_spread(ax: Axes, values: Sequence[float]) -> bool:
+    positive = [v for v in values if v > 0]
+    if positive and max(positive) > _LOG_SPREAD * min(positive):
+        ax.set_xscale("log")
+        return True
+    return False
+
+
+def _plot_jct_cdf(path: Path, series: Sequence[_Series], colours: Sequence[str], dur: tuple[str, float]) -> bytes:
+    fig, (ax,) = _new_figure()
+    pooled_all: list[float] = []
+    for s, colour in zip(series, colours, strict=True):
+        values = [v / dur[1] for v in s.pooled("jct")]
+        if values and s.n_jobs:
+            _cdf(ax, values, s.n_jobs, colour, _mpl_label(s.label))
+            pooled_all += values
+        else:
+            ax.plot([], [], color=colour, label=_mpl_label(s.label + " (no job completed)"))
+    log = _log_if_spread(ax, pooled_all)
+    if not pooled_all:
+        _no_data(ax, "no job completed in any run")
+    ax.set_xlabel(f"job completion time ({dur[0]}{', log scale' if log else ''})")
+    ax.set_ylabel("fraction of submitted jobs")
+    ax.set_ylim(0, 1.02)
+    ax.set_title("Job completion time CDF (seeds pooled)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="lower right")
+    return _save(fig, path)
+
+
+def _plot_queue_exec(path: Path, series: Sequence[_Series], colours: Sequence[str],
+                     dur: tuple[str, float]) -> bytes:
+    fig, axes = _new_figure(ncols=2, width=max(9.0, 1.6 * len(series) + 4))
+    labels = [_mpl_label(s.label) for s in series]
+    for ax, name, title in ((axes[0], "queue", "Queueing time"), (axes[1], "exec", "Execution time")):
+        data = [[v / dur[1] for v in s.pooled(name)] for s in series]
+        positions = [k + 1 for k, d in enumerate(data) if d]
+        if positions:
+            box = ax.boxplot([data[p - 1] for p in positions], positions=positions, patch_artist=True, widths=0.6,
+                             medianprops={"color": "black"}, flierprops={"markersize": 3, "alpha": 0.5})
+            for patch, p in zip(box["boxes"], positions, strict=True):
+                patch.set_facecolor(colours[p - 1])
+                patch.set_alpha(0.75)
+        else:
+            _no_data(ax, "no values")
+        ax.set_xticks(range(1, len(series) + 1), labels, rotation=20 if len(series) > 3 else 0,
+                      ha="right" if len(series) > 3 else "center")
+        ax.set_xlim(0.4, len(series) + 0.6)
+        ax.set_ylabel(f"{title.lower()} ({dur[0]})")
+        ax.set_title(f"{title} per policy (seeds pooled)")
+        ax.grid(True, axis="y", alpha=0.3)
+    return _save(fig, path)
+
+
+def _plot_timeline(path: Path, series: Sequence[_Series], colours: Sequence[str], span: tuple[str, float], *,
+                   utilization: bool) -> bytes:
+    fig, (ax,) = _new_figure()
+    drawn = False
+    for s, colour in zip(series, colours, strict=True):
+        runs = [r for r in s.runs if r.t]
+        for k, run in enumerate(runs):
+            t = [v / span[1] for v in run.t]
+            y = [100.0 * b / run.gpus for b in run.busy_gpus] if utilization else run.completed
+            solid = k == 0
+            ax.step(t, y, where="post", color=colour, linewidth=1.8 if solid else 0.9, alpha=1.0 if solid else 0.35,
+                    label=_mpl_label(s.label + (f" (seed {run.seed})" if len(runs) > 1 else "")) if solid else None)
+            drawn = True
+        if not runs:
+            ax.plot([], [], color=colour, label=_mpl_label(s.label + " (no timeline)"))
+    if not drawn:
+        _no_data(ax, "no timeline recorded")
+    ax.set_xlabel(f"simulated time ({span[0]})")
+    if utilization:
+        ax.set_ylabel("GPU utilization (% of cluster GPUs busy)")
+        ax.set_ylim(0, 105)
+        ax.set_title("GPU utilization over time")
+    else:
+        ax.set_ylabel("jobs completed (count)")
+        ax.set_ylim(bottom=0)
+        ax.set_title("Jobs completed over time")
+    ax.set_xlim(left=0)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="lower right" if not utilization else "best")
+    return _save(fig, path)
+
+
+def _plot_ftf_cdf(path: Path, series: Sequence[_Series], colours: Sequence[str]) -> bytes:
+    fig, (ax,) = _new_figure()
+    pooled_all: list[float] = []
+    for s, colour in zip(series, colours, strict=True):
+        values = s.pooled("ftf")
+        if values:
+            _cdf(ax, values, len(values), colour, _mpl_label(s.label))
+            pooled_all += values
+        else:
+            ax.plot([], [], color=colour, label=_mpl_label(s.label + " (no FTF known)"))
+    log = _log_if_spread(ax, [*pooled_all, 1.0])
+    ax.axvline(1.0, color="0.3", linestyle="--", linewidth=1.2, label="FTF = 1 (fair share)")
+    if not pooled_all:
+        _no_data(ax, "no job has a known FTF")
+    ax.set_xlabel(f"finish-time fairness ρ (dimensionless{', log scale' if log else ''})")
+    ax.set_ylabel("fraction of jobs with known FTF")
+    ax.set_ylim(0, 1.02)
+    ax.set_title("Finish-time fairness CDF (seeds pooled)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="lower right")
+    return _save(fig, path)
+
+
+def write_report(results: Sequence[Mapping[str, Any]], out_dir: Path, *, title: str | None = None) -> list[Path]:
+    """Writes the report directory of a simulated policy comparison.
+
+    Creates ``out_dir`` (and parents) and writes, overwriting files of the same names: the five
+    PNG plots ``jct_cdf.png``, ``queue_exec_box.png``, ``completed_over_time.png``,
+    ``utilization_over_time.png``, ``ftf_cdf.png``; ``jobs.csv`` (one row per job per run, columns
+    workload, policy, seed, resize_cost, gpus, then :data:`JOB_FIELDS`, then any extra job fields);
+    ``summary.csv`` (one row per run: the same run columns, then :data:`METRIC_KEYS`, then any
+    extra metrics); and ``index.html``, a standalone page (no script, no external asset: the plots
+    are embedded as data URIs and link to the PNG files) with the :func:`summary_table` rows, the
+    plots with captions and links to the CSVs. Every string from the input is HTML-escaped.
+
+    Args:
+        results: The simulator's JSON-ready run dicts (one per policy × seed).
+        out_dir: The report directory.
+        title: The page title; default "Simulation report: <workloads>".
+
+    Returns:
+        The written paths, in the order of :data:`FILES`.
+
+    Raises:
+        ReportInputError: ``results`` breaks the result schema (nothing is written then).
+    """
+    from matplotlib import style
+
+    series = _series(results)
+    rows = _summary_rows(series)
+    dur, span = _units(rows, series)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    colours = _colours(len(series))
+    paths = [out_dir / name for name in FILES]
+    images: dict[str, bytes] = {}
+    with style.context(["default", {"font.size": 10, "axes.titlesize": 11, "legend.fontsize": 9}]):
+        images["jct_cdf.png"] = _plot_jct_cdf(paths[0], series, colours, dur)
+        images["queue_exec_box.png"] = _plot_queue_exec(paths[1], series, colours, dur)
+        images["completed_over_time.png"] = _plot_timeline(paths[2], series, colours, span, utilization=False)
+        images["utilization_over_time.png"] = _plot_timeline(paths[3], series, colours, span, utilization=True)
+        images["ftf_cdf.png"] = _plot_ftf_cdf(paths[4], series, colours)
+    _write_jobs_csv(paths[5], series)
+    _write_summary_csv(paths[6], series)
+    if title is None:
+        title = "Simulation report: " + ", ".join(sorted({s.workload for s in series}))
+    paths[7].write_text(_render_html(title, rows, series, colours, dur, span, images), encoding="utf-8")
+    return paths
