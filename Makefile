@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup lint test demo bench clean
+.PHONY: setup lint test demo reproduce bench clean
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,12 +24,17 @@ test: lint
 	$(BIN)/python .ci/check_junit.py build/junit.xml
 
 demo: setup
-	$(BIN)/slurm-elastic plan --policy ones --gpus 64 --jobs 24 --rounds 3
-	$(BIN)/slurm-elastic plan --policy dp --gpus 64 --jobs 24
+	$(BIN)/slurm-elastic simulate --workload ones-longhorn --gpus 64 --policy ones,dp,optimus,tiresias \
+		--seeds 1 --json out/demo/results.json --report out/demo
+	@echo "report: out/demo/index.html"
+
+reproduce: setup
+	$(BIN)/slurm-elastic reproduce --seeds 1-5 --out out/reproduce
 
 bench: setup
 	$(BIN)/slurm-elastic bench planner --policy dp --gpus 4096 --jobs 1000
 	$(BIN)/slurm-elastic bench planner --policy ones --gpus 4096 --jobs 1000 --param generations=1
+	$(BIN)/slurm-elastic bench simulate --jobs 10000 --gpus 1024 --policy dp
 
 clean:
-	rm -rf $(VENV) build .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) build out .mypy_cache .ruff_cache .pytest_cache .hypothesis

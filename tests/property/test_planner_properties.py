@@ -112,3 +112,18 @@ def test_same_inputs_and_seed_give_the_same_plan(snap, seed: int, policy: str) -
     a = planner.create(policy).plan(snap, None, np.random.default_rng(seed)).plan
     b = planner.create(policy).plan(snap, None, np.random.default_rng(seed)).plan
     assert a == b
+
+
+@SETTINGS
+@given(snapshots(), st.integers(1, 70), st.one_of(st.none(), st.integers(1, 5000)))
+def test_scalar_and_vector_sizing_agree(snap, k: int, limit: int | None) -> None:  # type: ignore[no-untyped-def]
+    from slurm_elastic.core import sizing
+
+    for job in snap.elastic_jobs()[:5]:
+        model = snap.profiles[job.model]
+        b, local, accum, valid = sizing.sizes(job, model, np.array([k]), limit)
+        s = sizing.size_for(job, k, model, limit)
+        if not valid[0]:
+            assert s is None
+        else:
+            assert s is not None and (s.global_batch, s.local_batch, s.accumulation) == (b[0], local[0], accum[0])

@@ -110,3 +110,27 @@ def test_every_policy_finishes_a_small_workload(policy: str) -> None:
     jobs = ones_longhorn(2)[:10]
     m = simulate(jobs, planner.create(policy), gpus=16, round_gap=30.0)["metrics"]
     assert m["jobs_completed"] == 10 and m["jobs_unfinished"] == 0
+
+
+def test_simulate_command_writes_json_and_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from slurm_elastic.cli import main
+
+    trace = _trace(tmp_path, ["a,0,2,300,cifar10", "b,10,1,200,bert", "c,20,4,100,imagenet"])
+    out, report = tmp_path / "r.json", tmp_path / "report"
+    assert main(["simulate", "--trace", str(trace), "--gpus", "8", "--policy", "fifo,dp", "--seeds", "1-2",
+                 "--json", str(out), "--report", str(report), "--quiet"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert [(s["policy"], s["seed"]) for s in summary] == [("fifo", 1), ("dp", 1), ("fifo", 2), ("dp", 2)]
+    assert all(s["jobs_completed"] == 3 for s in summary)
+    assert len(json.loads(out.read_text())) == 4
+    assert (report / "index.html").is_file() and (report / "jct_cdf.png").stat().st_size > 1000
+
+
+def test_simulate_command_rejects_bad_param(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from slurm_elastic.cli import main
+
+    trace = _trace(tmp_path, ["a,0,2,300,cifar10"])
+    assert main(["simulate", "--trace", str(trace), "--policy", "fifo", "--param", "dp.mode=drop"]) == 2
+    assert "must be POLICY.KEY=VALUE with POLICY one of fifo" in capsys.readouterr().err
