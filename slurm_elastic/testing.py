@@ -12,6 +12,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from functools import cache
+from typing import Any
 
 import numpy as np
 
@@ -26,18 +27,8 @@ from slurm_elastic.core.model import (
     NodeState,
     Placement,
 )
-from slurm_elastic_predictor.profiles import load_models
+from slurm_elastic_predictor.profiles import MODEL_DEFAULTS, load_models
 from slurm_elastic_predictor.throughput import ThroughputModel
-
-# Typical per-GPU batch and epoch size (samples) of each shipped profile's model.
-MODEL_DEFAULTS: dict[str, tuple[int, int]] = {
-    "cifar10": (128, 50_000),
-    "imagenet": (64, 1_281_167),
-    "bert": (12, 88_641),
-    "deepspeech2": (20, 132_553),
-    "yolov3": (8, 117_264),
-    "ncf": (1024, 994_169),
-}
 
 
 @cache
@@ -139,6 +130,22 @@ def random_snapshot(rng: np.random.Generator, n_nodes: int, gpus_per_node: int, 
             epochs_since_change=float(rng.uniform(0, 2)) if place else 0.0,
         ))
     return make_snapshot(nodes, jobs, now=float(n_jobs), arrival_rate=1 / 600)
+
+
+def snapshot_strategy(max_nodes: int = 6, max_jobs: int = 25) -> Any:
+    """A hypothesis strategy of :func:`random_snapshot` clusters (imports hypothesis lazily)."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def build(draw: st.DrawFn) -> ClusterSnapshot:
+        seed = draw(st.integers(0, 2**32 - 1))
+        nodes = draw(st.integers(1, max_nodes))
+        jobs = draw(st.integers(0, max_jobs))
+        down = draw(st.integers(0, 1))
+        return random_snapshot(np.random.default_rng(seed), nodes, 4, jobs, down_nodes=down,
+                               max_gpus_choices=(1, 2, 4, 8, 16))
+
+    return build()
 
 
 def gpus_needed(jobs: Sequence[Job], gpus_per_node: int) -> int:

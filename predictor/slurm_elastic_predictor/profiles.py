@@ -49,6 +49,7 @@ from slurm_elastic_predictor.errors import ProfileError
 from slurm_elastic_predictor.throughput import MultiGpuPoint, ThroughputModel, fit_profile
 
 __all__ = [
+    "MODEL_DEFAULTS",
     "PROFILE_GPUS_PER_NODE",
     "PROFILE_NAMES",
     "V100_COMPUTE_SPEEDUP",
@@ -64,6 +65,18 @@ __all__ = [
 ]
 
 PROFILE_NAMES: tuple[str, ...] = ("cifar10", "imagenet", "bert", "deepspeech2", "yolov3", "ncf")
+
+MODEL_DEFAULTS: dict[str, tuple[int, int]] = {
+    "cifar10": (128, 50_000),
+    "imagenet": (64, 1_281_167),
+    "bert": (12, 88_641),
+    "deepspeech2": (20, 132_553),
+    "yolov3": (8, 117_264),
+    "ncf": (1024, 994_169),
+}
+"""Per profile: the per-GPU batch a user typically asks for and the full data set's epoch size
+(samples: CIFAR-10, ImageNet-1k, SQuAD v1.1 features, LibriSpeech-clean subset, COCO train2017,
+MovieLens-1M ratings), as in the Pollux artifact's workloads."""
 """The shipped profiles: ResNet-18 on CIFAR-10, ResNet-50 on ImageNet, BERT (SQuAD fine-tune),
 DeepSpeech2, YOLOv3 and NCF."""
 

@@ -67,7 +67,7 @@ from numpy.typing import NDArray
 from slurm_elastic.core import scaling_policy as sp
 from slurm_elastic.core import sizing
 from slurm_elastic.core.model import ClusterSnapshot, Job, JobId, JobState, NodeName
-from slurm_elastic.core.planner import PlanResult, build_plan, register
+from slurm_elastic.core.planner import PlanResult, build_plan, current_counts, register
 from slurm_elastic.errors import ConfigError
 
 IntArr = NDArray[np.signedinteger[Any]]
@@ -89,6 +89,7 @@ class OnesMemo:
         grids: uncorrected throughput grids by (job shape, cap, limit), reused across calls.
         warm_score: expected score of the refreshed warm start in the call that made this memo.
         best_score: expected score of that call's ``S*`` (never above ``warm_score``).
+        last_plan_time: when the search last ran (periodic mode).
     """
 
     gpus: tuple[tuple[NodeName, int], ...] = ()
@@ -100,6 +101,7 @@ class OnesMemo:
     grids: dict[tuple[object, ...], FloatArr] = field(default_factory=dict)
     warm_score: float = 0.0
     best_score: float = 0.0
+    last_plan_time: float | None = None
 
 
 @dataclass
@@ -340,6 +342,8 @@ class OnesPlanner:
             suggestion ``sigma = lambda``).
         default_epochs_to_go: progress prior ``beta`` for jobs that declared no epoch count.
         gate: execute ``S*`` only once every running job finished an epoch since its last change.
+        interval: seconds between searches (a periodic ONES); 0 (default) searches at every call,
+            i.e. at every event. Between searches the allocation is kept.
     """
 
     name = "ones"
@@ -355,6 +359,7 @@ class OnesPlanner:
         sigma: float | None = None,
         default_epochs_to_go: float = 10.0,
         gate: bool = True,
+        interval: float = 0.0,
     ) -> None:
         if population is not None and population < 2:
             raise ConfigError(f"ones.population = {population}: must be >= 2")
@@ -366,6 +371,8 @@ class OnesPlanner:
             raise ConfigError(f"ones.mutation_rate = {mutation_rate}: must lie in [0, 1]")
         if sigma is not None and sigma < 0:
             raise ConfigError(f"ones.sigma = {sigma}: must be >= 0 (1/s)")
+        if interval < 0:
+            raise ConfigError(f"ones.interval = {interval}: must be >= 0 seconds")
         if default_epochs_to_go < 1:
             raise ConfigError(f"ones.default_epochs_to_go = {default_epochs_to_go}: must be >= 1")
         self.population = population
@@ -375,6 +382,7 @@ class OnesPlanner:
         self.sigma = sigma
         self.default_epochs_to_go = default_epochs_to_go
         self.gate = gate
+        self.interval = interval
 
     # -- setup ---------------------------------------------------------------------------------
 
@@ -444,6 +452,10 @@ class OnesPlanner:
     def plan(self, snapshot: ClusterSnapshot, memo: Any, rng: np.random.Generator) -> PlanResult:
         """Refresh the population, evolve it, and execute (or hold) ``S*``."""
         m = memo if isinstance(memo, OnesMemo) else OnesMemo()
+        if m.last_plan_time is not None and snapshot.now - m.last_plan_time < self.interval:
+            return PlanResult(build_plan(snapshot, self.name, current_counts(snapshot),
+                                         batch_limits={j: s.limit for j, s in m.limits.items()},
+                                         notes=("between searches: allocation kept",)), m)
         jobs = list(snapshot.elastic_jobs())
         gpus = snapshot.schedulable_gpus()
         limits = self._limits(snapshot, m, jobs)
@@ -513,6 +525,7 @@ class OnesPlanner:
             waiting_at_update=m.waiting_at_update if gated else frozenset(
                 j.job_id for j in jobs if j.job_id not in running_now),
             grids=grids,
+            last_plan_time=snapshot.now,
             warm_score=warm_expected,
             best_score=float(expected[best]),
         )

@@ -27,16 +27,8 @@ import numpy as np
 from slurm_elastic.core.model import ElasticMode
 from slurm_elastic.errors import TraceError
 from slurm_elastic.sim.truth import truth
+from slurm_elastic_predictor.profiles import MODEL_DEFAULTS
 
-# Per-GPU batch a user would ask for and epoch size (samples), per profile.
-MODEL_DEFAULTS: dict[str, tuple[int, int]] = {
-    "cifar10": (128, 50_000),
-    "imagenet": (64, 1_281_167),
-    "bert": (12, 88_641),
-    "deepspeech2": (20, 132_553),
-    "yolov3": (8, 117_264),
-    "ncf": (1024, 994_169),
-}
 GPUS_PER_NODE = 4
 
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from slurm_elastic.core import planner
 from slurm_elastic.core.constraints import plan_violations
 from slurm_elastic.core.model import ClusterSnapshot, JobState, Plan
-from slurm_elastic.testing import random_snapshot
+from slurm_elastic.testing import snapshot_strategy
 
 SETTINGS = settings(max_examples=30, deadline=None)
 POLICIES: list[tuple[str, dict[str, Any]]] = [
@@ -26,14 +26,7 @@ POLICIES: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
-@st.composite
-def snapshots(draw: st.DrawFn) -> ClusterSnapshot:
-    seed = draw(st.integers(0, 2**32 - 1))
-    nodes = draw(st.integers(1, 6))
-    jobs = draw(st.integers(0, 25))
-    down = draw(st.integers(0, 1))
-    return random_snapshot(np.random.default_rng(seed), nodes, 4, jobs, down_nodes=down,
-                           max_gpus_choices=(1, 2, 4, 8, 16))
+snapshots = snapshot_strategy
 
 
 def _check(snap: ClusterSnapshot, plan: Plan) -> None:

@@ -12,20 +12,13 @@ from slurm_elastic.core import planner
 from slurm_elastic.core.constraints import plan_violations
 from slurm_elastic.core.dynprog import DynamicProgramPlanner, scaling_values, solve
 from slurm_elastic.core.evolutionary import OnesPlanner
-from slurm_elastic.testing import make_job, make_nodes, make_snapshot, random_snapshot
+from slurm_elastic.testing import make_job, make_nodes, make_snapshot, snapshot_strategy
 
 NEG = -np.inf
 SETTINGS = settings(max_examples=40, deadline=None)
 
 
-@st.composite
-def snapshots(draw: st.DrawFn):  # type: ignore[no-untyped-def]
-    seed = draw(st.integers(0, 2**32 - 1))
-    nodes = draw(st.integers(1, 6))
-    jobs = draw(st.integers(0, 25))
-    down = draw(st.integers(0, 1))
-    return random_snapshot(np.random.default_rng(seed), nodes, 4, jobs, down_nodes=down,
-                           max_gpus_choices=(1, 2, 4, 8, 16))
+snapshots = snapshot_strategy
 
 
 @SETTINGS

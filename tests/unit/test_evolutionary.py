@@ -114,3 +114,14 @@ def test_preempted_job_resumes_when_gpus_free() -> None:
     snap = make_snapshot(make_nodes(1), [job])
     res = _plan(snap)
     assert res.plan.by_job()[JobId("p")].num_gpus >= 1
+
+
+def test_periodic_ones_keeps_allocation_between_searches() -> None:
+    run = make_job("run", max_gpus=8, placement=[("n000", 0)], epochs_done=5, epochs_since_change=3)
+    snap = make_snapshot(make_nodes(1), [run, make_job("w", submit_time=5)], now=100.0)
+    res = OnesPlanner(interval=600).plan(snap, OnesMemo(last_plan_time=0.0), np.random.default_rng(0))
+    assert [p.job_id for p in res.plan.jobs] == ["run"]
+    assert res.plan.notes == ("between searches: allocation kept",)
+    later = make_snapshot(make_nodes(1), [run, make_job("w", submit_time=5)], now=700.0)
+    res2 = OnesPlanner(interval=600).plan(later, res.memo, np.random.default_rng(0))
+    assert "w" in {p.job_id for p in res2.plan.jobs}
