@@ -1,0 +1,251 @@
+"""Durable state of the daemon: rounds, the action journal and job progress, in SQLite (WAL).
+
+This module owns the database file and its schema. Its contract with the daemon:
+
+* every action is written *before* it runs (:meth:`Store.begin_action`, state ``running``) and
+  again *after* (:meth:`Store.finish_action`, ``done`` or ``failed`` with the message), each in its
+  own committed transaction, so a daemon killed in between finds the action in
+  :meth:`Store.unfinished_actions` on restart and reconciles it against Slurm instead of losing
+  or repeating it;
+* every round is recorded with its plan (as JSON) and the one-line summary;
+* progress reports from jobs' launchers (samples, loss, metric, throughput at a configuration)
+  are appended, never updated: the predictors refit from them.
+
+It must not talk to Slurm or decide anything; it stores and returns. Times are seconds since the
+epoch, passed in by the caller (the store reads no clock).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from slurm_elastic.core.actions import Action, ActionKind
+from slurm_elastic.core.model import JobId, NodeName, Placement, Plan
+from slurm_elastic.errors import ElasticError
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS rounds (
+    id INTEGER PRIMARY KEY,
+    t REAL NOT NULL,
+    policy TEXT NOT NULL,
+    summary TEXT NOT NULL,
+    plan TEXT NOT NULL,
+    violations TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS actions (
+    id INTEGER PRIMARY KEY,
+    round_id INTEGER REFERENCES rounds(id),
+    job_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    body TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('running', 'done', 'failed')),
+    message TEXT NOT NULL DEFAULT '',
+    started REAL NOT NULL,
+    finished REAL
+);
+CREATE INDEX IF NOT EXISTS actions_state ON actions(state);
+CREATE INDEX IF NOT EXISTS actions_job ON actions(job_id);
+CREATE TABLE IF NOT EXISTS progress (
+    id INTEGER PRIMARY KEY,
+    job_id TEXT NOT NULL,
+    t REAL NOT NULL,
+    samples INTEGER NOT NULL,
+    gpus INTEGER NOT NULL,
+    global_batch INTEGER NOT NULL,
+    throughput REAL,
+    loss REAL,
+    metric REAL
+);
+CREATE INDEX IF NOT EXISTS progress_job ON progress(job_id, t);
+"""
+
+
+class StoreError(ElasticError):
+    """The state database is unusable (wrong schema version, corrupt row)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    """One action as journaled."""
+
+    id: int
+    round_id: int | None
+    action: Action
+    state: str
+    message: str
+    started: float
+    finished: float | None
+
+
+def _placement_json(p: Placement) -> list[list[Any]]:
+    return [[node, list(gpus)] for node, gpus in p.slots]
+
+
+def _placement_from(raw: list[list[Any]]) -> Placement:
+    return Placement(tuple((NodeName(str(n)), tuple(int(g) for g in gs)) for n, gs in raw))
+
+
+def action_to_json(a: Action) -> str:
+    """Serialise an action (stable key order)."""
+    return json.dumps({
+        "kind": a.kind.value, "job_id": a.job_id, "before": _placement_json(a.before),
+        "after": _placement_json(a.after), "global_batch": a.global_batch, "local_batch": a.local_batch,
+        "accumulation": a.accumulation, "lr": a.lr, "reason": a.reason,
+    }, sort_keys=True)
+
+
+def action_from_json(text: str) -> Action:
+    """Inverse of :func:`action_to_json`.
+
+    Raises:
+        StoreError: the text is not a journaled action.
+    """
+    try:
+        d = json.loads(text)
+        return Action(ActionKind(d["kind"]), JobId(d["job_id"]), _placement_from(d["before"]),
+                      _placement_from(d["after"]), int(d["global_batch"]), int(d["local_batch"]),
+                      int(d["accumulation"]), float(d["lr"]), str(d["reason"]))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StoreError(f"journaled action is malformed: {exc}: {text[:200]!r}") from exc
+
+
+def plan_to_json(plan: Plan) -> str:
+    """Serialise a plan for the round record."""
+    return json.dumps({
+        "policy": plan.policy, "score": plan.score, "notes": list(plan.notes),
+        "jobs": [{"job_id": p.job_id, "placement": _placement_json(p.placement), "global_batch": p.global_batch,
+                  "local_batch": p.local_batch, "accumulation": p.accumulation, "lr": p.lr} for p in plan.jobs],
+        "unplaced": [{"job_id": u.job_id, "reason": u.reason, "dropped": u.dropped} for u in plan.unplaced],
+    }, sort_keys=True)
+
+
+class Store:
+    """The daemon's SQLite database.
+
+    Args:
+        path: database file (created with its folder if missing).
+    """
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._db = sqlite3.connect(path, isolation_level=None, timeout=30.0)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        self._db.executescript(_SCHEMA)  # idempotent; executescript manages its own transaction
+        with self._tx():
+            row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+            if row is None:
+                self._db.execute("INSERT INTO meta(key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+            elif int(row[0]) != SCHEMA_VERSION:
+                raise StoreError(f"{path}: schema version {row[0]}, this slurm-elastic reads {SCHEMA_VERSION}")
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._db.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[None]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    # -- rounds -----------------------------------------------------------------------------------
+
+    def record_round(self, t: float, plan: Plan, summary: str, violations: tuple[str, ...]) -> int:
+        """Store one round; returns its id."""
+        with self._tx():
+            cur = self._db.execute(
+                "INSERT INTO rounds(t, policy, summary, plan, violations) VALUES (?, ?, ?, ?, ?)",
+                (t, plan.policy, summary, plan_to_json(plan), json.dumps(list(violations))),
+            )
+        return int(cur.lastrowid or 0)
+
+    def rounds(self, since: float = 0.0) -> list[dict[str, Any]]:
+        """Rounds at or after ``since``, oldest first."""
+        rows = self._db.execute(
+            "SELECT id, t, policy, summary, plan, violations FROM rounds WHERE t >= ? ORDER BY id", (since,)
+        ).fetchall()
+        return [{"id": r[0], "t": r[1], "policy": r[2], "summary": r[3], "plan": json.loads(r[4]),
+                 "violations": json.loads(r[5])} for r in rows]
+
+    # -- the action journal -----------------------------------------------------------------------
+
+    def begin_action(self, action: Action, t: float, round_id: int | None = None) -> int:
+        """Journal an action as running, before it runs; returns its id."""
+        with self._tx():
+            cur = self._db.execute(
+                "INSERT INTO actions(round_id, job_id, kind, body, state, started) VALUES (?, ?, ?, ?, 'running', ?)",
+                (round_id, action.job_id, action.kind.value, action_to_json(action), t),
+            )
+        return int(cur.lastrowid or 0)
+
+    def finish_action(self, action_id: int, ok: bool, t: float, message: str = "") -> None:
+        """Journal the outcome of an action.
+
+        Raises:
+            StoreError: no running action has that id (finished twice, or never begun).
+        """
+        with self._tx():
+            cur = self._db.execute(
+                "UPDATE actions SET state=?, message=?, finished=? WHERE id=? AND state='running'",
+                ("done" if ok else "failed", message, t, action_id),
+            )
+            if cur.rowcount != 1:
+                raise StoreError(f"action {action_id} is not running: cannot record its outcome twice")
+
+    def _entries(self, where: str, args: tuple[Any, ...]) -> list[JournalEntry]:
+        rows = self._db.execute(
+            f"SELECT id, round_id, body, state, message, started, finished FROM actions WHERE {where} ORDER BY id",
+            args,
+        ).fetchall()
+        return [JournalEntry(r[0], r[1], action_from_json(r[2]), r[3], r[4], r[5], r[6]) for r in rows]
+
+    def unfinished_actions(self) -> list[JournalEntry]:
+        """Actions begun and never finished (the daemon died in between), oldest first."""
+        return self._entries("state = 'running'", ())
+
+    def actions_of(self, job_id: str) -> list[JournalEntry]:
+        """Every journaled action of one job, oldest first."""
+        return self._entries("job_id = ?", (job_id,))
+
+    # -- progress ---------------------------------------------------------------------------------
+
+    def add_progress(self, job_id: str, t: float, *, samples: int, gpus: int, global_batch: int,
+                     throughput: float | None = None, loss: float | None = None, metric: float | None = None) -> None:
+        """Append one progress report of a job."""
+        if samples < 0 or gpus < 0 or global_batch < 0:
+            raise StoreError(
+                f"job {job_id}: progress samples={samples}, gpus={gpus}, batch={global_batch} must be >= 0"
+            )
+        with self._tx():
+            self._db.execute(
+                "INSERT INTO progress(job_id, t, samples, gpus, global_batch, throughput, loss, metric) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (job_id, t, samples, gpus, global_batch, throughput, loss, metric),
+            )
+
+    def latest_progress(self, job_id: str) -> dict[str, Any] | None:
+        """The newest progress report of a job, if any."""
+        r = self._db.execute(
+            "SELECT t, samples, gpus, global_batch, throughput, loss, metric FROM progress "
+            "WHERE job_id = ? ORDER BY t DESC, id DESC LIMIT 1", (job_id,),
+        ).fetchone()
+        if r is None:
+            return None
+        keys = ("t", "samples", "gpus", "global_batch", "throughput", "loss", "metric")
+        return dict(zip(keys, r, strict=True))

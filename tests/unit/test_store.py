@@ -1,0 +1,70 @@
+"""The daemon's store: actions journaled before and after, survivable crashes, progress."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from slurm_elastic.core.actions import Action, ActionKind
+from slurm_elastic.core.model import JobId, JobPlan, Placement, Plan, Unplaced
+from slurm_elastic.store import Store, StoreError, action_from_json, action_to_json
+
+GROW = Action(ActionKind.GROW, JobId("7"), Placement.of([("n01", 0)]), Placement.of([("n01", 0), ("n02", 1)]),
+              256, 128, 1, 0.2, "faster")
+
+
+def test_action_round_trips_through_json() -> None:
+    assert action_from_json(action_to_json(GROW)) == GROW
+
+
+def test_action_survives_a_crash_between_begin_and_finish(tmp_path: Path) -> None:
+    db = tmp_path / "state" / "elastic.db"
+    store = Store(db)
+    rid = store.record_round(10.0, Plan("ones", (JobPlan(JobId("7"), GROW.after, 256, 128, 1, 0.2),),
+                                        (Unplaced(JobId("8"), "waiting"),)), "round ok", ())
+    done = store.begin_action(GROW, 10.0, rid)
+    store.finish_action(done, True, 11.0)
+    store.begin_action(GROW, 12.0, rid)  # the daemon dies here
+    store.close()
+
+    reopened = Store(db)
+    (pending,) = reopened.unfinished_actions()
+    assert pending.action == GROW and pending.state == "running" and pending.round_id == rid
+    reopened.finish_action(pending.id, False, 20.0, "job left the queue")
+    assert reopened.unfinished_actions() == []
+    states = [(e.state, e.message) for e in reopened.actions_of("7")]
+    assert states == [("done", ""), ("failed", "job left the queue")]
+    (rnd,) = reopened.rounds()
+    assert rnd["plan"]["unplaced"] == [{"job_id": "8", "reason": "waiting", "dropped": False}]
+
+
+def test_outcome_cannot_be_recorded_twice(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.db")
+    aid = store.begin_action(GROW, 1.0)
+    store.finish_action(aid, True, 2.0)
+    with pytest.raises(StoreError, match=f"action {aid} is not running"):
+        store.finish_action(aid, True, 3.0)
+
+
+def test_progress_is_appended_and_validated(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.db")
+    assert store.latest_progress("7") is None
+    store.add_progress("7", 1.0, samples=100, gpus=2, global_batch=256, throughput=900.0)
+    store.add_progress("7", 2.0, samples=300, gpus=4, global_batch=512, loss=1.5)
+    latest = store.latest_progress("7")
+    assert latest is not None and latest["samples"] == 300 and latest["gpus"] == 4
+    with pytest.raises(StoreError, match="samples=-1"):
+        store.add_progress("7", 3.0, samples=-1, gpus=1, global_batch=1)
+
+
+def test_refuses_a_database_of_another_schema_version(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    Store(db).close()
+    con = sqlite3.connect(db)
+    con.execute("UPDATE meta SET value='99' WHERE key='schema'")
+    con.commit()
+    con.close()
+    with pytest.raises(StoreError, match="schema version 99"):
+        Store(db)
