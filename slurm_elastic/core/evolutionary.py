@@ -68,6 +68,7 @@ from slurm_elastic.core import scaling_policy as sp
 from slurm_elastic.core import sizing
 from slurm_elastic.core.model import ClusterSnapshot, Job, JobId, JobState, NodeName
 from slurm_elastic.core.planner import PlanResult, build_plan, current_counts, register
+from slurm_elastic.core.remaining import expected_remaining, progress_shapes
 from slurm_elastic.errors import ConfigError
 
 IntArr = NDArray[np.signedinteger[Any]]
@@ -130,9 +131,7 @@ class _Ctx:
         return self.yp * (1.0 / rho - 1.0)
 
     def expected_y(self) -> FloatArr:
-        # Same estimate as BetaProgressModel.expected_remaining: exact for alpha >= 2, the
-        # mean-progress plug-in at alpha = 1, continuous in between.
-        return self.yp * self.beta / np.maximum(self.alpha - 1.0, 1.0)
+        return expected_remaining(self.alpha, self.beta, self.yp)
 
 
 def _counts(ctx: _Ctx, genomes: IntArr) -> IntArr:
@@ -424,28 +423,9 @@ class OnesPlanner:
         for i, grid in enumerate(grids):
             n = min(len(grid), kc + 1)
             xtab[i, :n] = grid[:n]
-        alpha, beta, yp = self._progress(snapshot, jobs)
+        alpha, beta, yp = progress_shapes(snapshot, jobs, self.default_epochs_to_go)
         return _Ctx(jobs, gnode, gpn, np.array(caps, dtype=np.int64), np.array(kmins, dtype=np.int64),
                     xtab, yp, alpha, beta, rng)
-
-    def _progress(self, snapshot: ClusterSnapshot, jobs: list[Job]) -> tuple[FloatArr, FloatArr, FloatArr]:
-        epochs = np.array([j.epochs_done for j in jobs], dtype=np.float64)
-        size = np.array([j.epoch_size for j in jobs], dtype=np.float64)
-        yp = np.maximum(epochs, 1.0) * size
-        pm = snapshot.progress_model
-        if pm is not None and jobs:
-            feats = np.array([
-                [j.epoch_size, j.progress.initial_loss or 0.0, j.samples_processed,
-                 _loss_ratio(j), j.progress.val_metric or 0.0]
-                for j in jobs
-            ], dtype=np.float64)
-            a, b = pm.alpha_beta(feats)
-            return np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64), yp
-        togo = np.array([
-            (j.target_epochs - j.epochs_done) if j.target_epochs is not None else self.default_epochs_to_go
-            for j in jobs
-        ], dtype=np.float64)
-        return np.maximum(epochs, 1.0), np.maximum(togo, 1.0), yp
 
     # -- the call ------------------------------------------------------------------------------
 
@@ -576,10 +556,3 @@ class OnesPlanner:
         chosen.sort(key=lambda i: (i != elite, i))
         out: IntArr = pool[np.array(chosen)]
         return out
-
-
-def _loss_ratio(job: Job) -> float:
-    p = job.progress
-    if p.initial_loss and p.current_loss is not None and p.initial_loss > 0:
-        return 1.0 - p.current_loss / p.initial_loss
-    return 0.0

@@ -15,14 +15,12 @@ from slurm_elastic.core.baselines import (
     OptimusPlanner,
     TiresiasMemo,
     TiresiasPlanner,
-    expected_remaining,
-    progress_shapes,
 )
 from slurm_elastic.core.constraints import validate_plan
-from slurm_elastic.core.evolutionary import OnesPlanner
 from slurm_elastic.core.model import ClusterSnapshot, JobId, JobState, NodeState, Plan
+from slurm_elastic.core.remaining import expected_remaining, progress_shapes
 from slurm_elastic.errors import ConfigError
-from slurm_elastic.testing import make_job, make_nodes, make_snapshot, random_snapshot
+from slurm_elastic.testing import make_job, make_nodes, make_snapshot
 from slurm_elastic_predictor.progress import BetaProgressModel
 from slurm_elastic_predictor.throughput import ThroughputModel
 
@@ -270,16 +268,3 @@ def test_progress_shapes_prior_and_model() -> None:
     alpha, beta, _ = progress_shapes(fitted, [a, b], 10.0)
     assert alpha.tolist() == [3.0, 1.0] and beta.tolist() == [5.0, 5.0]
     assert [len(x) for x in progress_shapes(snap, [], 10.0)] == [0, 0, 0]
-
-
-@pytest.mark.parametrize("fitted", [False, True])
-def test_progress_shapes_equal_the_ones_estimate(fitted: bool) -> None:
-    # The lead switches ONES to this helper; until then both must agree.
-    snap = random_snapshot(np.random.default_rng(3), 3, 4, 12)
-    if fitted:
-        snap = replace(snap, progress_model=BetaProgressModel.prior(4.0))
-    jobs = list(snap.elastic_jobs())
-    ones = OnesPlanner()._progress(snap, jobs)
-    ours = progress_shapes(snap, jobs, 10.0)
-    for x, y in zip(ones, ours, strict=True):
-        np.testing.assert_array_equal(x, y)
