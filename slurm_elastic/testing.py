@@ -8,7 +8,6 @@ draws randomness only from the generator it is given. It is importable by the pr
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from functools import cache
@@ -146,8 +145,3 @@ def snapshot_strategy(max_nodes: int = 6, max_jobs: int = 25) -> Any:
                                max_gpus_choices=(1, 2, 4, 8, 16))
 
     return build()
-
-
-def gpus_needed(jobs: Sequence[Job], gpus_per_node: int) -> int:
-    """Nodes needed to hold every job at its requested size (for sizing test clusters)."""
-    return math.ceil(sum(j.requested_gpus for j in jobs) / gpus_per_node)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -43,8 +43,7 @@ MAX_IDLE_ROUNDS = 3
 
 def simulate(jobs: Sequence[SimJobSpec], planner: Planner, *, gpus: int, gpus_per_node: int = 4,
              resize_cost: str = "in-place", seed: int = 0, round_gap: float = 30.0,
-             horizon: float = 30 * 24 * 3600.0, on_progress: Callable[[int, int], None] | None = None,
-             workload: str = "") -> dict[str, Any]:
+             horizon: float = 30 * 24 * 3600.0, workload: str = "") -> dict[str, Any]:
     """Replay ``jobs`` under ``planner`` on a virtual cluster.
 
     Args:
@@ -56,7 +55,6 @@ def simulate(jobs: Sequence[SimJobSpec], planner: Planner, *, gpus: int, gpus_pe
         seed: seed of the planner's random numbers.
         round_gap: least seconds between two rounds (see the module docstring).
         horizon: stop at this virtual time (jobs still running are reported unfinished).
-        on_progress: called with (jobs finished or dropped, jobs in total) after each round.
         workload: name recorded in the result.
 
     Raises:
@@ -132,8 +130,6 @@ def simulate(jobs: Sequence[SimJobSpec], planner: Planner, *, gpus: int, gpus_pe
                     break
             else:
                 idle_rounds = 0
-        if on_progress and (finished or arrived):
-            on_progress(len(cluster.finished), total)
         if timeline_t[-1] == cluster.now:
             timeline_t.pop(), timeline_busy.pop(), timeline_done.pop(), timeline_active.pop()
         timeline_t.append(cluster.now)

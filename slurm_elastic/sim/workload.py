@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -357,13 +356,3 @@ def builtin(name: str, seed: int, gpus: int) -> list[SimJobSpec]:
         if arrival:
             return ibm_categories(seed, gpus=gpus, arrival=arrival)
     raise TraceError(f"unknown workload {name!r}; built-in workloads: {', '.join(BUILTIN)}")
-
-
-def describe(jobs: Iterable[SimJobSpec]) -> dict[str, float]:
-    """Summary figures of a workload (for logs and reports)."""
-    js = list(jobs)
-    return {
-        "jobs": len(js),
-        "span_s": max((j.submit_time for j in js), default=0.0),
-        "requested_gpu_hours": sum(j.requested_gpus * requested_time(j) for j in js) / 3600,
-    }
