@@ -7,6 +7,8 @@ Subcommands:
 * ``reproduce`` -- the seed papers' comparisons as a markdown table (and a report).
 * ``profiles``  -- fit the throughput model on the shipped profiles and report its error.
 * ``bench planner|simulate`` -- planning latency / simulation speed as JSON.
+* ``devcluster up|down|status`` -- a real local Slurm dev cluster (root; see ``slurm/devcluster.py``).
+* ``install-plugin`` -- build the ``--elastic`` SPANK plugin and print/write its config lines.
 
 Bad input exits with status 2 and one line naming the value and the rule.
 """
@@ -113,6 +115,23 @@ def _parser() -> argparse.ArgumentParser:
     bs.add_argument("--seed", type=int, default=1)
     bs.add_argument("--round-gap", type=float, default=30.0)
     bs.add_argument("--json", action="store_true", help="print JSON (the default)")
+
+    dev = sub.add_parser("devcluster", help="bring a real local Slurm dev cluster up or down (root only)")
+    dsub = dev.add_subparsers(dest="devcluster", required=True, metavar="ACTION")
+    for action, text in (("up", "start the dev cluster and wait until its nodes are idle"),
+                         ("down", "stop the dev cluster and remove its namespaces, bridge, route, hosts lines"),
+                         ("status", "print the dev cluster's daemons and node states as JSON")):
+        da = dsub.add_parser(action, help=text)
+        da.add_argument("--root", type=Path, default=Path("/tmp/slurm-elastic-dev"),
+                        help="folder owning the cluster's files (default /tmp/slurm-elastic-dev)")
+        if action == "up":
+            da.add_argument("--nodes", type=_positive_int, default=4, help="nodes (default 4)")
+            da.add_argument("--gpus-per-node", type=_positive_int, default=4, help="fake GPUs per node (default 4)")
+
+    ip = sub.add_parser("install-plugin", help="build the --elastic SPANK plugin; print (or write) its config lines")
+    ip.add_argument("--out", type=Path, default=Path("build/spank"), help="folder for slurm_elastic.so")
+    ip.add_argument("--write", type=Path, metavar="PLUGSTACK_FILE",
+                    help="add the plugstack line to this file and copy job_submit.lua next to it")
     return p
 
 
@@ -292,6 +311,36 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_devcluster(args: argparse.Namespace) -> int:
+    from slurm_elastic.slurm import devcluster
+
+    if args.devcluster == "up":
+        info = devcluster.up(nodes=args.nodes, gpus_per_node=args.gpus_per_node, root=args.root)
+        print(json.dumps(info, indent=2))
+        print(f"dev cluster up in {info['seconds']} s; use it with: export SLURM_CONF={info['slurm_conf']}",
+              file=sys.stderr)
+    elif args.devcluster == "down":
+        print(json.dumps(devcluster.down(args.root), indent=2))
+    else:
+        print(json.dumps(devcluster.status(args.root), indent=2))
+    return 0
+
+
+def _cmd_install_plugin(args: argparse.Namespace) -> int:
+    from slurm_elastic.spank.build import JOB_SUBMIT_LUA, build_plugin, install_lines, plugstack_line
+
+    plugin = build_plugin(args.out)
+    line = plugstack_line(plugin)
+    print(f"# plugstack.conf:\n{line}")
+    print("# slurm.conf:\n" + "\n".join(install_lines()))
+    if args.write:
+        from slurm_elastic.spank.build import write_plugstack
+
+        lua = write_plugstack(args.write, line)
+        print(f"wrote {args.write} and {lua} (copy of {JOB_SUBMIT_LUA})", file=sys.stderr)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``slurm-elastic`` console script."""
     if hasattr(signal, "SIGPIPE"):
@@ -302,7 +351,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     handlers = {"plan": _cmd_plan, "simulate": _cmd_simulate, "reproduce": _cmd_reproduce,
-                "profiles": _cmd_profiles, "bench": _cmd_bench}
+                "profiles": _cmd_profiles, "bench": _cmd_bench, "devcluster": _cmd_devcluster,
+                "install-plugin": _cmd_install_plugin}
     try:
         return handlers[args.command](args)
     except ElasticError as exc:

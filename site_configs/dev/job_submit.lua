@@ -1,0 +1,84 @@
+--[[
+ job_submit.lua of slurm-elastic: turns the --elastic SPANK options into the job's AdminComment.
+
+ The SPANK plugin puts ELASTIC=MIN:MAX (GPUs, MAX 0 = no maximum), ELASTIC_BATCH=MIN:MAX (optional)
+ and ELASTIC_MODE=exo|endo into the job's spank_job_env (jobs see them as SPANK_ELASTIC*). This script writes the
+ canonical record the slurm-elastic daemon parses:
+
+     slurm-elastic gpus=MIN:MAX[ batch=MIN:MAX] mode=exo|endo
+
+ (space-separated keys; the first token is literally "slurm-elastic"). Users cannot change
+ AdminComment, so the record is trustworthy. Jobs without --elastic are left alone.
+--]]
+
+local PREFIX = "slurm-elastic"
+
+local function spank_env(job_desc)
+   local found = {}
+   local env = job_desc.spank_job_env
+   if env == nil then
+      return found
+   end
+   -- the table is indexed from 0: use pairs, not ipairs
+   for _, entry in pairs(env) do
+      -- slurmctld holds the entries without the SPANK_ prefix that job environments show
+      local key, value = string.match(entry, "^(ELASTIC[%w_]*)=(.*)$")
+      if key == nil then
+         key, value = string.match(entry, "^SPANK_(ELASTIC[%w_]*)=(.*)$")
+      end
+      if key ~= nil then
+         found[key] = value
+      end
+   end
+   return found
+end
+
+local function valid_range(text, allow_open)
+   local lo, hi = string.match(text or "", "^(%d+):(%d+)$")
+   if lo == nil then
+      return false
+   end
+   lo, hi = tonumber(lo), tonumber(hi)
+   if lo < 1 then
+      return false
+   end
+   if hi == 0 and allow_open then
+      return true
+   end
+   return hi >= lo
+end
+
+function slurm_job_submit(job_desc, part_list, submit_uid)
+   local env = spank_env(job_desc)
+   local gpus = env["ELASTIC"]
+   if gpus == nil then
+      return slurm.SUCCESS
+   end
+   if not valid_range(gpus, true) then
+      slurm.log_user("--elastic: invalid value '%s': expected MIN:MAX with 1 <= MIN <= MAX (e.g. --elastic=2:8)", gpus)
+      return slurm.ERROR
+   end
+   local record = PREFIX .. " gpus=" .. gpus
+   local batch = env["ELASTIC_BATCH"]
+   if batch ~= nil then
+      if not valid_range(batch, false) then
+         slurm.log_user("--elastic-batch: invalid value '%s': expected MIN:MAX with 1 <= MIN <= MAX", batch)
+         return slurm.ERROR
+      end
+      record = record .. " batch=" .. batch
+   end
+   local mode = env["ELASTIC_MODE"] or "exo"
+   if mode ~= "exo" and mode ~= "endo" then
+      slurm.log_user("--elastic-mode: invalid value '%s': expected exo or endo", mode)
+      return slurm.ERROR
+   end
+   job_desc.admin_comment = record .. " mode=" .. mode
+   return slurm.SUCCESS
+end
+
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+   return slurm.SUCCESS
+end
+
+slurm.log_info("slurm-elastic job_submit.lua loaded")
+return slurm.SUCCESS
