@@ -9,6 +9,9 @@ Subcommands:
 * ``bench planner|simulate`` -- planning latency / simulation speed as JSON.
 * ``devcluster up|down|status`` -- a real local Slurm dev cluster (root; see ``slurm/devcluster.py``).
 * ``install-plugin`` -- build the ``--elastic`` SPANK plugin and print/write its config lines.
+* ``daemon``    -- the loop beside slurmctld (shadow mode: plans the real queue, logs, never acts).
+* ``status``    -- elastic jobs: GPUs now and planned, batch, state (like squeue).
+* ``check-config`` -- validate an elastic.toml without starting anything.
 
 Bad input exits with status 2 and one line naming the value and the rule.
 """
@@ -127,6 +130,18 @@ def _parser() -> argparse.ArgumentParser:
         if action == "up":
             da.add_argument("--nodes", type=_positive_int, default=4, help="nodes (default 4)")
             da.add_argument("--gpus-per-node", type=_positive_int, default=4, help="fake GPUs per node (default 4)")
+
+    dm = sub.add_parser("daemon", help="run the daemon beside slurmctld (shadow mode in this version)")
+    dm.add_argument("--config", type=Path, default=Path("/etc/slurm/elastic.toml"))
+    dm.add_argument("--dry-run", action="store_true", help="plan and log only (the only mode in this version)")
+    dm.add_argument("--once", action="store_true", help="run one round and exit")
+
+    st = sub.add_parser("status", help="elastic jobs: GPUs now and planned, batch, state")
+    st.add_argument("--config", type=Path, default=Path("/etc/slurm/elastic.toml"))
+    st.add_argument("--json", action="store_true")
+
+    cc = sub.add_parser("check-config", help="validate an elastic.toml; prints the effective settings")
+    cc.add_argument("file", type=Path)
 
     ip = sub.add_parser("install-plugin", help="build the --elastic SPANK plugin; print (or write) its config lines")
     ip.add_argument("--out", type=Path, default=Path("build/spank"), help="folder for slurm_elastic.so")
@@ -311,6 +326,74 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _observer(cfg: Any) -> Any:
+    import time
+
+    from slurm_elastic.slurm.cli import SlurmObserver
+    from slurm_elastic_predictor.profiles import load_models, v100_longhorn
+
+    profiles = {name: v100_longhorn(m) for name, m in load_models().items()}
+    return SlurmObserver(partitions=cfg.daemon.partitions, profiles=profiles, clock=time.time,
+                         default_model=cfg.daemon.default_model)
+
+
+def _cmd_daemon(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from slurm_elastic.config import load
+    from slurm_elastic.daemon import Daemon, install_signal_handlers
+    from slurm_elastic.store import Store
+
+    cfg = load(args.config)
+    if args.dry_run:
+        cfg = replace(cfg, daemon=replace(cfg.daemon, dry_run=True))
+    if args.verbose == 0:
+        logging.getLogger().setLevel(logging.INFO)
+    daemon = Daemon(cfg, _observer(cfg), Store(cfg.daemon.store))
+    install_signal_handlers(daemon)
+    log.info("slurm-elastic %s: policy %s, partitions %s, shadow mode, store %s", __version__,
+             cfg.daemon.policy, ",".join(cfg.daemon.partitions) or "all", cfg.daemon.store)
+    daemon.run(max_rounds=1 if args.once else None)
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from slurm_elastic.config import load
+    from slurm_elastic.store import Store
+
+    cfg = load(args.config)
+    snap = _observer(cfg).observe()
+    planned: dict[str, Any] = {}
+    if cfg.daemon.store.exists():
+        rounds = Store(cfg.daemon.store).rounds()
+        if rounds:
+            planned = {j["job_id"]: j for j in rounds[-1]["plan"]["jobs"]}
+    rows = [{"job_id": j.job_id, "user": j.user, "state": j.state.value, "gpus": j.num_gpus,
+             "planned_gpus": sum(len(g) for _, g in planned[j.job_id]["placement"]) if j.job_id in planned else 0,
+             "range": f"{j.min_gpus}:{j.max_gpus}", "batch": j.global_batch,
+             "planned_batch": planned[j.job_id]["global_batch"] if j.job_id in planned else 0,
+             "mode": j.mode.value} for j in snap.elastic_jobs()]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'JOBID':>8} {'USER':<10} {'STATE':<9} {'GPUS':>4} {'PLAN':>4} {'RANGE':>7} "
+          f"{'BATCH':>6} {'PBATCH':>6} MODE")
+    for r in rows:
+        print(f"{r['job_id']:>8} {r['user']:<10} {r['state']:<9} {r['gpus']:>4} {r['planned_gpus']:>4} "
+              f"{r['range']:>7} {r['batch']:>6} {r['planned_batch']:>6} {r['mode']}")
+    return 0
+
+
+def _cmd_check_config(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from slurm_elastic.config import load
+
+    cfg = load(args.file)
+    print(json.dumps({"daemon": asdict(cfg.daemon), "policy_params": cfg.policy_params}, indent=2, default=str))
+    return 0
+
+
 def _cmd_devcluster(args: argparse.Namespace) -> int:
     from slurm_elastic.slurm import devcluster
 
@@ -352,7 +435,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     handlers = {"plan": _cmd_plan, "simulate": _cmd_simulate, "reproduce": _cmd_reproduce,
                 "profiles": _cmd_profiles, "bench": _cmd_bench, "devcluster": _cmd_devcluster,
-                "install-plugin": _cmd_install_plugin}
+                "install-plugin": _cmd_install_plugin, "daemon": _cmd_daemon, "status": _cmd_status,
+                "check-config": _cmd_check_config}
     try:
         return handlers[args.command](args)
     except ElasticError as exc:

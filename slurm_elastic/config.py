@@ -1,0 +1,149 @@
+"""Site configuration: ``/etc/slurm/elastic.toml`` loaded once into frozen, documented dataclasses.
+
+This module owns the configuration schema and its validation. Every unknown key and every bad
+value is refused at load time with the key, the value and the rule; nothing reads the
+environment or the file again after :func:`load`. Example::
+
+    [daemon]
+    partitions = ["gpu"]          # partitions whose nodes the daemon manages ([] = all)
+    policy = "ones"               # a registered planner (slurm-elastic plan --list-policies)
+    dry_run = true                # shadow mode: plan and log, never act
+    store = "/var/lib/slurm-elastic/state.db"
+    poll_interval = 2.0           # seconds between cheap queue checks
+    max_idle = 60.0               # plan at least this often (seconds) even when nothing changed
+    default_model = "cifar10"     # throughput profile of jobs that report none
+    seed = 0                      # planner random seed
+
+    [policy.ones]                 # parameters of the chosen policy, passed as keywords
+    generations = 10
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from slurm_elastic.core import planner as registry
+from slurm_elastic.errors import ConfigError, UnknownPolicyError
+
+DEFAULT_PATH = Path("/etc/slurm/elastic.toml")
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonConfig:
+    """The ``[daemon]`` table.
+
+    Attributes:
+        partitions: managed partitions; empty means every partition.
+        policy: planner name.
+        dry_run: shadow mode (plan and log, never act).
+        store: SQLite state file.
+        poll_interval: seconds between change checks (> 0).
+        max_idle: seconds after which a round runs even without a change (>= poll_interval).
+        default_model: throughput profile of jobs that report none.
+        seed: planner random seed.
+    """
+
+    partitions: tuple[str, ...] = ()
+    policy: str = "ones"
+    dry_run: bool = True
+    store: Path = Path("/var/lib/slurm-elastic/state.db")
+    poll_interval: float = 2.0
+    max_idle: float = 60.0
+    default_model: str = "cifar10"
+    seed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """The whole file: the daemon table and the chosen policy's parameters."""
+
+    daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    policy_params: dict[str, Any] = field(default_factory=dict)
+
+
+def _bad(key: str, value: object, rule: str) -> ConfigError:
+    return ConfigError(f"{key} = {value!r}: {rule}")
+
+
+def _daemon(raw: dict[str, Any]) -> DaemonConfig:
+    known = {f.name for f in fields(DaemonConfig)}
+    for key in raw:
+        if key not in known:
+            raise _bad(f"daemon.{key}", raw[key], f"unknown key; known keys: {', '.join(sorted(known))}")
+    out: dict[str, Any] = {}
+    if "partitions" in raw:
+        v = raw["partitions"]
+        if not isinstance(v, list) or not all(isinstance(p, str) and p for p in v):
+            raise _bad("daemon.partitions", v, "must be a list of partition names")
+        out["partitions"] = tuple(v)
+    for key in ("policy", "default_model"):
+        if key in raw:
+            if not isinstance(raw[key], str) or not raw[key]:
+                raise _bad(f"daemon.{key}", raw[key], "must be a non-empty string")
+            out[key] = raw[key]
+    if "dry_run" in raw:
+        if not isinstance(raw["dry_run"], bool):
+            raise _bad("daemon.dry_run", raw["dry_run"], "must be true or false")
+        out["dry_run"] = raw["dry_run"]
+    if "store" in raw:
+        if not isinstance(raw["store"], str) or not raw["store"]:
+            raise _bad("daemon.store", raw["store"], "must be a file path")
+        out["store"] = Path(raw["store"])
+    for key in ("poll_interval", "max_idle"):
+        if key in raw:
+            v = raw[key]
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v <= 0:
+                raise _bad(f"daemon.{key}", v, "must be a number of seconds > 0")
+            out[key] = float(v)
+    if "seed" in raw:
+        if isinstance(raw["seed"], bool) or not isinstance(raw["seed"], int) or raw["seed"] < 0:
+            raise _bad("daemon.seed", raw["seed"], "must be an integer >= 0")
+        out["seed"] = raw["seed"]
+    cfg = DaemonConfig(**out)
+    if cfg.max_idle < cfg.poll_interval:
+        raise _bad("daemon.max_idle", cfg.max_idle, f"must be >= daemon.poll_interval ({cfg.poll_interval})")
+    return cfg
+
+
+def parse(text: str, source: str = "<config>") -> Config:
+    """Validate configuration text (TOML).
+
+    Raises:
+        ConfigError: naming the key, the value and the rule (or the TOML syntax error and line).
+    """
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: not valid TOML: {exc}") from exc
+    for key in raw:
+        if key not in ("daemon", "policy"):
+            raise _bad(key, raw[key], "unknown table; known tables: daemon, policy")
+    daemon = _daemon(raw.get("daemon", {}))
+    policies = raw.get("policy", {})
+    if not isinstance(policies, dict):
+        raise _bad("policy", policies, "must be a table of [policy.<name>] tables")
+    params = policies.get(daemon.policy, {})
+    if not isinstance(params, dict):
+        raise _bad(f"policy.{daemon.policy}", params, "must be a table of parameters")
+    try:
+        registry.create(daemon.policy, **params)  # validates names and values now, not at the first round
+    except UnknownPolicyError as exc:
+        raise _bad("daemon.policy", daemon.policy, str(exc)) from exc
+    return Config(daemon, dict(params))
+
+
+def load(path: Path = DEFAULT_PATH) -> Config:
+    """Read and validate a configuration file.
+
+    Raises:
+        ConfigError: the file cannot be read, or breaks a rule (see :func:`parse`).
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read configuration: {exc.strerror}") from exc
+    return parse(text, str(path))

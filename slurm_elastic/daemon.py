@@ -1,0 +1,130 @@
+"""The daemon loop: clock, signals, change detection and backoff around ``run_round`` — nothing else.
+
+It polls a cheap fingerprint of the queue every ``poll_interval`` seconds and runs a round when the
+fingerprint changes (a job arrived, ended, started or was resized) or ``max_idle`` seconds have
+passed; each round is recorded in the store with its plan and its one-line summary (logged at
+INFO). One failing round is logged with its traceback and retried with exponential backoff; it
+never kills the loop. SIGTERM and SIGINT end the loop after the current round.
+
+Acting on Slurm is not implemented in this version: the daemon runs in shadow mode only
+(``dry_run = true``), planning against the real queue and logging what it would do, and refuses to
+start otherwise. Elastic jobs therefore run at their requested size, as they would without it.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any, Protocol
+
+import numpy as np
+
+from slurm_elastic.config import Config
+from slurm_elastic.core import planner as registry
+from slurm_elastic.core.actions import Action
+from slurm_elastic.core.model import ClusterSnapshot
+from slurm_elastic.core.rounds import ActionOutcome, RoundRecord, run_round
+from slurm_elastic.errors import ConfigError
+from slurm_elastic.store import Store
+
+log = logging.getLogger(__name__)
+
+MAX_BACKOFF_S = 300.0
+
+
+class QueueObserver(Protocol):
+    """An observer with a cheap change fingerprint (:class:`~slurm_elastic.slurm.cli.SlurmObserver`)."""
+
+    def observe(self) -> ClusterSnapshot:
+        """The snapshot now."""
+        ...
+
+    def change_key(self) -> object:
+        """A value that changes when the queue does."""
+        ...
+
+
+class ShadowActuator:
+    """Carries out nothing: logs each action the plan implies (dry-run / shadow mode)."""
+
+    def apply(self, snapshot: ClusterSnapshot, actions: tuple[Action, ...]) -> tuple[ActionOutcome, ...]:
+        """Log the actions; report each as not executed."""
+        for a in actions:
+            log.info("dry-run: would %s job %s: %d -> %d GPUs, batch %d", a.kind.value, a.job_id,
+                     a.before.num_gpus, a.after.num_gpus, a.global_batch)
+        return tuple(ActionOutcome(a, True, "dry-run: not executed") for a in actions)
+
+
+@dataclass
+class Daemon:
+    """One daemon instance: observer, planner, store, and the loop state."""
+
+    config: Config
+    observer: QueueObserver
+    store: Store
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.time
+    stopping: bool = False
+    memo: Any = None
+    rounds: int = 0
+    _last_key: object = field(default=None, repr=False)
+    _last_round: float = field(default=float("-inf"), repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.config.daemon.dry_run:
+            raise ConfigError(
+                "daemon.dry_run = false: acting on Slurm is not implemented in this version; "
+                "run in shadow mode (dry_run = true)"
+            )
+        self.planner = registry.create(self.config.daemon.policy, **self.config.policy_params)
+        self.actuator = ShadowActuator()
+        self.rng = np.random.default_rng(self.config.daemon.seed)
+
+    def stop(self, signum: int = 0, frame: FrameType | None = None) -> None:
+        """Ask the loop to end after the current round (signal handler)."""
+        log.info("stopping (signal %d)", signum)
+        self.stopping = True
+
+    def round(self) -> RoundRecord:
+        """Run one round now and record it."""
+        rec = run_round(self.observer, self.planner, self.actuator, self.memo, self.rng)
+        self.memo = rec.memo
+        self.rounds += 1
+        self._last_round = self.clock()
+        self.store.record_round(rec.snapshot.now, rec.plan, rec.summary(), rec.violations)
+        log.info("%s", rec.summary())
+        return rec
+
+    def due(self) -> bool:
+        """Whether the queue changed since the last round, or the last round is too old."""
+        key = self.observer.change_key()
+        changed = key != self._last_key
+        self._last_key = key
+        return changed or self.clock() - self._last_round >= self.config.daemon.max_idle
+
+    def run(self, max_rounds: int | None = None) -> int:
+        """The loop; returns the number of rounds run. ``max_rounds`` ends it early (tests, ``--once``)."""
+        backoff = self.config.daemon.poll_interval
+        while not self.stopping and (max_rounds is None or self.rounds < max_rounds):
+            try:
+                if self.due():
+                    self.round()
+                backoff = self.config.daemon.poll_interval
+            except Exception:  # the loop boundary: log with traceback, back off, go on
+                log.exception("round failed; retrying in %.0f s", backoff)
+                self.sleep(backoff)
+                backoff = min(MAX_BACKOFF_S, backoff * 2)
+                continue
+            if max_rounds is None or self.rounds < max_rounds:
+                self.sleep(self.config.daemon.poll_interval)
+        return self.rounds
+
+
+def install_signal_handlers(daemon: Daemon) -> None:
+    """SIGTERM/SIGINT end the loop cleanly."""
+    signal.signal(signal.SIGTERM, daemon.stop)
+    signal.signal(signal.SIGINT, daemon.stop)

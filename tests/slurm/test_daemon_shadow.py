@@ -1,0 +1,70 @@
+"""The daemon in shadow mode against the real dev cluster: it observes, plans and records, never acts."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from slurm_elastic.config import parse
+from slurm_elastic.daemon import Daemon
+from slurm_elastic.slurm.cli import SlurmObserver, run_command
+from slurm_elastic.store import Store
+from slurm_elastic.testing import shipped_profiles
+
+from .conftest import DevCluster
+
+pytestmark = pytest.mark.slurm
+
+
+def _observer(cluster: DevCluster) -> SlurmObserver:
+    def runner(argv: Sequence[str]) -> str:
+        return run_command(argv, env=cluster.env)
+
+    return SlurmObserver(partitions=("gpu",), profiles=shipped_profiles(), clock=lambda: 0.0, runner=runner)
+
+
+def test_shadow_daemon_plans_the_real_queue(cluster: DevCluster, tmp_path: Path) -> None:
+    cluster.cancel_all()
+    elastic = cluster.sbatch("--elastic=1:8", "--gres=gpu:1", "-N1", "--wrap", "sleep 120")
+    rigid = cluster.sbatch("--gres=gpu:2", "-N1", "--wrap", "sleep 120")
+    cluster.wait_state(elastic, "RUNNING")
+    cluster.wait_state(rigid, "RUNNING")
+    cfg = parse(f'[daemon]\npartitions = ["gpu"]\npolicy = "dp"\nstore = "{tmp_path / "state.db"}"\n'
+                "poll_interval = 0.1\nmax_idle = 0.1\n")
+    store = Store(cfg.daemon.store)
+    daemon = Daemon(cfg, _observer(cluster), store, sleep=lambda s: None)
+    assert daemon.run(max_rounds=2) == 2
+    rounds = store.rounds()
+    assert len(rounds) == 2 and all(r["violations"] == [] for r in rounds)
+    planned = {j["job_id"]: j for j in rounds[-1]["plan"]["jobs"]}
+    assert str(elastic) in planned and str(rigid) not in planned
+    # 16 GPUs, 2 held by the rigid job: the DP grows the elastic job (it may use up to 8).
+    assert sum(len(g) for _, g in planned[str(elastic)]["placement"]) > 1
+    assert "policy=dp" in rounds[-1]["summary"]
+    # Shadow mode: nothing was done to the job.
+    assert cluster.job(elastic)["nodes"] and cluster.job(elastic)["job_state"] == "RUNNING"
+    cluster.cancel_all()
+
+
+def test_status_and_check_config_commands(cluster: DevCluster, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from slurm_elastic.cli import main
+
+    for key, value in cluster.env.items():
+        monkeypatch.setenv(key, value)
+    conf = tmp_path / "elastic.toml"
+    conf.write_text(f'[daemon]\npolicy = "ones"\nstore = "{tmp_path / "s.db"}"\n[policy.ones]\ngenerations = 3\n')
+    job = cluster.sbatch("--elastic=2:4", "--gres=gpu:1", "-N2", "--wrap", "sleep 60")
+    cluster.wait_state(job, "RUNNING")
+    assert main(["check-config", str(conf)]) == 0
+    assert json.loads(capsys.readouterr().out)["policy_params"] == {"generations": 3}
+    assert main(["daemon", "--config", str(conf), "--once"]) == 0
+    capsys.readouterr()
+    assert main(["status", "--config", str(conf), "--json"]) == 0
+    rows = {r["job_id"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows[str(job)]["gpus"] == 2 and rows[str(job)]["range"] == "2:4"
+    assert rows[str(job)]["planned_gpus"] >= 2
+    cluster.cancel_all()

@@ -1,0 +1,95 @@
+"""Configuration validation and the daemon loop (with an in-memory observer)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+
+from slurm_elastic.config import Config, DaemonConfig, load, parse
+from slurm_elastic.core.model import ClusterSnapshot
+from slurm_elastic.daemon import Daemon
+from slurm_elastic.errors import ConfigError
+from slurm_elastic.store import Store
+from slurm_elastic.testing import make_job, make_nodes, make_snapshot
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[daemon]\npolicy = 'nope'\n", "daemon.policy = 'nope': unknown policy 'nope'"),
+        ("[daemon]\npoll_interval = -1\n", "daemon.poll_interval = -1: must be a number of seconds > 0"),
+        ("[daemon]\ncolour = 'blue'\n", "daemon.colour = 'blue': unknown key"),
+        ("[daemon]\npartitions = 'gpu'\n", "daemon.partitions = 'gpu': must be a list"),
+        ("[daemon]\ndry_run = 'yes'\n", "daemon.dry_run = 'yes': must be true or false"),
+        ("[daemon]\npoll_interval = 10\nmax_idle = 5\n", "daemon.max_idle = 5.0: must be >= daemon.poll_interval"),
+        ("[daemon]\npolicy = 'ones'\n[policy.ones]\ngenerations = -2\n", "ones.generations = -2: must be >= 0"),
+        ("[daemon]\npolicy = 'dp'\n[policy.dp]\nspeed = 3\n", "bad parameters ['speed']"),
+        ("[extra]\nx = 1\n", "extra = {'x': 1}: unknown table"),
+        ("[daemon\n", "not valid TOML"),
+    ],
+)
+def test_bad_configuration_names_key_value_and_rule(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        parse(text)
+    assert message in str(exc.value)
+
+
+def test_good_configuration_and_shipped_defaults(tmp_path: Path) -> None:
+    cfg = parse("[daemon]\npartitions = ['gpu']\npolicy = 'dp'\n[policy.dp]\nmode = 'drop'\n")
+    assert cfg.daemon.partitions == ("gpu",) and cfg.policy_params == {"mode": "drop"}
+    assert parse("").daemon == DaemonConfig()
+    with pytest.raises(ConfigError, match="cannot read configuration"):
+        load(tmp_path / "missing.toml")
+
+
+@dataclass
+class FakeObserver:
+    snapshot: ClusterSnapshot
+    key: int = 0
+    fail: int = 0
+
+    def observe(self) -> ClusterSnapshot:
+        if self.fail:
+            self.fail -= 1
+            raise RuntimeError("squeue timed out")
+        return self.snapshot
+
+    def change_key(self) -> int:
+        return self.key
+
+
+def _daemon(tmp_path: Path, obs: FakeObserver, sleeps: list[float], now: list[float]) -> Daemon:
+    cfg = Config(DaemonConfig(policy="dp", store=tmp_path / "s.db", poll_interval=1.0, max_idle=100.0))
+    return Daemon(cfg, obs, Store(cfg.daemon.store), sleep=sleeps.append,
+                  clock=lambda: now[0])
+
+
+def test_daemon_plans_on_change_backs_off_on_failure_and_records_rounds(tmp_path: Path) -> None:
+    snap = make_snapshot(make_nodes(2), [make_job("1", max_gpus=8)])
+    obs = FakeObserver(snap, fail=2)
+    sleeps: list[float] = []
+    now = [0.0]
+    d = _daemon(tmp_path, obs, sleeps, now)
+    assert d.run(max_rounds=1) == 1
+    assert sleeps[:2] == [1.0, 2.0]  # two failed rounds: exponential backoff
+    rounds = d.store.rounds()
+    assert len(rounds) == 1 and rounds[0]["plan"]["jobs"][0]["job_id"] == "1"
+    assert not d.due()  # nothing changed, not idle for long
+    obs.key = 1
+    assert d.due()
+    now[0] = 500.0
+    assert d.due()  # idle for longer than max_idle
+
+
+def test_daemon_refuses_to_act_in_this_version(tmp_path: Path) -> None:
+    cfg = Config(replace(DaemonConfig(), dry_run=False, store=tmp_path / "s.db"))
+    with pytest.raises(ConfigError, match=r"daemon\.dry_run = false: acting on Slurm is not implemented"):
+        Daemon(cfg, FakeObserver(make_snapshot(make_nodes(1), [])), Store(tmp_path / "s.db"))
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[2] / "site_configs").glob("*/elastic.toml")))
+def test_every_shipped_site_config_loads(path: Path) -> None:
+    cfg = load(path)
+    assert cfg.daemon.dry_run and cfg.daemon.partitions

@@ -1,0 +1,59 @@
+"""The CLI backend on recorded output: version check, commands run, snapshot built."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from slurm_elastic.slurm.cli import SlurmCommandError, SlurmObserver, run_command, slurm_release
+from slurm_elastic.slurm.parse import UnsupportedSlurmVersion
+from slurm_elastic.testing import shipped_profiles
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "slurm-json"
+
+
+class Recorded:
+    """Answers Slurm commands from recorded files, and remembers what was asked."""
+
+    def __init__(self, release: str, version: str) -> None:
+        self.release, self.version, self.calls = release, version, []  # type: ignore[var-annotated]
+
+    def __call__(self, argv: Sequence[str]) -> str:
+        self.calls.append(list(argv))
+        if list(argv) == ["sinfo", "--version"]:
+            return f"slurm {self.version}\n"
+        name = {("squeue", "--json"): "squeue", ("sinfo", "--json"): "sinfo",
+                ("sinfo", "-N", "--json"): "sinfo_N"}[tuple(argv)]
+        return (FIX / self.release / f"{name}.json").read_text()
+
+
+@pytest.mark.parametrize(("release", "version", "sinfo"), [("22.05", "22.05.8", ["sinfo", "--json"]),
+                                                            ("25.11", "25.11.7", ["sinfo", "-N", "--json"])])
+def test_observer_builds_a_snapshot_from_each_version(release: str, version: str, sinfo: list[str]) -> None:
+    rec = Recorded(release, version)
+    obs = SlurmObserver(partitions=("gpu",), profiles=shipped_profiles(), clock=lambda: 1_000_000.0, runner=rec)
+    snap = obs.observe()
+    assert rec.calls[0] == ["sinfo", "--version"] and sinfo in rec.calls and ["squeue", "--json"] in rec.calls
+    assert len(snap.nodes) == 4 and all(len(n.gpus) == 4 for n in snap.nodes)
+    held = sum(j.num_gpus for j in snap.jobs)
+    free = sum(len(n.free_gpus) for n in snap.nodes)
+    assert held + free <= 16 and held > 0
+    assert obs.change_key() == obs.change_key()
+
+
+def test_unsupported_release_is_refused_at_start() -> None:
+    with pytest.raises(UnsupportedSlurmVersion, match=r"Slurm 23\.11\.1 is not supported .* supported: 22\.05, 25\.11"):
+        SlurmObserver(partitions=(), profiles=shipped_profiles(), clock=lambda: 0.0,
+                      runner=Recorded("22.05", "23.11.1"))
+    with pytest.raises(UnsupportedSlurmVersion, match="no Slurm release found"):
+        slurm_release(lambda argv: "hello\n")
+
+
+def test_run_command_reports_missing_program_and_failures() -> None:
+    with pytest.raises(SlurmCommandError, match="no-such-slurm-command: not found"):
+        run_command(["no-such-slurm-command", "--json"])
+    with pytest.raises(SlurmCommandError, match="exit 3"):
+        run_command(["sh", "-c", "echo boom >&2; exit 3"])
+    assert run_command(["printf", "%s", "ok"]) == "ok"
