@@ -97,3 +97,58 @@ def bench_simulate(*, jobs: int, gpus: int, policy: str, seed: int = 1, round_ga
         "virtual_span_h": round(m["makespan"] / 3600, 1),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
+
+
+def bench_reaction(*, root: Any, repeat: int = 5, poll_interval: float = 0.2) -> dict[str, Any]:
+    """Submit -> planned latency of the (shadow-mode) daemon on a running dev cluster.
+
+    For each repetition: submit ``sbatch --elastic=1:4 --gres=gpu:1`` and run the daemon's loop
+    (change check every ``poll_interval`` seconds) until a recorded round's plan contains the job.
+    Acting is not implemented yet, so "running at the planned size" cannot be timed; this is the
+    part of the reaction that is the daemon's own (observe + plan + record).
+    """
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from slurm_elastic.config import Config, DaemonConfig
+    from slurm_elastic.daemon import Daemon
+    from slurm_elastic.slurm import devcluster
+    from slurm_elastic.slurm.cli import SlurmObserver, run_command
+    from slurm_elastic.store import Store
+    from slurm_elastic.testing import shipped_profiles
+
+    env = devcluster.slurm_env(Path(root))
+    if not devcluster.status(Path(root)).get("up"):
+        raise ConfigError(f"bench reaction: no dev cluster is up at {root}; run `slurm-elastic devcluster up` first")
+
+    def runner(argv: Any) -> str:
+        return run_command(argv, env=env)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = Config(DaemonConfig(policy="dp", store=Path(tmp) / "s.db", poll_interval=poll_interval,
+                                  max_idle=3600.0))
+        store = Store(cfg.daemon.store)
+        daemon = Daemon(cfg, SlurmObserver(("gpu",), shipped_profiles(), time.time, runner), store)
+        daemon.run(max_rounds=1)
+        lat: list[float] = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            out = subprocess.run(["sbatch", "--parsable", "--elastic=1:4", "--gres=gpu:1", "--wrap", "sleep 30"],
+                                 env=env, capture_output=True, text=True, check=True, cwd=tmp)
+            job = out.stdout.strip().split(";")[0]
+            while True:
+                if daemon.due():
+                    rec = daemon.round()
+                    if any(jp.job_id == job for jp in rec.plan.jobs):
+                        break
+                if time.perf_counter() - t0 > 60:
+                    raise ConfigError(f"bench reaction: job {job} not planned within 60 s")
+                time.sleep(poll_interval)
+            lat.append(time.perf_counter() - t0)
+            subprocess.run(["scancel", job], env=env, check=False, capture_output=True)
+        store.close()
+    ms = [x * 1000 for x in lat]
+    return {"benchmark": "reaction", "measured": "sbatch --elastic submit -> job in a recorded plan (shadow mode)",
+            "repeat": repeat, "poll_interval_s": poll_interval, "median_ms": round(statistics.median(ms), 1),
+            "max_ms": round(max(ms), 1), "min_ms": round(min(ms), 1)}

@@ -111,6 +111,10 @@ def _parser() -> argparse.ArgumentParser:
     bp.add_argument("--param", type=_param, action="append", default=[], metavar="KEY=VALUE",
                     help="planner parameter, e.g. generations=1 (repeatable)")
     bp.add_argument("--json", action="store_true", help="print JSON (the default; kept for symmetry)")
+    br = bsub.add_parser("reaction", help="submit -> planned latency of the daemon on a running dev cluster")
+    br.add_argument("--root", type=Path, default=Path("/tmp/slurm-elastic-dev"), help="the dev cluster's root")
+    br.add_argument("--repeat", type=_positive_int, default=5)
+    br.add_argument("--json", action="store_true", help="print JSON (the default)")
     bs = bsub.add_parser("simulate", help="wall time of a simulation of a Philly-like trace")
     bs.add_argument("--jobs", type=_positive_int, default=10_000)
     bs.add_argument("--gpus", type=_positive_int, default=1024)
@@ -313,8 +317,11 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from slurm_elastic.bench import bench_planner, bench_simulate
+    from slurm_elastic.bench import bench_planner, bench_reaction, bench_simulate
 
+    if args.bench == "reaction":
+        print(json.dumps(bench_reaction(root=args.root, repeat=args.repeat), indent=2))
+        return 0
     if args.bench == "simulate":
         out = bench_simulate(jobs=args.jobs, gpus=args.gpus, policy=args.policy, seed=args.seed,
                              round_gap=args.round_gap)

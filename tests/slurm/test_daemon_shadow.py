@@ -68,3 +68,11 @@ def test_status_and_check_config_commands(cluster: DevCluster, tmp_path: Path,
     assert rows[str(job)]["gpus"] == 2 and rows[str(job)]["range"] == "2:4"
     assert rows[str(job)]["planned_gpus"] >= 2
     cluster.cancel_all()
+
+
+def test_bench_reaction_on_the_real_cluster(cluster: DevCluster) -> None:
+    from slurm_elastic.bench import bench_reaction
+
+    out = bench_reaction(root=cluster.root, repeat=2, poll_interval=0.1)
+    assert out["repeat"] == 2 and 0 < out["median_ms"] < 60_000
+    cluster.cancel_all()
