@@ -9,7 +9,7 @@ Subcommands:
 * ``bench planner|simulate`` -- planning latency / simulation speed as JSON.
 * ``devcluster up|down|status`` -- a real local Slurm dev cluster (root; see ``slurm/devcluster.py``).
 * ``install-plugin`` -- build the ``--elastic`` SPANK plugin and print/write its config lines.
-* ``daemon``    -- the loop beside slurmctld (shadow mode: plans the real queue, logs, never acts).
+* ``daemon``    -- the loop beside slurmctld (shadow mode, or acting through ``scontrol``).
 * ``status``    -- elastic jobs: GPUs now and planned, batch, state (like squeue).
 * ``check-config`` -- validate an elastic.toml without starting anything.
 
@@ -135,9 +135,9 @@ def _parser() -> argparse.ArgumentParser:
             da.add_argument("--nodes", type=_positive_int, default=4, help="nodes (default 4)")
             da.add_argument("--gpus-per-node", type=_positive_int, default=4, help="fake GPUs per node (default 4)")
 
-    dm = sub.add_parser("daemon", help="run the daemon beside slurmctld (shadow mode in this version)")
+    dm = sub.add_parser("daemon", help="run the daemon beside slurmctld")
     dm.add_argument("--config", type=Path, default=Path("/etc/slurm/elastic.toml"))
-    dm.add_argument("--dry-run", action="store_true", help="plan and log only (the only mode in this version)")
+    dm.add_argument("--dry-run", action="store_true", help="shadow mode: plan and log, never act")
     dm.add_argument("--once", action="store_true", help="run one round and exit")
 
     st = sub.add_parser("status", help="elastic jobs: GPUs now and planned, batch, state")
@@ -356,10 +356,22 @@ def _cmd_daemon(args: argparse.Namespace) -> int:
         cfg = replace(cfg, daemon=replace(cfg.daemon, dry_run=True))
     if args.verbose == 0:
         logging.getLogger().setLevel(logging.INFO)
-    daemon = Daemon(cfg, _observer(cfg), Store(cfg.daemon.store))
+    import time
+
+    from slurm_elastic.slurm.actions import SlurmActuator, reconcile
+
+    observer = _observer(cfg)
+    store = Store(cfg.daemon.store)
+    actuator = None
+    if not cfg.daemon.dry_run:
+        actuator = SlurmActuator(observer.runner, store, time.time)
+        for line in reconcile(store, observer.observe(), time.time):
+            log.info("reconciled: %s", line)
+    daemon = Daemon(cfg, observer, store, actuator)
     install_signal_handlers(daemon)
-    log.info("slurm-elastic %s: policy %s, partitions %s, shadow mode, store %s", __version__,
-             cfg.daemon.policy, ",".join(cfg.daemon.partitions) or "all", cfg.daemon.store)
+    log.info("slurm-elastic %s: policy %s, partitions %s, %s, store %s", __version__, cfg.daemon.policy,
+             ",".join(cfg.daemon.partitions) or "all", "shadow mode" if cfg.daemon.dry_run else "acting",
+             cfg.daemon.store)
     daemon.run(max_rounds=1 if args.once else None)
     return 0
 

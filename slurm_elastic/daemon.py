@@ -6,9 +6,11 @@ passed; each round is recorded in the store with its plan and its one-line summa
 INFO). One failing round is logged with its traceback and retried with exponential backoff; it
 never kills the loop. SIGTERM and SIGINT end the loop after the current round.
 
-Acting on Slurm is not implemented in this version: the daemon runs in shadow mode only
-(``dry_run = true``), planning against the real queue and logging what it would do, and refuses to
-start otherwise. Elastic jobs therefore run at their requested size, as they would without it.
+In shadow mode (``dry_run = true``) it plans against the real queue and logs what it would do.
+Otherwise it acts through :class:`~slurm_elastic.slurm.actions.SlurmActuator`, which in this
+version starts held elastic jobs at the planned size and shrinks running ones by whole nodes, and
+records everything else as "needs the launcher"; at start it first settles the actions a previous
+daemon left unfinished (:func:`~slurm_elastic.slurm.actions.reconcile`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,14 @@ from slurm_elastic.store import Store
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF_S = 300.0
+
+
+class Actuator(Protocol):
+    """Carries out a round's actions (shadow or Slurm)."""
+
+    def apply(self, snapshot: ClusterSnapshot, actions: tuple[Action, ...]) -> tuple[ActionOutcome, ...]:
+        """Carry out the actions."""
+        ...
 
 
 class QueueObserver(Protocol):
@@ -66,6 +76,7 @@ class Daemon:
     config: Config
     observer: QueueObserver
     store: Store
+    actuator: Actuator | None = None
     sleep: Callable[[float], None] = time.sleep
     clock: Callable[[], float] = time.time
     stopping: bool = False
@@ -75,13 +86,11 @@ class Daemon:
     _last_round: float = field(default=float("-inf"), repr=False)
 
     def __post_init__(self) -> None:
-        if not self.config.daemon.dry_run:
-            raise ConfigError(
-                "daemon.dry_run = false: acting on Slurm is not implemented in this version; "
-                "run in shadow mode (dry_run = true)"
-            )
+        act: Actuator | None = ShadowActuator() if self.config.daemon.dry_run else self.actuator
+        if act is None:
+            raise ConfigError("daemon.dry_run = false needs an actuator (the Slurm actuator)")
+        self.act: Actuator = act
         self.planner = registry.create(self.config.daemon.policy, **self.config.policy_params)
-        self.actuator = ShadowActuator()
         self.rng = np.random.default_rng(self.config.daemon.seed)
 
     def stop(self, signum: int = 0, frame: FrameType | None = None) -> None:
@@ -91,7 +100,7 @@ class Daemon:
 
     def round(self) -> RoundRecord:
         """Run one round now and record it."""
-        rec = run_round(self.observer, self.planner, self.actuator, self.memo, self.rng)
+        rec = run_round(self.observer, self.planner, self.act, self.memo, self.rng)
         self.memo = rec.memo
         self.rounds += 1
         self._last_round = self.clock()

@@ -8,10 +8,16 @@
      slurm-elastic gpus=MIN:MAX[ batch=MIN:MAX] mode=exo|endo
 
  (space-separated keys; the first token is literally "slurm-elastic"). Users cannot change
- AdminComment, so the record is trustworthy. Jobs without --elastic are left alone.
+ AdminComment, so the record is trustworthy. Elastic jobs are held for HOLD_S seconds (a begin
+ time) so the daemon can choose their size first. Jobs without --elastic are left alone.
 --]]
 
 local PREFIX = "slurm-elastic"
+
+-- Seconds an elastic job waits before Slurm may start it at its requested size: the daemon sizes
+-- and releases it sooner (scontrol update ... StartTime=now). If the daemon is down or in shadow
+-- mode, the job simply starts after this delay: nothing is ever stranded.
+local HOLD_S = 10
 
 local function spank_env(job_desc)
    local found = {}
@@ -73,6 +79,10 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
       return slurm.ERROR
    end
    job_desc.admin_comment = record .. " mode=" .. mode
+   local hold_until = os.time() + HOLD_S
+   if job_desc.begin_time == nil or job_desc.begin_time < hold_until then
+      job_desc.begin_time = hold_until
+   end
    return slurm.SUCCESS
 end
 

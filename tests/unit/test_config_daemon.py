@@ -83,9 +83,9 @@ def test_daemon_plans_on_change_backs_off_on_failure_and_records_rounds(tmp_path
     assert d.due()  # idle for longer than max_idle
 
 
-def test_daemon_refuses_to_act_in_this_version(tmp_path: Path) -> None:
+def test_daemon_needs_an_actuator_to_act(tmp_path: Path) -> None:
     cfg = Config(replace(DaemonConfig(), dry_run=False, store=tmp_path / "s.db"))
-    with pytest.raises(ConfigError, match=r"daemon\.dry_run = false: acting on Slurm is not implemented"):
+    with pytest.raises(ConfigError, match=r"daemon\.dry_run = false needs an actuator"):
         Daemon(cfg, FakeObserver(make_snapshot(make_nodes(1), [])), Store(tmp_path / "s.db"))
 
 

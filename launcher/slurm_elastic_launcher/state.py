@@ -1,0 +1,250 @@
+"""Training state: commit, restore and sync of model, optimizer, LR scheduler, RNG and sampler position.
+
+This module owns what "the state of a training job" is and how it moves: an in-memory commit at a step
+boundary (the rollback point after a lost worker), a restore, and a sync that broadcasts the state from
+one rank to the others as one flat buffer per dtype plus a small picklable skeleton (faster than
+pickled state dicts). It must not import torch or any communication library: tensor operations come
+through a :class:`TensorOps` and the collectives are arguments, so it runs single-process in unit tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .sampler import ElasticSampler, SamplerState
+
+Broadcast = Callable[[Any, int], None]
+"""In-place broadcast of one flat buffer from ``src`` (the buffer is filled on the other ranks)."""
+
+BroadcastObject = Callable[[Any, int], Any]
+"""Broadcast of a small picklable object from ``src``; returns the object on every rank."""
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """Dtype key and shape of a tensor leaf, enough to rebuild it from a flat buffer."""
+
+    dtype: str
+    shape: tuple[int, ...]
+
+
+class TensorOps(Protocol):
+    """The tensor operations the state sync needs (implemented in ``torch_backend``)."""
+
+    def is_tensor(self, value: object) -> bool:
+        """True if ``value`` is a tensor leaf."""
+
+    def spec(self, tensor: Any) -> TensorSpec:
+        """Dtype key and shape of ``tensor``."""
+
+    def clone(self, tensor: Any) -> Any:
+        """A detached copy of ``tensor``."""
+
+    def pack(self, tensors: Sequence[Any]) -> dict[str, Any]:
+        """One flat buffer per dtype key, tensors concatenated in order."""
+
+    def empty_buffers(self, sizes: Mapping[str, int]) -> dict[str, Any]:
+        """Flat buffers of the given number of elements per dtype key."""
+
+    def unpack(self, buffers: Mapping[str, Any], specs: Sequence[TensorSpec]) -> list[Any]:
+        """Tensors of ``specs``, in order, cut from the per-dtype buffers."""
+
+    def get_rng_state(self) -> Any:
+        """This process's RNG states (framework, numpy, random)."""
+
+    def set_rng_state(self, state: Any) -> None:
+        """Restore RNG states taken by :meth:`get_rng_state`."""
+
+
+class Stateful(Protocol):
+    """Anything with ``state_dict``/``load_state_dict`` (model, optimizer, LR scheduler)."""
+
+    def state_dict(self) -> Any:
+        """The object's state."""
+
+    def load_state_dict(self, state_dict: Any, /) -> Any:
+        """Load a state from :meth:`state_dict`."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Slot:
+    index: int
+    spec: TensorSpec
+
+
+def split_tree(tree: Any, ops: TensorOps) -> tuple[Any, list[Any]]:
+    """Replace tensor leaves of a nested dict/list/tuple by slots.
+
+    Args:
+        tree: nested containers with tensor and plain leaves.
+        ops: tensor operations.
+
+    Returns:
+        The skeleton (picklable, tensors replaced by slots) and the tensors in slot order.
+    """
+    tensors: list[Any] = []
+
+    def walk(node: Any) -> Any:
+        if ops.is_tensor(node):
+            tensors.append(node)
+            return _Slot(len(tensors) - 1, ops.spec(node))
+        if isinstance(node, dict):
+            return {k: walk(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        if isinstance(node, tuple):
+            return tuple(walk(v) for v in node)
+        return node
+
+    return walk(tree), tensors
+
+
+def join_tree(skeleton: Any, tensors: Sequence[Any]) -> Any:
+    """Inverse of :func:`split_tree`: put tensors back into the skeleton's slots."""
+    if isinstance(skeleton, _Slot):
+        return tensors[skeleton.index]
+    if isinstance(skeleton, dict):
+        return {k: join_tree(v, tensors) for k, v in skeleton.items()}
+    if isinstance(skeleton, list):
+        return [join_tree(v, tensors) for v in skeleton]
+    if isinstance(skeleton, tuple):
+        return tuple(join_tree(v, tensors) for v in skeleton)
+    return skeleton
+
+
+class TrainingState:
+    """The state a resize or a lost worker must preserve, with commit/restore/sync.
+
+    Args:
+        model: the model (its state dict includes BatchNorm buffers).
+        optimizer: the optimizer.
+        scheduler: the LR scheduler, or None.
+        sampler: the elastic sampler.
+        ops: tensor operations of the framework.
+        extra: small picklable counters owned by the caller (global step, applied order, LR scale);
+            committed, restored and synced with the rest, kept by reference.
+    """
+
+    def __init__(
+        self,
+        model: Stateful,
+        optimizer: Stateful,
+        scheduler: Stateful | None,
+        sampler: ElasticSampler,
+        ops: TensorOps,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        self.model = model
+        self.optimizer = optimizer
+        self.scheduler = scheduler
+        self.sampler = sampler
+        self.ops = ops
+        self.extra: dict[str, Any] = extra if extra is not None else {}
+        self._committed: Any = None
+
+    def capture(self, *, rng: bool = True) -> dict[str, Any]:
+        """The current state as a nested tree (tensors are live references, not copies)."""
+        s = self.sampler.state
+        tree: dict[str, Any] = {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "sampler": (s.seed, s.epoch, s.consumed),
+            "extra": dict(self.extra),
+        }
+        if rng:
+            tree["rng"] = self.ops.get_rng_state()
+        return tree
+
+    def apply(self, tree: Mapping[str, Any]) -> None:
+        """Load a tree from :meth:`capture` (or a checkpoint) into the live objects."""
+        self.model.load_state_dict(tree["model"])
+        self.optimizer.load_state_dict(tree["optimizer"])
+        if self.scheduler is not None and tree["scheduler"] is not None:
+            self.scheduler.load_state_dict(tree["scheduler"])
+        seed, epoch, consumed = tree["sampler"]
+        self.sampler.state = SamplerState(int(seed), int(epoch), int(consumed))
+        self.extra.clear()
+        self.extra.update(tree["extra"])
+        if "rng" in tree:
+            self.ops.set_rng_state(tree["rng"])
+
+    def commit(self) -> None:
+        """Snapshot the state in memory (tensors copied) as the rollback point."""
+        skeleton, tensors = split_tree(self.capture(), self.ops)
+        self._committed = join_tree(skeleton, [self.ops.clone(t) for t in tensors])
+
+    @property
+    def has_commit(self) -> bool:
+        """True once :meth:`commit` has run."""
+        return self._committed is not None
+
+    def restore(self) -> None:
+        """Roll the live objects back to the last commit.
+
+        Raises:
+            RuntimeError: if nothing was committed.
+        """
+        if self._committed is None:
+            raise RuntimeError("restore() before any commit()")
+        self.apply(self._committed)
+
+    def sync(self, broadcast: Broadcast, broadcast_object: BroadcastObject, src: int, rank: int) -> int:
+        """Make every rank's state equal to ``src``'s (model, optimizer, scheduler, sampler, extra).
+
+        RNG states stay per rank. Every rank of the group must call this with the same ``src``.
+
+        Args:
+            broadcast: in-place broadcast of a flat buffer.
+            broadcast_object: broadcast of a small picklable object.
+            src: the rank whose state wins.
+            rank: this rank.
+
+        Returns:
+            Bytes of tensor data moved (as the buffers' element counts times item sizes, per ops).
+        """
+        if rank == src:
+            skeleton, tensors = split_tree(self.capture(rng=False), self.ops)
+            buffers = self.ops.pack(tensors)
+            sizes = {k: _numel(b) for k, b in buffers.items()}
+            broadcast_object((skeleton, sizes), src)
+            for key in sorted(buffers):
+                broadcast(buffers[key], src)
+            return sum(_nbytes(b) for b in buffers.values())
+        skeleton, sizes = broadcast_object(None, src)
+        buffers = self.ops.empty_buffers(sizes)
+        for key in sorted(buffers):
+            broadcast(buffers[key], src)
+        specs: list[TensorSpec] = []
+        _collect_specs(skeleton, specs)
+        self.apply(join_tree(skeleton, self.ops.unpack(buffers, specs)))
+        return sum(_nbytes(b) for b in buffers.values())
+
+
+def _collect_specs(skeleton: Any, out: list[TensorSpec]) -> None:
+    slots: list[_Slot] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, _Slot):
+            slots.append(node)
+        elif isinstance(node, dict):
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list | tuple):
+            for v in node:
+                walk(v)
+
+    walk(skeleton)
+    out.extend(s.spec for s in sorted(slots, key=lambda s: s.index))
+
+
+def _numel(buffer: Any) -> int:
+    return int(buffer.numel()) if hasattr(buffer, "numel") else len(buffer)
+
+
+def _nbytes(buffer: Any) -> int:
+    if hasattr(buffer, "element_size"):
+        return int(buffer.numel() * buffer.element_size())
+    return len(buffer)

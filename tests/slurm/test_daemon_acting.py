@@ -1,0 +1,77 @@
+"""The daemon acting on the real dev cluster: it sizes and starts held elastic jobs, shrinks by
+nodes, journals every action, and settles what a killed daemon left unfinished."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from slurm_elastic.config import parse
+from slurm_elastic.core.actions import Action, ActionKind
+from slurm_elastic.core.model import JobId, Placement
+from slurm_elastic.daemon import Daemon
+from slurm_elastic.slurm.actions import SlurmActuator, reconcile
+from slurm_elastic.slurm.cli import SlurmObserver, run_command
+from slurm_elastic.store import Store
+from slurm_elastic.testing import shipped_profiles
+
+from .conftest import DevCluster
+
+pytestmark = pytest.mark.slurm
+
+
+def _daemon(cluster: DevCluster, tmp_path: Path) -> Daemon:
+    def runner(argv: Sequence[str]) -> str:
+        return run_command(argv, env=cluster.env)
+
+    cfg = parse(f'[daemon]\npartitions = ["gpu"]\npolicy = "dp"\ndry_run = false\nstore = "{tmp_path / "s.db"}"\n'
+                "poll_interval = 0.2\nmax_idle = 0.2\n")
+    store = Store(cfg.daemon.store)
+    obs = SlurmObserver(("gpu",), shipped_profiles(), time.time, runner)
+    return Daemon(cfg, obs, store, SlurmActuator(runner, store, time.time), sleep=time.sleep)
+
+
+def test_daemon_starts_a_held_elastic_job_at_the_planned_size(cluster: DevCluster, tmp_path: Path) -> None:
+    cluster.cancel_all()
+    daemon = _daemon(cluster, tmp_path)
+    t0 = time.monotonic()
+    job = cluster.sbatch("--elastic=1:8", "--gres=gpu:1", "-N1", "--wrap", "sleep 120")
+    assert cluster.job(job)["job_state"] == "PENDING"  # held by job_submit.lua for the daemon
+    while cluster.job(job)["job_state"] != "RUNNING":
+        daemon.run(max_rounds=daemon.rounds + 1)
+        assert time.monotonic() - t0 < 9, "the daemon did not start the job before the hold expired"
+    rec = cluster.job(job)
+    gpus = sum(int(d.split(":")[2].split("(")[0]) for d in rec["gres_detail"])
+    assert gpus > 1, rec["gres_detail"]  # sized by the planner, not the user's 1 GPU
+    starts = [e for e in daemon.store.actions_of(str(job)) if e.action.kind is ActionKind.START]
+    assert starts and starts[-1].state == "done"
+    # A second elastic job: the planner shares the GPUs; whatever it does is journaled and settled.
+    other = cluster.sbatch("--elastic=1:8", "--gres=gpu:1", "-N1", "--wrap", "sleep 120")
+    daemon.run(max_rounds=daemon.rounds + 3)
+    assert daemon.store.unfinished_actions() == []
+    assert any(e.action.job_id == str(other) for e in daemon.store.actions_of(str(other)))
+    for entry in daemon.store.actions_of(str(job)) + daemon.store.actions_of(str(other)):
+        assert entry.state == "done" or entry.message, entry
+    cluster.cancel_all()
+
+
+def test_restarted_daemon_settles_the_action_it_was_killed_in(cluster: DevCluster, tmp_path: Path) -> None:
+    cluster.cancel_all()
+    job = cluster.sbatch("--elastic=1:4", "--gres=gpu:2", "-N1", "--wrap", "sleep 120")
+    cluster.wait_state(job, "RUNNING")  # started by Slurm after the hold (no daemon ran)
+    store = Store(tmp_path / "s.db")
+    node = cluster.job(job)["nodes"]
+    held = Placement.of([(node, 0), (node, 1)])
+    store.begin_action(Action(ActionKind.START, JobId(str(job)), Placement(), held, 2, 1, 1, 0.1), time.time())
+    store.begin_action(Action(ActionKind.DROP, JobId("999999"), Placement(), Placement()), time.time())
+    def runner(argv: Sequence[str]) -> str:
+        return run_command(argv, env=cluster.env)
+
+    snap = SlurmObserver(("gpu",), shipped_profiles(), time.time, runner).observe()
+    lines = reconcile(store, snap, time.time)
+    assert lines == [f"start job {job}: found done after a restart", "drop job 999999: found done after a restart"]
+    assert store.unfinished_actions() == []
+    cluster.cancel_all()

@@ -1,0 +1,82 @@
+"""Translating actions into Slurm commands, the journal around them, and reconciliation."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from slurm_elastic.core.actions import Action, ActionKind
+from slurm_elastic.core.model import JobId, JobState, Placement
+from slurm_elastic.slurm.actions import NotExpressible, SlurmActuator, commands, reconcile
+from slurm_elastic.slurm.cli import SlurmCommandError
+from slurm_elastic.store import Store
+from slurm_elastic.testing import make_job, make_nodes, make_snapshot
+
+SNAP = make_snapshot(make_nodes(3), [
+    make_job("p", max_gpus=8),
+    make_job("r", max_gpus=8, placement=[("n000", 0), ("n000", 1), ("n001", 0), ("n001", 1)]),
+])
+
+
+def _act(kind: ActionKind, job: str, before: list[tuple[str, int]], after: list[tuple[str, int]]) -> Action:
+    return Action(kind, JobId(job), Placement.of(before), Placement.of(after), 128 * len(after), 128, 1, 0.1)
+
+
+def test_start_sizes_and_releases_a_held_job_at_the_largest_equal_shape() -> None:
+    a = _act(ActionKind.START, "p", [], [("n001", 2), ("n001", 3), ("n002", 0), ("n002", 1), ("n002", 2)])
+    assert commands(SNAP, a) == [
+        ["scontrol", "update", "JobId=p", "NumNodes=2-2", "TresPerNode=gres:gpu:2", "NodeList=n001,n002"],
+        ["scontrol", "update", "JobId=p", "StartTime=now"],
+    ]
+
+
+def test_shrink_by_whole_nodes_only() -> None:
+    before = [("n000", 0), ("n000", 1), ("n001", 0), ("n001", 1)]
+    ok = _act(ActionKind.SHRINK, "r", before, [("n000", 0), ("n000", 1)])
+    assert commands(SNAP, ok) == [["scontrol", "update", "JobId=r", "NodeList=n000"]]
+    inside = _act(ActionKind.SHRINK, "r", before, [("n000", 0), ("n001", 0)])
+    with pytest.raises(NotExpressible, match="shrinking inside a node needs the in-job launcher"):
+        commands(SNAP, inside)
+
+
+@pytest.mark.parametrize("kind", [ActionKind.GROW, ActionKind.MOVE, ActionKind.REBATCH, ActionKind.PREEMPT])
+def test_what_needs_the_launcher_is_refused_with_the_reason(kind: ActionKind) -> None:
+    with pytest.raises(NotExpressible, match="needs the in-job launcher"):
+        commands(SNAP, _act(kind, "r", [("n000", 0)], [("n000", 0), ("n002", 0)]))
+
+
+def test_actuator_journals_each_action_and_a_failure_does_not_stop_the_rest(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.db")
+    ran: list[list[str]] = []
+
+    def runner(argv: Sequence[str]) -> str:
+        ran.append(list(argv))
+        if argv[0] == "scancel":
+            raise SlurmCommandError("scancel p: exit 1: Invalid job id")
+        return ""
+
+    act = SlurmActuator(runner, store, clock=lambda: 5.0)
+    drop = _act(ActionKind.DROP, "p", [], [])
+    grow = _act(ActionKind.GROW, "r", [("n000", 0)], [("n000", 0), ("n002", 0)])
+    shrink = _act(ActionKind.SHRINK, "r", [("n000", 0), ("n000", 1), ("n001", 0), ("n001", 1)],
+                  [("n000", 0), ("n000", 1)])
+    outcomes = act.apply(SNAP, (drop, grow, shrink))
+    assert [o.ok for o in outcomes] == [False, False, True]
+    assert "Invalid job id" in outcomes[0].message and "launcher" in outcomes[1].message
+    assert ran == [["scancel", "p"], ["scontrol", "update", "JobId=r", "NodeList=n000"]]
+    assert store.unfinished_actions() == []
+    assert [e.state for e in store.actions_of("r")] == ["failed", "done"]
+
+
+def test_reconcile_settles_unfinished_actions_by_what_slurm_shows(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.db")
+    started = _act(ActionKind.START, "r", [], [("n000", 0), ("n000", 1), ("n001", 0), ("n001", 1)])
+    not_started = _act(ActionKind.START, "p", [], [("n002", 0)])
+    store.begin_action(started, 1.0)
+    store.begin_action(not_started, 1.0)
+    lines = reconcile(store, SNAP, clock=lambda: 2.0)
+    assert lines == ["start job r: found done after a restart", "start job p: found not done after a restart"]
+    assert store.unfinished_actions() == []
+    assert SNAP.job(JobId("p")).state is JobState.PENDING
