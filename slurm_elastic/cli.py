@@ -369,6 +369,10 @@ def _cmd_daemon(args: argparse.Namespace) -> int:
             log.info("reconciled: %s", line)
     daemon = Daemon(cfg, observer, store, actuator)
     install_signal_handlers(daemon)
+    if cfg.daemon.metrics_address:
+        from slurm_elastic.metrics import serve
+
+        serve(daemon.metrics, cfg.daemon.metrics_address)
     log.info("slurm-elastic %s: policy %s, partitions %s, %s, store %s", __version__, cfg.daemon.policy,
              ",".join(cfg.daemon.partitions) or "all", "shadow mode" if cfg.daemon.dry_run else "acting",
              cfg.daemon.store)

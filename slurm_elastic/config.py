@@ -13,6 +13,7 @@ environment or the file again after :func:`load`. Example::
     max_idle = 60.0               # plan at least this often (seconds) even when nothing changed
     default_model = "cifar10"     # throughput profile of jobs that report none
     seed = 0                      # planner random seed
+    metrics_address = "127.0.0.1:9410"  # Prometheus /metrics ("" = off)
 
     [policy.ones]                 # parameters of the chosen policy, passed as keywords
     generations = 10
@@ -45,6 +46,7 @@ class DaemonConfig:
         max_idle: seconds after which a round runs even without a change (>= poll_interval).
         default_model: throughput profile of jobs that report none.
         seed: planner random seed.
+        metrics_address: ``HOST:PORT`` of the Prometheus ``/metrics`` endpoint; empty = off.
     """
 
     partitions: tuple[str, ...] = ()
@@ -55,6 +57,7 @@ class DaemonConfig:
     max_idle: float = 60.0
     default_model: str = "cifar10"
     seed: int = 0
+    metrics_address: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +83,11 @@ def _daemon(raw: dict[str, Any]) -> DaemonConfig:
         if not isinstance(v, list) or not all(isinstance(p, str) and p for p in v):
             raise _bad("daemon.partitions", v, "must be a list of partition names")
         out["partitions"] = tuple(v)
+    if "metrics_address" in raw:
+        v = raw["metrics_address"]
+        if not isinstance(v, str) or (v and not (":" in v and v.rpartition(":")[2].isdigit())):
+            raise _bad("daemon.metrics_address", v, 'must be "HOST:PORT" or "" (off)')
+        out["metrics_address"] = v
     for key in ("policy", "default_model"):
         if key in raw:
             if not isinstance(raw[key], str) or not raw[key]:

@@ -31,6 +31,7 @@ from slurm_elastic.core.actions import Action
 from slurm_elastic.core.model import ClusterSnapshot
 from slurm_elastic.core.rounds import ActionOutcome, RoundRecord, run_round
 from slurm_elastic.errors import ConfigError
+from slurm_elastic.metrics import Metrics
 from slurm_elastic.store import Store
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,7 @@ class Daemon:
     stopping: bool = False
     memo: Any = None
     rounds: int = 0
+    metrics: Metrics = field(default_factory=Metrics)
     _last_key: object = field(default=None, repr=False)
     _last_round: float = field(default=float("-inf"), repr=False)
 
@@ -100,7 +102,9 @@ class Daemon:
 
     def round(self) -> RoundRecord:
         """Run one round now and record it."""
+        t0 = time.perf_counter()
         rec = run_round(self.observer, self.planner, self.act, self.memo, self.rng)
+        self.metrics.observe_round(rec, time.perf_counter() - t0)
         self.memo = rec.memo
         self.rounds += 1
         self._last_round = self.clock()
