@@ -336,12 +336,11 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 def _observer(cfg: Any) -> Any:
     import time
 
-    from slurm_elastic.slurm.cli import SlurmObserver
+    from slurm_elastic.slurm.pyslurm_backend import choose_observer
     from slurm_elastic_predictor.profiles import load_models, v100_longhorn
 
     profiles = {name: v100_longhorn(m) for name, m in load_models().items()}
-    return SlurmObserver(partitions=cfg.daemon.partitions, profiles=profiles, clock=time.time,
-                         default_model=cfg.daemon.default_model)
+    return choose_observer(cfg.daemon.partitions, profiles, time.time, default_model=cfg.daemon.default_model)
 
 
 def _cmd_daemon(args: argparse.Namespace) -> int:
