@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,launcher]'
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -1,7 +1,61 @@
 """In-job runtime of slurm-elastic: resizes a running training job in place.
 
 It never imports the controller package ``slurm_elastic``; its contract with the controller is the
-set of ``SLURM_ELASTIC_*`` environment variables and the authenticated order channel.
+set of ``SLURM_ELASTIC_*`` environment variables (:mod:`.env`) and the authenticated order channel
+(:class:`.agent.Order`). The user API follows Horovod Elastic: hand the model, optimizer, dataset and a
+loss function to :func:`run`, which trains until the job is done, this worker is dropped by a resize, or
+it is declared lost::
+
+    job = ElasticJob(model=model, optimizer=opt, dataset=TensorBatchDataset(x, y), loss_fn=loss)
+    result = run(job)
+
+torch is imported only by :mod:`.torch_backend`, lazily, when :func:`run` starts.
 """
 
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from .agent import Agent, AgentResult, AgentState, ElasticJob, Order, OrderRejectedError, make_order_source
+from .env import EnvError, LauncherEnv, ScalingMode
+from .sampler import ElasticSampler, SamplerState
+from .state import TrainingState
+
 __version__ = "0.1.0"
+
+__all__ = [
+    "AgentResult",
+    "AgentState",
+    "ElasticJob",
+    "ElasticSampler",
+    "EnvError",
+    "LauncherEnv",
+    "Order",
+    "OrderRejectedError",
+    "SamplerState",
+    "ScalingMode",
+    "TrainingState",
+    "run",
+]
+
+
+def run(job: ElasticJob, environ: Mapping[str, str] | None = None) -> AgentResult:
+    """Train ``job`` elastically under the torch.distributed backend.
+
+    Args:
+        job: model, optimizer, dataset, loss (and optional LR scheduler).
+        environ: the ``SLURM_ELASTIC_*`` variables; ``os.environ`` when None.
+
+    Returns:
+        How this worker ended (DONE, LEFT or FAILED) and where the job was.
+
+    Raises:
+        EnvError: if a variable is missing or invalid.
+    """
+    from .torch_backend import TorchBackend, make_store  # the one torch import, at start time
+
+    env = LauncherEnv.from_mapping(os.environ if environ is None else environ)
+    store = make_store(env.store_host, env.store_port, env.store_serve, timeout_s=max(60.0, env.group_timeout_s))
+    backend = TorchBackend(store, env.group_timeout_s, env.socket_ifname)
+    return Agent(env, backend, job, make_order_source(env, backend)).run()

@@ -1,0 +1,113 @@
+"""Example: train a small CNN (or ResNet-18) elastically on synthetic data generated in-process.
+
+Run one process per worker with the ``SLURM_ELASTIC_*`` variables set (see
+``slurm_elastic_launcher.env``); the sbatch templates and the tests do that. No downloads: the data are
+class templates plus noise, generated from a fixed seed so every worker builds the same dataset.
+It prints one JSON line with how this worker ended and exits 0 (done or dropped) or 3 (declared lost).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F  # noqa: N812
+from torch import nn
+
+from slurm_elastic_launcher import AgentState, ElasticJob, run
+from slurm_elastic_launcher.torch_backend import TensorBatchDataset
+
+
+class SmallCNN(nn.Module):
+    """Two conv layers with BatchNorm and a linear head (about 20k parameters)."""
+
+    def __init__(self, channels: int = 1, classes: int = 10) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, 16, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(16)
+        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
+        self.head = nn.Linear(32, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
+        x = F.relu(self.conv2(x))
+        return self.head(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+class BasicBlock(nn.Module):
+    """ResNet basic block (two 3x3 convs with BatchNorm and a shortcut)."""
+
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.short: nn.Module = nn.Identity()
+        if stride != 1 or cin != cout:
+            self.short = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.relu(self.bn1(self.conv1(x)))
+        return F.relu(self.bn2(self.conv2(y)) + self.short(x))
+
+
+class ResNet18(nn.Module):
+    """ResNet-18 in plain torch (11.7M parameters at 1000 classes; CIFAR-style stem)."""
+
+    def __init__(self, channels: int = 3, classes: int = 1000) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(channels, 64, 3, 1, 1, bias=False), nn.BatchNorm2d(64), nn.ReLU())
+        layers: list[nn.Module] = []
+        cin = 64
+        for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+            layers += [BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)]
+            cin = cout
+        self.layers = nn.Sequential(*layers)
+        self.head = nn.Linear(512, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(F.adaptive_avg_pool2d(self.layers(self.stem(x)), 1).flatten(1))
+
+
+def synthetic(size: int, channels: int, side: int, classes: int, seed: int = 1234) -> TensorBatchDataset:
+    """Class templates plus noise; the same for every worker."""
+    g = torch.Generator().manual_seed(seed)
+    templates = torch.randn(classes, channels, side, side, generator=g)
+    targets = torch.randint(0, classes, (size,), generator=g)
+    inputs = templates[targets] + 0.5 * torch.randn(size, channels, side, side, generator=g)
+    return TensorBatchDataset(inputs, targets)
+
+
+def loss_fn(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """Cross-entropy summed over the batch (the agent divides by the global sample count)."""
+    x, y = batch
+    return F.cross_entropy(model(x), y, reduction="sum")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Build the job from the command line and run it under the agent."""
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--model", choices=("cnn", "resnet18"), default="cnn")
+    ap.add_argument("--dataset-size", type=int, default=2048)
+    ap.add_argument("--lr", type=float, default=0.05)
+    args = ap.parse_args(argv)
+    torch.manual_seed(0)
+    if args.model == "cnn":
+        model: nn.Module = SmallCNN()
+        data = synthetic(args.dataset_size, 1, 16, 10)
+        optimizer: torch.optim.Optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    else:
+        model = ResNet18()
+        data = synthetic(args.dataset_size, 3, 32, 1000)
+        optimizer = torch.optim.Adam(model.parameters(), lr=args.lr / 50)
+    result = run(ElasticJob(model=model, optimizer=optimizer, dataset=data, loss_fn=loss_fn))
+    print(json.dumps({"state": result.state.value, "steps": result.steps, "epoch": result.epoch}), flush=True)
+    return 3 if result.state is AgentState.FAILED else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,671 @@
+"""The resize agent: the in-job state machine, written once for every backend.
+
+This module owns the protocol of an in-place resize (ONES §3.3): orders arrive from a pluggable,
+authenticated :class:`OrderSource`; rank 0 reads them and announces a decision in the control words of
+the step's all-reduce, so every rank sees the same typed interrupt at the same step boundary. On grow,
+joiners start and initialise while the old workers keep training; when all joiners are ready, the old
+workers finish their step, everyone leaves the old group and forms the new one (generation ``o<seq>``,
+a fresh prefix on the long-lived store), the state is broadcast from an old worker, and leaving workers
+exit cleanly. A lost peer is a :class:`PeerLostError`: survivors roll back to the last commit, agree on
+the survivors through the store and re-form (generation ``<gen>.r``). It owns the batch and LR policy
+(exo: global batch and LR scale with the workers; endo: global batch kept, gradient accumulation above
+the per-GPU limit). It must not import torch or any communication library: the backend does that.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import hmac
+import json
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from .env import LauncherEnv, ScalingMode
+from .sampler import ElasticSampler, SamplerState
+from .state import Stateful, TensorOps, TrainingState
+
+log = logging.getLogger(__name__)
+
+
+class PeerLostError(RuntimeError):
+    """A collective failed because a peer died, or hung past the group timeout."""
+
+
+class OrderRejectedError(ValueError):
+    """An order names another job, has a bad MAC or is malformed."""
+
+
+class AgentState(enum.Enum):
+    """States of a worker's agent; transitions happen only at step boundaries.
+
+    * STARTING → FORMING (initial worker) or JOINING (worker started by a grow order).
+    * JOINING: initialise model/optimizer, find the order naming this worker, mark it ready → WAITING.
+    * WAITING: the old workers keep training until every joiner is ready; then rank 0 announces the
+      switch, and the joiner reads the go key → FORMING.
+    * FORMING: init the group of the new generation → SYNCING.
+    * SYNCING: broadcast the state from an old worker (skipped when nobody new joined) → TRAINING.
+    * TRAINING: steps; a step may end with an interrupt: Resize → SWITCHING, Stop → DONE, or a
+      lost peer → RECOVERING.
+    * SWITCHING: leave the old group; a worker the order drops → LEFT, others → FORMING.
+    * RECOVERING: restore the last commit, agree on the survivors via the store → FORMING, or FAILED
+      if this worker was declared lost.
+    * DONE / LEFT / FAILED: final.
+    """
+
+    STARTING = "starting"
+    JOINING = "joining"
+    WAITING = "waiting"
+    FORMING = "forming"
+    SYNCING = "syncing"
+    TRAINING = "training"
+    SWITCHING = "switching"
+    RECOVERING = "recovering"
+    DONE = "done"
+    LEFT = "left"
+    FAILED = "failed"
+
+
+# -- orders --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Order:
+    """A command from the daemon to one job.
+
+    Attributes:
+        job_id: the job it is for; others refuse it.
+        seq: order number, increasing per job (≥ 1).
+        kind: ``"resize"`` or ``"stop"``.
+        workers: worker ids of the new world in rank order (resize only).
+        local_batch: new per-worker batch (exo) or global batch (endo), or 0 to keep the policy's.
+        mac: hex HMAC-SHA256 over :meth:`canonical` with the job's secret.
+    """
+
+    job_id: str
+    seq: int
+    kind: str
+    workers: tuple[str, ...] = ()
+    local_batch: int = 0
+    mac: str = ""
+
+    def canonical(self) -> bytes:
+        """The signed bytes: sorted compact JSON of every field but the MAC."""
+        body = {
+            "job_id": self.job_id,
+            "seq": self.seq,
+            "kind": self.kind,
+            "workers": list(self.workers),
+            "local_batch": self.local_batch,
+        }
+        return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+    def signed(self, secret: bytes) -> Order:
+        """This order with its MAC set."""
+        mac = hmac.new(secret, self.canonical(), hashlib.sha256).hexdigest()
+        return Order(self.job_id, self.seq, self.kind, self.workers, self.local_batch, mac)
+
+    def to_json(self) -> str:
+        """Wire form (one line)."""
+        body = json.loads(self.canonical())
+        body["mac"] = self.mac
+        return json.dumps(body, sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def parse(cls, raw: str, job_id: str, secret: bytes) -> Order:
+        """Parse and authenticate one order.
+
+        Args:
+            raw: wire form.
+            job_id: this job's id.
+            secret: this job's secret.
+
+        Returns:
+            The verified order.
+
+        Raises:
+            OrderRejectedError: malformed, for another job, or bad MAC.
+        """
+        try:
+            body = json.loads(raw)
+            order = cls(
+                job_id=str(body["job_id"]),
+                seq=int(body["seq"]),
+                kind=str(body["kind"]),
+                workers=tuple(str(w) for w in body.get("workers", [])),
+                local_batch=int(body.get("local_batch", 0)),
+                mac=str(body["mac"]),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise OrderRejectedError(f"malformed order {raw[:200]!r}: {exc}") from exc
+        expected = hmac.new(secret, order.canonical(), hashlib.sha256).hexdigest()
+        if not hmac.compare_digest(expected, order.mac):
+            raise OrderRejectedError(f"order {order.seq}: bad MAC")
+        if order.job_id != job_id:
+            raise OrderRejectedError(f"order {order.seq} is for job {order.job_id!r}, not {job_id!r}")
+        if order.kind not in {"resize", "stop"} or order.seq < 1:
+            raise OrderRejectedError(f"order {order.seq}: kind {order.kind!r} / seq must be resize|stop / ≥ 1")
+        if order.kind == "resize" and (not order.workers or len(set(order.workers)) != len(order.workers)):
+            raise OrderRejectedError(f"order {order.seq}: a resize needs unique, non-empty workers")
+        if order.local_batch < 0:
+            raise OrderRejectedError(f"order {order.seq}: local_batch must be ≥ 0")
+        return order
+
+
+class OrderSource(Protocol):
+    """Where raw orders come from (a file, the job's store, later the daemon's channel)."""
+
+    def read(self) -> list[str]:
+        """All raw orders currently available (authentication is the agent's job)."""
+
+
+class FileOrderSource:
+    """Orders as JSON lines in a file (tests, manual operation).
+
+    Args:
+        path: the file; missing means no orders yet.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = Path(path)
+
+    def read(self) -> list[str]:
+        """Non-empty lines of the file."""
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return []
+        return [line for line in text.splitlines() if line.strip()]
+
+
+class KeyValue(Protocol):
+    """The store operations orders and rendezvous need."""
+
+    def store_set(self, key: str, value: str) -> None:
+        """Set a key."""
+
+    def store_get(self, key: str) -> str | None:
+        """Value of a key or None, without blocking."""
+
+    def store_add(self, key: str, amount: int) -> int:
+        """Atomic add; the new value."""
+
+
+class StoreOrderSource:
+    """Orders in the job's TCPStore: ``orders/count`` and ``orders/<i>`` for i = 1..count.
+
+    Args:
+        kv: store access.
+    """
+
+    def __init__(self, kv: KeyValue) -> None:
+        self.kv = kv
+        self._cache: list[str] = []
+
+    def read(self) -> list[str]:
+        """Orders published so far (cached; one store round trip when nothing is new)."""
+        count = self.kv.store_add("orders/count", 0)
+        while len(self._cache) < count:
+            raw = self.kv.store_get(f"orders/{len(self._cache) + 1}")
+            if raw is None:
+                break
+            self._cache.append(raw)
+        return list(self._cache)
+
+    @staticmethod
+    def publish(kv: KeyValue, order: Order) -> None:
+        """Append a signed order (what the daemon, or a test acting as it, does)."""
+        n = kv.store_add("orders/next", 1)
+        kv.store_set(f"orders/{n}", order.to_json())
+        kv.store_add("orders/count", 1)
+
+
+def make_order_source(env: LauncherEnv, kv: KeyValue) -> OrderSource:
+    """The order source named by ``SLURM_ELASTIC_ORDERS``."""
+    if env.orders.startswith("file:"):
+        return FileOrderSource(env.orders.removeprefix("file:"))
+    return StoreOrderSource(kv)
+
+
+# -- interrupts ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Resize:
+    """Interrupt: switch to the world of ``seq``'s order at this step boundary."""
+
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """Interrupt: checkpoint (if configured) and exit at this step boundary."""
+
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerLost:
+    """Interrupt: a collective failed; roll back and re-form with the survivors."""
+
+    error: str
+
+
+Interrupt = Resize | Stop | WorkerLost
+
+
+# -- backend and user API ------------------------------------------------------------------------
+
+
+class Backend(KeyValue, Protocol):
+    """What the agent needs from a communication backend (start/stop/monitor + collectives)."""
+
+    ops: TensorOps
+
+    def form(self, generation: str, rank: int, world_size: int) -> None:
+        """Join a generation's group."""
+
+    def leave(self) -> None:
+        """Leave the current group."""
+
+    def broadcast(self, buffer: Any, src: int) -> None:
+        """In-place broadcast of a flat buffer."""
+
+    def broadcast_object(self, obj: Any, src: int) -> Any:
+        """Broadcast a small object."""
+
+    def reduce_step(self, model: Any, n_global: int, control: Sequence[int], rank: int) -> list[int]:
+        """All-reduce gradients (÷ n_global), buffers and control words; the summed control words."""
+
+    def save(self, tree: Any, path: str) -> None:
+        """Write a checkpoint."""
+
+    def load(self, path: str) -> Any:
+        """Read a checkpoint."""
+
+    def digest(self, model: Any) -> str:
+        """Hash of the model's state."""
+
+
+class BatchDataset(Protocol):
+    """A dataset the agent can index by a list of sample ids."""
+
+    def __len__(self) -> int:
+        """Number of samples."""
+
+    def batch(self, indices: Sequence[int]) -> Any:
+        """The batch of those samples (what ``loss_fn`` takes)."""
+
+
+@dataclass
+class ElasticJob:
+    """What the user hands the agent (in the spirit of Horovod Elastic's state object).
+
+    Attributes:
+        model: the model (a ``torch.nn.Module``).
+        optimizer: its optimizer.
+        dataset: indexable by lists of sample ids.
+        loss_fn: ``loss_fn(model, batch)`` → the loss *summed* over the batch's samples (the agent
+            divides gradients by the global sample count).
+        scheduler: LR scheduler stepped once per step, or None.
+    """
+
+    model: Any
+    optimizer: Any
+    dataset: BatchDataset
+    loss_fn: Callable[[Any, Any], Any]
+    scheduler: Stateful | None = None
+
+
+@dataclass
+class AgentResult:
+    """How a worker's agent ended.
+
+    Attributes:
+        state: DONE, LEFT or FAILED.
+        steps: global steps of the job when this worker stopped.
+        epoch: sampler epoch then.
+        generations: generations this worker was part of.
+    """
+
+    state: AgentState
+    steps: int
+    epoch: int
+    generations: list[str] = field(default_factory=list)
+
+
+class Agent:
+    """One worker's resize state machine.
+
+    Args:
+        env: parsed launcher environment.
+        backend: communication backend.
+        job: the user's model, optimizer, dataset and loss.
+        source: order source (rank 0 and joiners read it).
+        clock: wall clock for event timestamps (seconds).
+    """
+
+    CONTROL_WORDS = 3  # [resize seq, stop seq, reserved]
+
+    def __init__(
+        self,
+        env: LauncherEnv,
+        backend: Backend,
+        job: ElasticJob,
+        source: OrderSource,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.env = env
+        self.backend = backend
+        self.job = job
+        self.source = source
+        self.clock = clock
+        self.me = env.worker_id
+        self.sampler = ElasticSampler(len(job.dataset), SamplerState(env.seed))
+        self.state = TrainingState(job.model, job.optimizer, job.scheduler, self.sampler, backend.ops)
+        self.status = AgentState.STARTING
+        self.generation = ""
+        self.members: tuple[str, ...] = ()
+        self.rank = -1
+        self._pending: Order | None = None
+        self._parsed: dict[str, Order | None] = {}
+        self._generations: list[str] = []
+        self._log = open(env.event_log, "a", buffering=1) if env.event_log else None  # noqa: SIM115
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _event(self, ev: str, **fields: Any) -> None:
+        if self._log is not None:
+            rec = {"ev": ev, "t": self.clock(), "worker": self.me, "gen": self.generation, "rank": self.rank}
+            rec.update(fields)
+            self._log.write(json.dumps(rec) + "\n")
+
+    def _transition(self, new: AgentState) -> None:
+        log.debug("%s: %s -> %s", self.me, self.status.value, new.value)
+        self.status = new
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        """Counters synced with the state: step, applied_seq, lr_scale, global_batch0, local_batch."""
+        return self.state.extra
+
+    def _valid_orders(self) -> list[Order]:
+        """Authenticated orders from the source; each raw order is parsed (and refused) once."""
+        out = []
+        for raw in self.source.read():
+            if raw not in self._parsed:
+                try:
+                    self._parsed[raw] = Order.parse(raw, self.env.job_id, self.env.secret)
+                except OrderRejectedError as exc:
+                    log.warning("%s: refused order: %s", self.me, exc)
+                    self._event("refused", reason=str(exc))
+                    self._parsed[raw] = None
+            order = self._parsed[raw]
+            if order is not None:
+                out.append(order)
+        return out
+
+    # -- batch and LR policy ---------------------------------------------------------------------
+    def _apply_policy(self, override: int = 0) -> None:
+        """Set the per-worker batch for the current world and rescale the LR linearly.
+
+        Exo keeps the per-worker batch (an order's ``local_batch`` replaces it), so the global batch
+        scales with the workers; endo keeps the global batch (an order's ``local_batch`` is the new
+        global batch) up to rounding to a multiple of the world size. The LR follows the global batch
+        linearly, relative to the initial one.
+        """
+        world = len(self.members)
+        if self.env.scaling is ScalingMode.EXO:
+            if override:
+                self.extra["local_target"] = override
+            local = int(self.extra["local_target"])
+        else:
+            if override:
+                self.extra["global_target"] = override
+            local = max(1, round(int(self.extra["global_target"]) / world))
+        self.extra["local_batch"] = local
+        scale = world * local / int(self.extra["global_batch0"])
+        factor = scale / float(self.extra["lr_scale"])
+        if factor != 1.0:
+            for group in self.job.optimizer.param_groups:
+                group["lr"] *= factor
+                if "initial_lr" in group:
+                    group["initial_lr"] *= factor
+            sched = self.job.scheduler
+            if sched is not None and hasattr(sched, "base_lrs"):
+                sched.base_lrs = [lr * factor for lr in sched.base_lrs]
+        self.extra["lr_scale"] = scale
+
+    def _micro_batches(self, indices: list[int]) -> list[list[int]]:
+        local = int(self.extra["local_batch"])
+        accum = max(1, math.ceil(local / self.env.max_local_batch))
+        if not indices:
+            return []
+        size = math.ceil(len(indices) / accum)
+        return [indices[i : i + size] for i in range(0, len(indices), size)]
+
+    # -- the loop --------------------------------------------------------------------------------
+    def run(self) -> AgentResult:
+        """Run this worker until the job is done, it is dropped, or it is declared lost."""
+        try:
+            self._start()
+            while self.status is AgentState.TRAINING:
+                if self.sampler.state.epoch >= self.env.epochs:
+                    self._finish(None)
+                    break
+                interrupt = self._step()
+                if interrupt is not None:
+                    self._handle(interrupt)
+        finally:
+            self.backend.leave()
+            self._event("exit", state=self.status.value, step=self.extra.get("step", 0))
+            if self._log is not None:
+                self._log.close()
+        return AgentResult(self.status, int(self.extra.get("step", 0)), self.sampler.state.epoch, self._generations)
+
+    def _start(self) -> None:
+        if self.env.join:
+            self._transition(AgentState.JOINING)
+            order = self._find_my_order()
+            self.backend.store_set(f"o{order.seq}/ready/{self.me}", "1")
+            self._transition(AgentState.WAITING)
+            go = self._wait_key(f"o{order.seq}/go", self.env.join_timeout_s)
+            if go is None:
+                raise TimeoutError(f"{self.me}: no go for order {order.seq} within {self.env.join_timeout_s} s")
+            self._form(f"o{order.seq}", order.workers, sync_src=int(json.loads(go)["src"]))
+            self._apply_policy(order.local_batch)
+        else:
+            self.extra.update(
+                step=0,
+                applied_seq=0,
+                lr_scale=1.0,
+                local_target=self.env.local_batch,
+                global_target=self.env.local_batch * len(self.env.workers),
+                global_batch0=self.env.local_batch * len(self.env.workers),
+                local_batch=self.env.local_batch,
+            )
+            if self.env.resume:
+                self.state.apply(self.backend.load(self.env.resume))
+            gen = f"resume{self.extra['applied_seq']}.{self.extra['step']}" if self.env.resume else "o0"
+            self._form(gen, self.env.workers, 0)
+            self._apply_policy()
+        self.state.commit()
+        self._transition(AgentState.TRAINING)
+
+    def _find_my_order(self) -> Order:
+        deadline = time.monotonic() + self.env.join_timeout_s
+        while time.monotonic() < deadline:
+            mine = [
+                o
+                for o in self._valid_orders()
+                if o.kind == "resize" and self.me in o.workers and self.backend.store_get(f"o{o.seq}/go") is None
+            ]
+            if mine:
+                return max(mine, key=lambda o: o.seq)
+            time.sleep(0.05)
+        raise TimeoutError(f"{self.me}: no resize order names this worker within {self.env.join_timeout_s} s")
+
+    def _wait_key(self, key: str, timeout_s: float) -> str | None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            value = self.backend.store_get(key)
+            if value is not None or time.monotonic() >= deadline:
+                return value
+            time.sleep(0.01)
+
+    def _form(self, generation: str, members: Sequence[str], sync_src: int | None) -> None:
+        self._transition(AgentState.FORMING)
+        self.generation = generation
+        self.members = tuple(members)
+        self.rank = self.members.index(self.me)
+        self.backend.form(generation, self.rank, len(self.members))
+        self._generations.append(generation)
+        moved = 0
+        if sync_src is not None:
+            self._transition(AgentState.SYNCING)
+            moved = self.state.sync(self.backend.broadcast, self.backend.broadcast_object, sync_src, self.rank)
+        fields: dict[str, Any] = {"world": len(self.members), "synced_bytes": moved}
+        if self.env.log_indices:
+            fields["digest"] = self.backend.digest(self.job.model)
+        self._event("formed", **fields)
+
+    def _decide(self) -> list[int]:
+        """Rank 0: the control words of this step (resize/stop seq, once joiners are ready)."""
+        control = [0] * self.CONTROL_WORDS
+        applied = int(self.extra["applied_seq"])
+        if self._pending is None or self._pending.seq <= applied:
+            newer = [o for o in self._valid_orders() if o.seq > applied]
+            self._pending = min(newer, key=lambda o: o.seq) if newer else None
+        order = self._pending
+        if order is None:
+            return control
+        if order.kind == "stop":
+            control[1] = order.seq
+            return control
+        joiners = [w for w in order.workers if w not in self.members]
+        if len(joiners) == len(order.workers):
+            log.error("%s: refused order %d: no current worker stays, the state has no source", self.me, order.seq)
+            self.extra["applied_seq"] = order.seq
+            self._pending = None
+            return control
+        if all(self.backend.store_get(f"o{order.seq}/ready/{w}") is not None for w in joiners):
+            control[0] = order.seq
+        return control
+
+    def _step(self) -> Interrupt | None:
+        world, local = len(self.members), int(self.extra["local_batch"])
+        control = self._decide() if self.rank == 0 else [0] * self.CONTROL_WORDS
+        indices = self.sampler.indices(world, self.rank, local)
+        n_global = self.sampler.step_size(world, local)
+        self.job.optimizer.zero_grad(set_to_none=True)
+        for micro in self._micro_batches(indices):
+            self.job.loss_fn(self.job.model, self.job.dataset.batch(micro)).backward()
+        try:
+            decided = self.backend.reduce_step(self.job.model, n_global, control, self.rank)
+        except PeerLostError as exc:
+            return WorkerLost(str(exc))
+        self.job.optimizer.step()
+        if self.job.scheduler is not None:
+            self.job.scheduler.step()  # type: ignore[attr-defined]
+        epoch, consumed = self.sampler.state.epoch, self.sampler.state.consumed
+        self.sampler.advance(world, local)
+        self.extra["step"] = int(self.extra["step"]) + 1
+        fields: dict[str, Any] = {
+            "step": self.extra["step"],
+            "world": world,
+            "n": n_global,
+            "local": local,
+            "epoch": epoch,
+            "consumed": consumed,
+        }
+        if self.env.log_indices:
+            fields["indices"] = indices
+        self._event("step", **fields)
+        if int(self.extra["step"]) % self.env.commit_every == 0:
+            self.state.commit()
+        if decided[1]:
+            return Stop(decided[1])
+        if decided[0]:
+            return Resize(decided[0])
+        return None
+
+    def _handle(self, interrupt: Interrupt) -> None:
+        match interrupt:
+            case Resize(seq):
+                self._switch(seq)
+            case Stop(seq):
+                self._finish(seq)
+            case WorkerLost(error):
+                self._recover(error)
+
+    def _finish(self, seq: int | None) -> None:
+        self._event("stop", seq=seq or 0)
+        if seq is not None:
+            self.extra["applied_seq"] = seq
+        if self.rank == 0 and self.env.checkpoint:
+            self.backend.save(self.state.capture(), self.env.checkpoint)
+            self._event("checkpoint", path=self.env.checkpoint)
+        self._transition(AgentState.DONE)
+
+    def _switch(self, seq: int) -> None:
+        self._transition(AgentState.SWITCHING)
+        self._event("switch", seq=seq)
+        if self.rank == 0:
+            order = self._pending
+            if order is None or order.seq != seq:
+                raise RuntimeError(f"rank 0 announced order {seq} it does not hold")
+            stays = [i for i, w in enumerate(order.workers) if w in self.members]
+            src = order.workers.index(self.me) if self.me in order.workers else stays[0]
+            self.backend.store_set(f"o{seq}/go", json.dumps({"src": src, "order": order.to_json()}))
+        else:
+            go = self._wait_key(f"o{seq}/go", self.env.group_timeout_s * 3)
+            if go is None:
+                raise PeerLostError(f"{self.me}: rank 0 announced order {seq} but wrote no go key")
+            src = int(json.loads(go)["src"])
+            order = Order.parse(json.loads(go)["order"], self.env.job_id, self.env.secret)
+        self.backend.leave()
+        self.extra["applied_seq"] = seq
+        self._pending = None
+        if self.me not in order.workers:
+            self._transition(AgentState.LEFT)
+            return
+        joined = any(w not in self.members for w in order.workers)
+        self._form(f"o{seq}", order.workers, src if joined else None)
+        self._apply_policy(order.local_batch)
+        self.state.commit()
+        self._transition(AgentState.TRAINING)
+
+    def _recover(self, error: str) -> None:
+        t0 = self.clock()
+        self._transition(AgentState.RECOVERING)
+        log.warning("%s: peer lost in %s: %s", self.me, self.generation, error)
+        self.backend.leave()
+        self.state.restore()
+        gen = f"{self.generation}.r"
+        idx = self.backend.store_add(f"{gen}/arrive", 1)
+        self.backend.store_set(f"{gen}/who/{idx}", self.me)
+        if idx == 1:
+            expected = len(self.members) - 1
+            deadline = time.monotonic() + self.env.group_timeout_s + 2.0
+            while self.backend.store_add(f"{gen}/arrive", 0) < expected and time.monotonic() < deadline:
+                time.sleep(0.02)
+            arrived = self.backend.store_add(f"{gen}/arrive", 0)
+            who = {self.backend.store_get(f"{gen}/who/{i}") for i in range(1, arrived + 1)}
+            survivors = [w for w in self.members if w in who]
+            self.backend.store_set(f"{gen}/members", json.dumps(survivors))
+        else:
+            raw = self._wait_key(f"{gen}/members", self.env.group_timeout_s * 2 + 5.0)
+            survivors = json.loads(raw) if raw is not None else []
+        if self.me not in survivors:
+            log.error("%s: declared lost by the survivors of %s", self.me, self.generation)
+            self._transition(AgentState.FAILED)
+            return
+        self._form(gen, survivors, 0)
+        self._apply_policy()
+        self.state.commit()
+        self._event("recovered", world=len(survivors), since=self.clock() - t0)
+        self._transition(AgentState.TRAINING)

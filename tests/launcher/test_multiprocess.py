@@ -1,0 +1,112 @@
+"""Real worker processes on gloo (CPU): an in-place 2→4→3 resize and a SIGKILLed worker."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import defaultdict
+from typing import Any
+
+import pytest
+
+from slurm_elastic_launcher.sampler import ElasticSampler, SamplerState
+
+pytestmark = pytest.mark.launcher
+
+DATASET = 512
+
+
+def check_accounting(job: Any, workers: list[str], killed: str = "") -> int:
+    """Every step was run by all ranks of its world; per epoch, no sample lost or repeated.
+
+    A step redone after a rollback counts in its newest generation only; the killed worker's log may
+    lack its last steps (it died before writing), so its records are rebuilt from the survivors'.
+    """
+    by_step: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for w in workers:
+        for e in job.events(w):
+            if e["ev"] == "step":
+                by_step[e["step"]].append(e)
+    for step, recs in by_step.items():
+        newest = max(r["gen"] for r in recs)
+        by_step[step] = [r for r in recs if r["gen"] == newest]
+    epochs: dict[int, list[int]] = defaultdict(list)
+    for step in sorted(by_step):
+        recs = by_step[step]
+        if killed and len(recs) < recs[0]["world"]:  # the killed rank's chunk of a completed step
+            sampler = ElasticSampler(DATASET, SamplerState(0, recs[0]["epoch"], recs[0]["consumed"]))
+            have = {r["rank"] for r in recs}
+            recs = recs + [
+                {**recs[0], "rank": k, "indices": sampler.indices(recs[0]["world"], k, recs[0]["local"])}
+                for k in range(recs[0]["world"]) if k not in have
+            ]
+        assert sorted(r["rank"] for r in recs) == list(range(recs[0]["world"])), f"step {step}: {recs}"
+        assert len({(r["gen"], r["epoch"], r["n"]) for r in recs}) == 1
+        for r in sorted(recs, key=lambda r: r["rank"]):
+            epochs[r["epoch"]].extend(r["indices"])
+        assert sum(len(r["indices"]) for r in recs) == recs[0]["n"]
+    last = max(epochs)
+    for epoch, seen in epochs.items():
+        assert len(seen) == len(set(seen)), f"epoch {epoch} repeats samples"
+        if epoch < last:
+            assert sorted(seen) == list(range(DATASET)), f"epoch {epoch} lost samples"
+    return len(by_step)
+
+
+def digests(job: Any, workers: list[str]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = defaultdict(set)
+    for w in workers:
+        for e in job.events(w):
+            if e["ev"] == "formed":
+                out[e["gen"]].add(e["digest"])
+    return out
+
+
+def test_resize_2_to_4_to_3_keeps_ranks_equal_and_accounting_exact(fake_job_factory: Any) -> None:
+    job = fake_job_factory(dataset_size=DATASET, SLURM_ELASTIC_LOG_INDICES="1")
+    old, everyone = ["w0", "w1"], ["w0", "w1", "w2", "w3"]
+    for w in old:
+        job.start(w, old)
+    job.wait_until("two workers training", lambda: job.last_step("w0") >= 5)
+    job.order("resize", everyone, secret="forged-secret-0123456789")  # refused: bad MAC
+    for w in everyone[2:]:
+        job.start(w)  # joiners import torch and initialise while w0, w1 keep training
+    grow = job.order("resize", everyone)
+    job.wait_until("grown to 4", lambda: job.last_step("w3", f"o{grow}") >= 3)
+    steps_before_grow = min(e["step"] for e in job.events("w2") if e["ev"] == "step") - 1
+    assert steps_before_grow > 5  # the old workers trained while the joiners started
+    shrink = job.order("resize", everyone[:3])
+    job.wait_until("shrunk to 3", lambda: job.last_step("w0", f"o{shrink}") >= 3)
+    job.wait_until("an epoch boundary crossed at size 3", lambda: job.last_step("w0") * 24 > 3 * DATASET)
+    job.order("stop")
+    rcs = job.wait_exit()
+    assert rcs == {w: 0 for w in everyone}, {w: job.output(w)[-2000:] for w in everyone}
+    assert '"state": "left"' in job.output("w3") and '"state": "done"' in job.output("w0")
+    assert any(e["ev"] == "refused" and "bad MAC" in e["reason"] for e in job.events("w0"))
+    worlds = {e["gen"]: e["world"] for w in everyone for e in job.events(w) if e["ev"] == "formed"}
+    assert worlds == {"o0": 2, f"o{grow}": 4, f"o{shrink}": 3}
+    for gen, ds in digests(job, everyone).items():
+        assert len(ds) == 1, f"ranks differ after forming {gen}"
+    synced = {e["gen"]: e["synced_bytes"] for e in job.events("w0") if e["ev"] == "formed"}
+    assert synced[f"o{grow}"] > 0 and synced[f"o{shrink}"] == 0  # shrink moves no state
+    assert check_accounting(job, everyone) > 20
+
+
+def test_killed_worker_survivors_reform_and_continue(fake_job_factory: Any) -> None:
+    job = fake_job_factory(dataset_size=DATASET, SLURM_ELASTIC_LOG_INDICES="1", SLURM_ELASTIC_GROUP_TIMEOUT_S="5")
+    workers = ["w0", "w1", "w2"]
+    for w in workers:
+        job.start(w, workers)
+    job.wait_until("three workers training", lambda: job.last_step("w0") >= 10)
+    killed_at = time.time()
+    job.kill("w1")
+    job.wait_until("survivors re-formed", lambda: job.last_step("w2", "o0.r") >= 5, timeout=40)
+    first_new = min(e["t"] for e in job.events("w0") if e["ev"] == "step" and e["gen"] == "o0.r")
+    assert first_new - killed_at < 30.0
+    job.order("stop")
+    rcs = job.wait_exit()
+    assert rcs["w0"] == rcs["w2"] == 0 and rcs["w1"] == -signal.SIGKILL
+    recovered = [e for e in job.events("w0") if e["ev"] == "recovered"]
+    assert len(recovered) == 1 and recovered[0]["world"] == 2
+    assert len(digests(job, ["w0", "w2"])["o0.r"]) == 1
+    assert check_accounting(job, workers, killed="w1") > 15

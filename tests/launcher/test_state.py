@@ -1,0 +1,103 @@
+"""Training state commit/restore/sync, single-process, with a fake (record/replay) broadcast."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from slurm_elastic_launcher.sampler import ElasticSampler, SamplerState  # noqa: E402
+from slurm_elastic_launcher.state import TrainingState  # noqa: E402
+from slurm_elastic_launcher.torch_backend import TorchOps  # noqa: E402
+
+
+def make_state(seed: int) -> TrainingState:
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 2))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    return TrainingState(model, opt, sched, ElasticSampler(100, SamplerState(seed)), TorchOps(torch.device("cpu")),
+                         extra={"step": 0})
+
+
+def train(state: TrainingState, steps: int) -> None:
+    for _ in range(steps):
+        state.optimizer.zero_grad()  # type: ignore[attr-defined]
+        state.model(torch.randn(16, 4)).pow(2).sum().backward()  # type: ignore[operator]
+        state.optimizer.step()  # type: ignore[attr-defined]
+        state.scheduler.step()  # type: ignore[union-attr]
+        state.sampler.advance(2, 8)
+        state.extra["step"] += 1
+
+
+def flat(state: TrainingState) -> list[float]:
+    model = [t.detach().float().reshape(-1) for t in state.model.state_dict().values()]
+    opt = [t.float().reshape(-1) for s in state.optimizer.state_dict()["state"].values() for t in s.values()]
+    return torch.cat(model + opt).tolist()  # type: ignore[no-any-return]
+
+
+class FakeCollectives:
+    """Rank src records what it broadcasts; the other rank replays it in the same order."""
+
+    def __init__(self) -> None:
+        self.buffers: list[Any] = []
+        self.objects: list[Any] = []
+        self.replay = False
+
+    def broadcast(self, buffer: Any, src: int) -> None:
+        if self.replay:
+            buffer.copy_(self.buffers.pop(0))
+        else:
+            self.buffers.append(buffer.clone())
+
+    def broadcast_object(self, obj: Any, src: int) -> Any:
+        if self.replay:
+            return self.objects.pop(0)
+        self.objects.append(obj)
+        return obj
+
+
+def test_sync_makes_a_fresh_joiner_equal_to_the_source() -> None:
+    old, joiner = make_state(1), make_state(2)
+    train(old, 3)
+    assert flat(old)[:10] != flat(joiner)[:10]
+    coll = FakeCollectives()
+    sent = old.sync(coll.broadcast, coll.broadcast_object, src=0, rank=0)
+    assert len(coll.buffers) == 2  # one flat buffer per dtype: float32 and int64 (BatchNorm counter)
+    assert {str(b.dtype) for b in coll.buffers} == {"torch.float32", "torch.int64"}
+    coll.replay = True
+    received = joiner.sync(coll.broadcast, coll.broadcast_object, src=0, rank=1)
+    assert sent == received > 0
+    assert flat(joiner) == flat(old)  # model, BN buffers and the Adam state the joiner did not have
+    assert joiner.sampler.state == old.sampler.state and joiner.extra == {"step": 3}
+    assert joiner.optimizer.param_groups[0]["lr"] == old.optimizer.param_groups[0]["lr"] == 5e-3  # type: ignore[attr-defined]
+
+
+def test_restore_rolls_back_to_the_commit() -> None:
+    s = make_state(3)
+    train(s, 2)
+    s.commit()
+    before, sampler, rng = flat(s), s.sampler.state, torch.rand(3)
+    train(s, 2)
+    assert flat(s) != before and s.extra["step"] == 4
+    s.restore()
+    assert flat(s) == before and s.sampler.state == sampler and s.extra["step"] == 2
+    assert torch.equal(torch.rand(3), rng)  # RNG restored too (the rand above ran after the commit)
+
+
+def test_restore_without_commit_is_an_error() -> None:
+    with pytest.raises(RuntimeError, match="before any commit"):
+        make_state(0).restore()
+
+
+def test_commit_is_a_copy_not_a_reference() -> None:
+    s = make_state(4)
+    s.commit()
+    before = flat(s)
+    with torch.no_grad():
+        for p in s.model.parameters():  # type: ignore[attr-defined]
+            p.add_(1.0)
+    s.restore()
+    assert flat(s) == before
