@@ -12,6 +12,8 @@ Subcommands:
 * ``daemon``    -- the loop beside slurmctld (shadow mode, or acting through ``scontrol``).
 * ``status``    -- elastic jobs: GPUs now and planned, batch, state (like squeue).
 * ``check-config`` -- validate an elastic.toml without starting anything.
+* ``report``    -- the center's GPU allocation report from ``sacct`` (HTML, CSV or JSON).
+* ``what-if``   -- replay a window of the cluster's history under policies in the simulator.
 
 Bad input exits with status 2 and one line naming the value and the rule.
 """
@@ -111,6 +113,11 @@ def _parser() -> argparse.ArgumentParser:
     bp.add_argument("--param", type=_param, action="append", default=[], metavar="KEY=VALUE",
                     help="planner parameter, e.g. generations=1 (repeatable)")
     bp.add_argument("--json", action="store_true", help="print JSON (the default; kept for symmetry)")
+    bz = bsub.add_parser("resize", help="pause of an in-place resize vs checkpoint-restart (the launcher)")
+    bz.add_argument("--model", choices=("resnet18", "cnn"), default="resnet18")
+    bz.add_argument("--from", dest="from_", type=_positive_int, default=2)
+    bz.add_argument("--to", type=_positive_int, default=4)
+    bz.add_argument("--json", action="store_true", help="print JSON (the default)")
     br = bsub.add_parser("reaction", help="submit -> planned latency of the daemon on a running dev cluster")
     br.add_argument("--root", type=Path, default=Path("/tmp/slurm-elastic-dev"), help="the dev cluster's root")
     br.add_argument("--repeat", type=_positive_int, default=5)
@@ -146,6 +153,30 @@ def _parser() -> argparse.ArgumentParser:
 
     cc = sub.add_parser("check-config", help="validate an elastic.toml; prints the effective settings")
     cc.add_argument("file", type=Path)
+
+    ar = sub.add_parser("report", help="GPU allocation report from sacct: by account/user/partition, utilization")
+    ar.add_argument("--since", required=True, metavar="DATE", help="YYYY-MM-DD[THH:MM[:SS]], today, now-7d ...")
+    ar.add_argument("--until", default="now", metavar="DATE", help="end of the window (default now)")
+    ar.add_argument("--account", help="only this Slurm account (sacct -A)")
+    ar.add_argument("--format", choices=("html", "csv", "json"), default="html", help="output format (default html)")
+    ar.add_argument("--out", type=Path, required=True, metavar="DIR", help="report folder")
+    ar.add_argument("--store", type=Path, metavar="FILE", help="the daemon's state database (journaled resizes)")
+
+    wi = sub.add_parser("what-if", help="replay a window of the cluster's history under policies (simulated)")
+    wi.add_argument("--since", required=True, metavar="DATE", help="YYYY-MM-DD[THH:MM[:SS]], today, now-7d ...")
+    wi.add_argument("--until", default="now", metavar="DATE", help="end of the window (default now)")
+    wi.add_argument("--account", help="only this Slurm account (sacct -A)")
+    wi.add_argument("--policy", required=True, help="comma-separated policies")
+    wi.add_argument("--gpus", type=_positive_int, required=True, help="GPUs of the virtual cluster")
+    wi.add_argument("--gpus-per-node", type=_positive_int, default=4)
+    wi.add_argument("--seeds", default="1", help="planner seeds, e.g. 1-3")
+    wi.add_argument("--elastic-range", type=float, default=4.0,
+                    help="a job without an elastic contract may use 1..GPUs x this (default 4)")
+    wi.add_argument("--resize-cost", default="in-place", help="in-place, checkpoint or seconds")
+    wi.add_argument("--param", type=_param, action="append", default=[], metavar="POLICY.KEY=VALUE",
+                    help="planner parameter for one policy (repeatable)")
+    wi.add_argument("--json", type=Path, metavar="OUT", help="write all results as JSON here")
+    wi.add_argument("--report", type=Path, metavar="DIR", help="write the HTML/PNG/CSV simulation report here")
 
     ip = sub.add_parser("install-plugin", help="build the --elastic SPANK plugin; print (or write) its config lines")
     ip.add_argument("--out", type=Path, default=Path("build/spank"), help="folder for slurm_elastic.so")
@@ -319,6 +350,15 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
 def _cmd_bench(args: argparse.Namespace) -> int:
     from slurm_elastic.bench import bench_planner, bench_reaction, bench_simulate
 
+    if args.bench == "resize":
+        try:
+            from slurm_elastic_launcher.bench import bench_resize
+        except ImportError as exc:
+            raise ConfigError(
+                f"bench resize needs the launcher extra: pip install 'slurm-elastic[launcher]' ({exc})"
+            ) from exc
+        print(json.dumps(bench_resize(model=args.model, from_=args.from_, to=args.to), indent=2))
+        return 0
     if args.bench == "reaction":
         print(json.dumps(bench_reaction(root=args.root, repeat=args.repeat), indent=2))
         return 0
@@ -431,6 +471,66 @@ def _cmd_devcluster(args: argparse.Namespace) -> int:
     return 0
 
 
+def _window(args: argparse.Namespace) -> tuple[Any, Any]:
+    from datetime import datetime
+
+    from slurm_elastic.whatif import parse_when
+
+    now = datetime.now()
+    return parse_when(args.since, flag="--since", now=now), parse_when(args.until, flag="--until", now=now)
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from slurm_elastic.reports import allocation
+    from slurm_elastic.whatif import cluster_gpus, read_accounting
+
+    since, until = _window(args)
+    records = read_accounting(since, until, account=args.account)
+    journal = None
+    if args.store:
+        from slurm_elastic.store import Store
+
+        if not args.store.is_file():
+            raise ConfigError(f"--store {args.store}: no such file (rule: the daemon's existing state database)")
+        store = Store(args.store)
+        journal = {j: store.actions_of(j) for j in {str(r.job_id) for r in records}}
+        store.close()
+    tables = allocation.allocation_tables(records, since=since.timestamp(), until=until.timestamp(),
+                                          total_gpus=cluster_gpus() or None, journal=journal)
+    if args.format == "html":
+        paths = allocation.write_html(tables, args.out)
+    else:
+        paths = (allocation.write_csv if args.format == "csv" else allocation.write_json)(tables, args.out)
+    print(json.dumps({"summary": tables["summary"], "by_account": tables["by_account"],
+                      "files": [str(p) for p in paths]}, indent=2))
+    return 0
+
+
+def _cmd_what_if(args: argparse.Namespace) -> int:
+    from slurm_elastic.sim.runner import parse_seeds
+    from slurm_elastic.whatif import read_accounting, skipped_jobs, what_if
+
+    seeds = parse_seeds(args.seeds)
+    pols = _policy_specs(args.policy, args.param)
+    since, until = _window(args)
+    records = read_accounting(since, until, account=args.account)
+    results = what_if(records, pols, seeds, args.gpus, args.gpus_per_node, elastic_range=args.elastic_range,
+                      resize_cost=args.resize_cost)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=1, default=float))
+    if args.report:
+        from slurm_elastic.reports.simulation import write_report
+
+        write_report(results, args.report, title=f"What-if: history {since:%Y-%m-%d %H:%M} – {until:%Y-%m-%d %H:%M} "
+                                                 f"on {args.gpus} GPUs")
+    skipped = skipped_jobs(records)
+    summary = {"replayed_jobs": results[0]["metrics"]["jobs"], "skipped_jobs_without_gpus": len(skipped),
+               "runs": [{"policy": r["policy"], "seed": r["seed"], **r["metrics"]} for r in results]}
+    print(json.dumps(summary, indent=2, default=float))
+    return 0
+
+
 def _cmd_install_plugin(args: argparse.Namespace) -> int:
     from slurm_elastic.spank.build import JOB_SUBMIT_LUA, build_plugin, install_lines, plugstack_line
 
@@ -458,7 +558,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers = {"plan": _cmd_plan, "simulate": _cmd_simulate, "reproduce": _cmd_reproduce,
                 "profiles": _cmd_profiles, "bench": _cmd_bench, "devcluster": _cmd_devcluster,
                 "install-plugin": _cmd_install_plugin, "daemon": _cmd_daemon, "status": _cmd_status,
-                "check-config": _cmd_check_config}
+                "check-config": _cmd_check_config, "report": _cmd_report, "what-if": _cmd_what_if}
     try:
         return handlers[args.command](args)
     except ElasticError as exc:

@@ -1,0 +1,745 @@
+"""The center managers' allocation report: who used the GPUs, how well, and how fairly, from ``sacct``.
+
+This module owns two layers:
+
+* pure tables (:func:`group_jobs`, :func:`allocation_tables`): from :class:`AccountingRecord` lists
+  (``sacct --json``), optionally the daemon's action journal, to one JSON-ready dict of tables;
+* rendering (:func:`write_json`, :func:`write_csv`, :func:`write_html`): ``allocation.json``, one
+  CSV per table, or ``index.html`` with PNG plots drawn on an explicit Agg canvas (the helpers and
+  style of :mod:`slurm_elastic.reports.simulation`).
+
+It must not run Slurm commands, open the store or read the clock: the caller hands it the records,
+the journal and the window (``slurm-elastic report`` does that).
+
+Definitions (times are seconds since the epoch, durations seconds):
+
+* **Job.** One Slurm job id. Slurm 22.05 lists a resized job once per shape under the same id; the
+  earlier shapes say ``RESIZING``. Those *segments* are one job. A *satellite* allocation (a job whose
+  AdminComment is ``slurm-elastic satellite-of=<jobid> ...``, a format reserved for grow-by-expander)
+  is counted as part of ``<jobid>``: its GPU-hours go to that job's account and user (and to the
+  satellite's own partition), and it counts as one resize of that job. A *GPU job* is one with a
+  segment that held at least one GPU; other jobs are counted in the summary and left out of the tables.
+* **Elastic.** The primary job's AdminComment starts with the token ``slurm-elastic`` (22.05 writes
+  the AdminComment to the database when the job ends; a still running elastic job may read as rigid).
+* **GPU-hours.** Sum over segments of ``allocated GPUs x elapsed``, clipped to the report window
+  (a segment spanning ``[start, end]`` contributes the share of its ``elapsed`` that lies inside the
+  window; a running segment ends at ``start + elapsed``).
+* **Utilization.** GPUs held (step function over segment starts and ends, window-clipped) against
+  the cluster's GPUs when known (``total_gpus``; the caller reads it from ``sinfo`` *now*, so a
+  cluster that changed size during the window is misreported).
+* **JCT** = end of the last segment - submission of the first; **queue time** = first start - first
+  submission; distributions (count, p50, p90, max; percentiles by linear interpolation, as numpy)
+  over finished GPU jobs (JCT) and started GPU jobs (queue time).
+* **Resizes.** ``resizes_slurm`` = RESIZING segments + satellites (what Slurm saw);
+  ``resizes_journaled`` = SHRINK/GROW/MOVE actions the daemon journaled (with a store). Their measured
+  cost is the journaled action's wall time (``finished - started``: scontrol plus the launcher
+  handshake); without a store the cost is unknown and reported as null.
+* **Finish-time fairness** (Themis, as the simulator's metric): ``FTF = JCT / JCT_fair`` with
+  ``JCT_fair = exec x max(1, N_avg x g / G)``, ``exec`` the job's summed elapsed, ``g`` its mean GPUs
+  held (GPU-seconds / exec), ``G`` the cluster's GPUs and ``N_avg`` the time-average number of GPU jobs
+  in the system (submitted, not ended) during the job's life. It assumes the job would have run
+  alone in ``exec`` at its size and slowed down linearly below it. Per account: jobs with a known
+  FTF, mean, max, and the share with FTF > 1. Unknown (null, with a note) when ``G`` is unknown or
+  no job of the account finished.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import itertools
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from slurm_elastic.core.actions import ActionKind
+from slurm_elastic.core.model import JobState
+from slurm_elastic.errors import ElasticError
+from slurm_elastic.reports.simulation import (
+    _CSS,
+    _UNIT_NAMES,
+    _colours,
+    _decimals,
+    _mpl_label,
+    _new_figure,
+    _no_data,
+    _save,
+    _time_unit,
+    _write_csv,
+)
+from slurm_elastic.slurm.parse import ELASTIC_TAG, AccountingRecord
+
+if TYPE_CHECKING:
+    from slurm_elastic.store import JournalEntry
+
+__all__ = [
+    "CSV_TABLES",
+    "SATELLITE_KEY",
+    "JobUsage",
+    "ReportDataError",
+    "Segment",
+    "allocation_tables",
+    "group_jobs",
+    "is_elastic",
+    "satellite_parent",
+    "write_csv",
+    "write_html",
+    "write_json",
+]
+
+SATELLITE_KEY = "satellite-of"
+"""AdminComment key of a satellite allocation: ``slurm-elastic satellite-of=<jobid> ...``."""
+
+RESIZE_KINDS = frozenset({ActionKind.SHRINK, ActionKind.GROW, ActionKind.MOVE})
+"""Journaled action kinds that change a job's GPUs."""
+
+# Tables written as CSV (one file each, <name>.csv), in this order, with their columns.
+CSV_TABLES: dict[str, tuple[str, ...]] = {
+    "summary": ("since", "until", "total_gpus", "jobs", "gpu_jobs", "elastic_jobs", "jobs_without_gpus",
+                "gpu_hours", "elastic_gpu_hours", "rigid_gpu_hours", "mean_gpus_held", "mean_utilization",
+                "resizes_slurm", "resizes_journaled"),
+    "by_account": ("account", "jobs", "elastic_jobs", "gpu_hours", "elastic_gpu_hours", "rigid_gpu_hours", "share"),
+    "by_user": ("user", "jobs", "elastic_jobs", "gpu_hours", "elastic_gpu_hours", "rigid_gpu_hours", "share"),
+    "by_partition": ("partition", "jobs", "elastic_jobs", "gpu_hours", "elastic_gpu_hours", "rigid_gpu_hours",
+                     "share"),
+    "utilization": ("t", "gpus_held", "total_gpus", "utilization"),
+    "distributions": ("metric", "jobs", "n", "p50", "p90", "max"),
+    "resizes": ("job_id", "account", "elastic", "resizes_slurm", "satellites", "resizes_journaled",
+                "journaled_failed", "mean_cost_s", "max_cost_s"),
+    "fairness": ("account", "jobs", "jobs_with_ftf", "mean_ftf", "max_ftf", "unfair_fraction", "note"),
+    "jobs": ("job_id", "user", "account", "partition", "elastic", "state", "submit", "start", "end", "queue",
+             "jct", "exec", "gpus_first", "gpu_hours", "segments", "resizes_slurm", "satellites",
+             "resizes_journaled", "ftf"),
+}
+
+PLOTS: tuple[str, ...] = ("utilization_over_time.png", "gpu_hours_by_account.png", "jct_queue_cdf.png")
+
+
+class ReportDataError(ElasticError):
+    """The report's input breaks a rule (a window that ends before it starts, a negative GPU count)."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Jobs from segments
+# --------------------------------------------------------------------------------------------------
+
+
+def is_elastic(admin_comment: str) -> bool:
+    """True when the AdminComment's first token is ``slurm-elastic``."""
+    tokens = admin_comment.split()
+    return bool(tokens) and tokens[0] == ELASTIC_TAG
+
+
+def satellite_parent(admin_comment: str) -> str | None:
+    """The parent job id of a satellite allocation (``slurm-elastic satellite-of=<jobid> ...``), else ``None``."""
+    tokens = admin_comment.split()
+    if not tokens or tokens[0] != ELASTIC_TAG:
+        return None
+    for tok in tokens[1:]:
+        key, sep, value = tok.partition("=")
+        if key == SATELLITE_KEY and sep and value:
+            return value
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One ``sacct`` record of a job: one shape of its allocation.
+
+    Attributes:
+        slurm_job_id: the record's job id (a satellite's own id).
+        partition: partition of the record.
+        start: seconds since the epoch, ``None`` if it never started.
+        end: ``start + elapsed`` for a started segment (sacct's end, or now for a running one).
+        elapsed: seconds it held its allocation.
+        gpus: GPUs allocated.
+        resizing: the record says ``RESIZING`` (an earlier shape of a resized job).
+        satellite: the record is a satellite allocation of the job.
+        finished: the record's state is terminal (RESIZING counts as closed).
+    """
+
+    slurm_job_id: int
+    partition: str
+    start: float | None
+    end: float | None
+    elapsed: float
+    gpus: int
+    resizing: bool
+    satellite: bool
+    finished: bool
+
+
+@dataclass(frozen=True, slots=True)
+class JobUsage:
+    """One job with all its segments (see the module docstring for the definitions).
+
+    Attributes:
+        job_id: the Slurm job id (a satellite's parent id).
+        user, account, partition: of the job's first primary segment.
+        elastic: AdminComment of a primary segment starts with ``slurm-elastic``.
+        state: Slurm state of the last primary segment (``COMPLETED``, ``RUNNING`` ...).
+        submit: first submission (seconds since the epoch), ``None`` if unknown.
+        segments: primary segments in time order, then satellites in time order.
+    """
+
+    job_id: str
+    user: str
+    account: str
+    partition: str
+    elastic: bool
+    state: str
+    submit: float | None
+    segments: tuple[Segment, ...]
+
+    @property
+    def primary(self) -> tuple[Segment, ...]:
+        """The job's own segments (no satellites)."""
+        return tuple(s for s in self.segments if not s.satellite)
+
+    @property
+    def start(self) -> float | None:
+        """First start of a primary segment."""
+        starts = [s.start for s in self.primary if s.start is not None]
+        return min(starts) if starts else None
+
+    @property
+    def finished(self) -> bool:
+        """The last primary segment ended (and is not an earlier RESIZING shape)."""
+        prim = self.primary
+        return bool(prim) and prim[-1].finished and not prim[-1].resizing and prim[-1].start is not None
+
+    @property
+    def end(self) -> float | None:
+        """End of the last segment when the job finished, else ``None``."""
+        if not self.finished:
+            return None
+        ends = [s.end for s in self.segments if s.end is not None]
+        return max(ends) if ends else None
+
+    @property
+    def exec_seconds(self) -> float:
+        """Sum of the primary segments' elapsed."""
+        return float(sum(s.elapsed for s in self.primary))
+
+    @property
+    def gpu_seconds(self) -> float:
+        """GPUs x elapsed over every segment (satellites included), unclipped."""
+        return float(sum(s.gpus * s.elapsed for s in self.segments))
+
+    @property
+    def first_gpus(self) -> int:
+        """GPUs of the first primary segment."""
+        prim = self.primary
+        return prim[0].gpus if prim else 0
+
+    @property
+    def has_gpus(self) -> bool:
+        """Some segment held a GPU."""
+        return any(s.gpus > 0 for s in self.segments)
+
+    @property
+    def resizes_slurm(self) -> int:
+        """RESIZING segments plus satellite allocations."""
+        return sum(1 for s in self.segments if s.resizing or s.satellite)
+
+    @property
+    def satellites(self) -> int:
+        """Satellite allocations counted in this job."""
+        return len({s.slurm_job_id for s in self.segments if s.satellite})
+
+    @property
+    def queue(self) -> float | None:
+        """First start - first submission."""
+        start = self.start
+        return start - self.submit if start is not None and self.submit is not None else None
+
+    @property
+    def jct(self) -> float | None:
+        """End - first submission, for finished jobs."""
+        end = self.end
+        return end - self.submit if end is not None and self.submit is not None else None
+
+
+def _segment(rec: AccountingRecord, satellite: bool) -> Segment:
+    start = float(rec.start_time) if rec.start_time is not None else None
+    elapsed = float(max(0, rec.elapsed))
+    return Segment(
+        slurm_job_id=rec.slurm_job_id, partition=rec.partition, start=start,
+        end=start + elapsed if start is not None else None, elapsed=elapsed, gpus=max(0, rec.allocated_gpus),
+        resizing="RESIZING" in rec.slurm_state, satellite=satellite,
+        finished=rec.state is JobState.FINISHED,
+    )
+
+
+def _order(seg: Segment) -> tuple[float, int, float]:
+    return (seg.start if seg.start is not None else math.inf, 0 if seg.resizing else 1,
+            seg.end if seg.end is not None else math.inf)
+
+
+def group_jobs(records: Iterable[AccountingRecord]) -> list[JobUsage]:
+    """Group ``sacct`` records into jobs: a resized job's segments and its satellites become one job.
+
+    Pure. Records of one id keep their order of time; satellites whose parent is not among the
+    records form a job of the parent's id with the satellite's attributes.
+
+    Returns:
+        Jobs sorted by first submission, then id.
+    """
+    own: dict[str, list[AccountingRecord]] = {}
+    sats: dict[str, list[AccountingRecord]] = {}
+    for rec in records:
+        parent = satellite_parent(rec.admin_comment)
+        (sats.setdefault(parent, []) if parent is not None else own.setdefault(str(rec.job_id), [])).append(rec)
+    jobs: list[JobUsage] = []
+    for job_id in sorted(set(own) | set(sats), key=_id_key):
+        prim = sorted(own.get(job_id, []), key=lambda r: _order(_segment(r, False)))
+        sat = sats.get(job_id, [])
+        segs = tuple(sorted((_segment(r, False) for r in prim), key=_order)) + tuple(
+            sorted((_segment(r, True) for r in sat), key=_order))
+        head = prim[0] if prim else min(sat, key=lambda r: _order(_segment(r, True)))
+        last = prim[-1] if prim else head
+        submits = [float(r.submit_time) for r in (prim or sat) if r.submit_time is not None]
+        jobs.append(JobUsage(
+            job_id=job_id, user=head.user, account=head.account, partition=head.partition,
+            elastic=any(is_elastic(r.admin_comment) for r in (prim or sat)),
+            state=",".join(last.slurm_state), submit=min(submits) if submits else None, segments=segs,
+        ))
+    jobs.sort(key=lambda j: (j.submit if j.submit is not None else math.inf, _id_key(j.job_id)))
+    return jobs
+
+
+def _id_key(job_id: str) -> tuple[int, str]:
+    digits = ""
+    for ch in job_id:
+        if not ch.isdigit():
+            break
+        digits += ch
+    return (int(digits) if digits else 0, job_id)
+
+
+# --------------------------------------------------------------------------------------------------
+# Pure tables
+# --------------------------------------------------------------------------------------------------
+
+
+def _clipped_gpu_seconds(seg: Segment, lo: float, hi: float) -> float:
+    if seg.start is None or seg.end is None or seg.gpus == 0 or seg.elapsed == 0:
+        return 0.0
+    span = seg.end - seg.start
+    inside = max(0.0, min(seg.end, hi) - max(seg.start, lo))
+    return seg.gpus * seg.elapsed * (inside / span if span > 0 else 1.0)
+
+
+def _pct(values: Sequence[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if values else None
+
+
+def _hours(seconds: float) -> float:
+    return seconds / 3600.0
+
+
+def _group_rows(key: str, jobs: Sequence[JobUsage], seconds: Mapping[tuple[str, int], float],
+                attr: str, total: float) -> list[dict[str, Any]]:
+    """GPU-hours by ``attr`` (account/user/partition); ``seconds[(job_id, k)]`` is segment k's GPU-seconds."""
+    rows: dict[str, dict[str, Any]] = {}
+    members: dict[str, set[str]] = {}
+    for job in jobs:
+        for k, seg in enumerate(job.segments):
+            name = seg.partition if attr == "partition" else str(getattr(job, attr))
+            row = rows.setdefault(name, {key: name, "jobs": 0, "elastic_jobs": 0, "gpu_hours": 0.0,
+                                         "elastic_gpu_hours": 0.0, "rigid_gpu_hours": 0.0, "share": None})
+            if job.job_id not in members.setdefault(name, set()):
+                members[name].add(job.job_id)
+                row["jobs"] += 1
+                row["elastic_jobs"] += int(job.elastic)
+            h = _hours(seconds[job.job_id, k])
+            row["gpu_hours"] += h
+            row["elastic_gpu_hours" if job.elastic else "rigid_gpu_hours"] += h
+    for row in rows.values():
+        row["share"] = row["gpu_hours"] / _hours(total) if total > 0 else None
+    return sorted(rows.values(), key=lambda r: (-r["gpu_hours"], r[key]))
+
+
+def _utilization(jobs: Sequence[JobUsage], lo: float, hi: float, total_gpus: int | None) -> list[dict[str, Any]]:
+    deltas: dict[float, int] = {lo: 0}
+    for job in jobs:
+        for seg in job.segments:
+            if seg.start is None or seg.end is None or seg.gpus == 0:
+                continue
+            a, b = max(seg.start, lo), min(seg.end, hi)
+            if b <= a:
+                continue
+            deltas[a] = deltas.get(a, 0) + seg.gpus
+            deltas[b] = deltas.get(b, 0) - seg.gpus
+    deltas.setdefault(hi, 0)
+    points = []
+    held = 0
+    for t in sorted(deltas):
+        held += deltas[t]
+        points.append({"t": t, "gpus_held": held, "total_gpus": total_gpus,
+                       "utilization": held / total_gpus if total_gpus else None})
+    return points
+
+
+def _mean_held(points: Sequence[Mapping[str, Any]], lo: float, hi: float) -> float | None:
+    if hi <= lo:
+        return None
+    area = sum(p["gpus_held"] * (q["t"] - p["t"]) for p, q in itertools.pairwise(points))
+    return float(area / (hi - lo))
+
+
+def _in_system(jobs: Sequence[JobUsage], now: float) -> tuple[np.ndarray, np.ndarray]:
+    """Time-integral of the number of GPU jobs in the system: breakpoints and cumulative integral."""
+    deltas: dict[float, int] = {}
+    for j in jobs:
+        if j.submit is None:
+            continue
+        end = j.end if j.end is not None else now
+        if end <= j.submit:
+            continue
+        deltas[j.submit] = deltas.get(j.submit, 0) + 1
+        deltas[end] = deltas.get(end, 0) - 1
+    if not deltas:
+        return np.zeros(1), np.zeros(1)
+    ts = np.array(sorted(deltas), dtype=np.float64)
+    counts = np.cumsum([deltas[t] for t in sorted(deltas)]).astype(np.float64)
+    cum = np.concatenate([[0.0], np.cumsum(counts[:-1] * np.diff(ts))])
+    return ts, cum
+
+
+def _ftf(job: JobUsage, ts: np.ndarray, cum: np.ndarray, total_gpus: int | None) -> float | None:
+    jct, exec_s = job.jct, job.exec_seconds
+    if jct is None or job.submit is None or job.end is None or not total_gpus or exec_s <= 0:
+        return None
+    span = job.end - job.submit
+    n_avg = 1.0
+    if span > 0:
+        n_avg = max(1.0, (float(np.interp(job.end, ts, cum)) - float(np.interp(job.submit, ts, cum))) / span)
+    mean_gpus = job.gpu_seconds / exec_s
+    fair = exec_s * max(1.0, n_avg * mean_gpus / total_gpus)
+    return jct / fair if fair > 0 else None
+
+
+def _journal_stats(entries: Sequence[JournalEntry]) -> tuple[int, int, float | None, float | None]:
+    resizes = [e for e in entries if e.action.kind in RESIZE_KINDS]
+    failed = sum(1 for e in resizes if e.state == "failed")
+    costs = [e.finished - e.started for e in resizes if e.state == "done" and e.finished is not None]
+    return len(resizes), failed, (float(np.mean(costs)) if costs else None), (max(costs) if costs else None)
+
+
+def allocation_tables(records: Sequence[AccountingRecord], *, since: float | None = None,
+                      until: float | None = None, total_gpus: int | None = None,
+                      journal: Mapping[str, Sequence[JournalEntry]] | None = None) -> dict[str, Any]:
+    """Every table of the allocation report (definitions in the module docstring). Pure.
+
+    Args:
+        records: ``sacct --json`` records (every segment of a resized job, satellites included).
+        since, until: the report window (seconds since the epoch); each defaults to the earliest start
+            / latest end among the records. GPU-hours and utilization are clipped to it.
+        total_gpus: GPUs in the cluster, ``None`` if unknown (utilization and FTF are then null).
+        journal: the daemon's journaled actions by job id (:meth:`Store.actions_of`), ``None`` without
+            a store.
+
+    Returns:
+        A JSON-ready dict: ``summary`` (one dict), ``by_account``, ``by_user``, ``by_partition``,
+        ``utilization``, ``distributions``, ``resizes``, ``fairness``, ``jobs`` (lists of row dicts with
+        the columns of :data:`CSV_TABLES`), and ``notes`` (what could not be computed and why).
+
+    Raises:
+        ReportDataError: ``until`` before ``since``, or ``total_gpus < 1``.
+    """
+    if total_gpus is not None and total_gpus < 1:
+        raise ReportDataError(f"total_gpus {total_gpus}: must be >= 1 (or unknown)")
+    all_jobs = group_jobs(records)
+    jobs = [j for j in all_jobs if j.has_gpus]
+    starts = [s.start for j in jobs for s in j.segments if s.start is not None]
+    ends = [s.end for j in jobs for s in j.segments if s.end is not None]
+    lo = since if since is not None else (min(starts) if starts else 0.0)
+    hi = until if until is not None else (max(ends) if ends else lo)
+    if hi < lo:
+        raise ReportDataError(f"report window ends at {hi} before it starts at {lo} (rule: until >= since)")
+    notes: list[str] = []
+    seconds = {(j.job_id, k): _clipped_gpu_seconds(s, lo, hi) for j in jobs for k, s in enumerate(j.segments)}
+    total_s = sum(seconds.values())
+    by_id = {j.job_id: j for j in jobs}
+    elastic_s = sum(v for (jid, _), v in seconds.items() if by_id[jid].elastic)
+    points = _utilization(jobs, lo, hi, total_gpus)
+    mean_held = _mean_held(points, lo, hi)
+    if total_gpus is None:
+        notes.append("cluster GPU count unknown: utilization and finish-time fairness are not computed")
+
+    ts, cum = _in_system(jobs, hi)
+    ftf = {j.job_id: _ftf(j, ts, cum, total_gpus) for j in jobs}
+    stats = {j.job_id: _journal_stats(journal.get(j.job_id, ())) for j in jobs} if journal is not None else {}
+    if journal is None:
+        notes.append("no store given: daemon-journaled resizes and their measured cost are unknown")
+
+    summary = {
+        "since": lo, "until": hi, "total_gpus": total_gpus, "jobs": len(all_jobs), "gpu_jobs": len(jobs),
+        "elastic_jobs": sum(1 for j in jobs if j.elastic), "jobs_without_gpus": len(all_jobs) - len(jobs),
+        "gpu_hours": _hours(total_s), "elastic_gpu_hours": _hours(elastic_s),
+        "rigid_gpu_hours": _hours(total_s - elastic_s), "mean_gpus_held": mean_held,
+        "mean_utilization": mean_held / total_gpus if mean_held is not None and total_gpus else None,
+        "resizes_slurm": sum(j.resizes_slurm for j in jobs),
+        "resizes_journaled": sum(s[0] for s in stats.values()) if journal is not None else None,
+    }
+    dists = []
+    for cls, members in (("all", jobs), ("elastic", [j for j in jobs if j.elastic]),
+                         ("rigid", [j for j in jobs if not j.elastic])):
+        for metric in ("jct", "queue"):
+            vals = [v for j in members if (v := getattr(j, metric)) is not None]
+            dists.append({"metric": metric, "jobs": cls, "n": len(vals), "p50": _pct(vals, 50),
+                          "p90": _pct(vals, 90), "max": max(vals) if vals else None})
+    resizes = []
+    for j in jobs:
+        n_j, failed, mean_c, max_c = stats.get(j.job_id, (0, 0, None, None))
+        if j.resizes_slurm or n_j:
+            resizes.append({"job_id": j.job_id, "account": j.account, "elastic": j.elastic,
+                            "resizes_slurm": j.resizes_slurm, "satellites": j.satellites,
+                            "resizes_journaled": n_j if journal is not None else None,
+                            "journaled_failed": failed if journal is not None else None,
+                            "mean_cost_s": mean_c, "max_cost_s": max_c})
+    fairness = []
+    for account in sorted({j.account for j in jobs}):
+        mine = [j for j in jobs if j.account == account]
+        known = [f for j in mine if (f := ftf[j.job_id]) is not None]
+        note = ""
+        if total_gpus is None:
+            note = "cluster GPU count unknown"
+        elif not known:
+            note = "no finished job"
+        elif len(known) < len(mine):
+            note = f"{len(mine) - len(known)} job(s) not finished"
+        fairness.append({"account": account, "jobs": len(mine), "jobs_with_ftf": len(known),
+                         "mean_ftf": float(np.mean(known)) if known else None,
+                         "max_ftf": max(known) if known else None,
+                         "unfair_fraction": sum(1 for f in known if f > 1.0) / len(known) if known else None,
+                         "note": note})
+    job_rows = []
+    for j in jobs:
+        journaled = stats[j.job_id][0] if journal is not None else None
+        job_rows.append({
+            "job_id": j.job_id, "user": j.user, "account": j.account, "partition": j.partition,
+            "elastic": j.elastic, "state": j.state, "submit": j.submit, "start": j.start, "end": j.end,
+            "queue": j.queue, "jct": j.jct, "exec": j.exec_seconds, "gpus_first": j.first_gpus,
+            "gpu_hours": _hours(sum(seconds[j.job_id, k] for k in range(len(j.segments)))),
+            "segments": len(j.segments), "resizes_slurm": j.resizes_slurm, "satellites": j.satellites,
+            "resizes_journaled": journaled, "ftf": ftf[j.job_id],
+        })
+    return {
+        "summary": summary,
+        "by_account": _group_rows("account", jobs, seconds, "account", total_s),
+        "by_user": _group_rows("user", jobs, seconds, "user", total_s),
+        "by_partition": _group_rows("partition", jobs, seconds, "partition", total_s),
+        "utilization": points,
+        "distributions": dists,
+        "resizes": resizes,
+        "fairness": fairness,
+        "jobs": job_rows,
+        "notes": notes,
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# Rendering
+# --------------------------------------------------------------------------------------------------
+
+
+def write_json(tables: Mapping[str, Any], out_dir: Path) -> list[Path]:
+    """Write ``allocation.json`` (the :func:`allocation_tables` dict) into ``out_dir``; returns its path."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "allocation.json"
+    path.write_text(json.dumps(tables, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    return [path]
+
+
+def write_csv(tables: Mapping[str, Any], out_dir: Path) -> list[Path]:
+    """Write one CSV per table of :data:`CSV_TABLES` (``<name>.csv``; empty cell = unknown); returns the paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, columns in CSV_TABLES.items():
+        rows = [tables[name]] if name == "summary" else tables[name]
+        path = out_dir / f"{name}.csv"
+        _write_csv(path, columns, rows)
+        paths.append(path)
+    return paths
+
+
+def _iso(t: float) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _plot_utilization(path: Path, tables: Mapping[str, Any], span: tuple[str, float]) -> bytes:
+    fig, (ax,) = _new_figure()
+    pts = tables["utilization"]
+    lo = tables["summary"]["since"]
+    total = tables["summary"]["total_gpus"]
+    if len(pts) > 1:
+        ax.step([(p["t"] - lo) / span[1] for p in pts], [p["gpus_held"] for p in pts], where="post",
+                color=_colours(1)[0], linewidth=1.8, label="GPUs held")
+    else:
+        _no_data(ax, "no GPU held in the window")
+    if total:
+        ax.axhline(total, color="0.3", linestyle="--", linewidth=1.2, label=f"cluster GPUs ({total})")
+    ax.set_xlabel(f"time since {_iso(lo)} ({span[0]})")
+    ax.set_ylabel("GPUs held (count)")
+    ax.set_ylim(bottom=0)
+    ax.set_title("GPUs held over time")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="best")
+    return _save(fig, path)
+
+
+def _plot_accounts(path: Path, tables: Mapping[str, Any]) -> bytes:
+    rows = tables["by_account"]
+    fig, (ax,) = _new_figure(width=max(8.0, 0.8 * len(rows) + 3))
+    if rows:
+        names = [_mpl_label(r["account"]) for r in rows]
+        xs = range(len(rows))
+        el, rg = _colours(2)
+        ax.bar(xs, [r["rigid_gpu_hours"] for r in rows], color=rg, label="rigid")
+        ax.bar(xs, [r["elastic_gpu_hours"] for r in rows], bottom=[r["rigid_gpu_hours"] for r in rows],
+               color=el, label="elastic")
+        ax.set_xticks(list(xs), names, rotation=20 if len(rows) > 4 else 0, ha="right" if len(rows) > 4 else "center")
+        ax.legend(loc="best")
+    else:
+        _no_data(ax, "no GPU-hours in the window")
+    ax.set_ylabel("GPU-hours")
+    ax.set_title("GPU-hours by account (elastic vs rigid)")
+    ax.grid(True, axis="y", alpha=0.3)
+    return _save(fig, path)
+
+
+def _plot_cdfs(path: Path, tables: Mapping[str, Any], dur: tuple[str, float]) -> bytes:
+    fig, axes = _new_figure(ncols=2, width=10.0)
+    colours = _colours(2)
+    for ax, metric, title in ((axes[0], "jct", "Job completion time"), (axes[1], "queue", "Queue time")):
+        drawn = False
+        for cls, colour in zip(("elastic", "rigid"), colours, strict=True):
+            vals = sorted(v / dur[1] for j in tables["jobs"] if (j["elastic"] == (cls == "elastic"))
+                          and (v := j[metric]) is not None)
+            if vals:
+                ys = [(k + 1) / len(vals) for k in range(len(vals))]
+                ax.step([vals[0], *vals], [0.0, *ys], where="post", color=colour, linewidth=1.8,
+                        label=f"{cls} ({len(vals)} jobs)")
+                drawn = True
+        if drawn:
+            ax.legend(loc="lower right")
+        else:
+            _no_data(ax, "no values")
+        ax.set_xlabel(f"{title.lower()} ({dur[0]})")
+        ax.set_ylabel("fraction of jobs")
+        ax.set_ylim(0, 1.02)
+        ax.set_title(f"{title} CDF")
+        ax.grid(True, alpha=0.3)
+    return _save(fig, path)
+
+
+def _fmt(value: Any, places: int) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.{places}f}"
+    return str(value)
+
+
+def _html_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], scale: Mapping[str, float]) -> list[str]:
+    esc = html.escape
+    out = ["<table>", "<thead><tr>" + "".join(f"<th>{esc(c)}</th>" for c in columns) + "</tr></thead>", "<tbody>"]
+    places = {}
+    for c in columns:
+        nums = [float(v) / scale.get(c, 1.0) for r in rows if isinstance(v := r.get(c), int | float)
+                and not isinstance(v, bool)]
+        places[c] = _decimals(nums) if nums else 0
+    for r in rows:
+        cells = []
+        for k, c in enumerate(columns):
+            v = r.get(c)
+            if isinstance(v, int | float) and not isinstance(v, bool) and c in scale:
+                v = float(v) / scale[c]
+            cls = ' class="label"' if k == 0 else ""
+            cells.append(f"<td{cls}>{esc(_fmt(v, places[c]))}</td>")
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    out += ["</tbody>", "</table>"]
+    return out
+
+
+_CAPTIONS = {
+    "utilization_over_time.png": "GPUs held by jobs over the report window (step-wise between allocation "
+                                 "changes); the dashed line is the cluster's GPU count when known.",
+    "gpu_hours_by_account.png": "GPU-hours per account in the window, rigid and elastic jobs stacked.",
+    "jct_queue_cdf.png": "Job completion time (finished GPU jobs) and queue time (started GPU jobs) CDFs, "
+                         "elastic vs rigid jobs.",
+}
+
+
+def write_html(tables: Mapping[str, Any], out_dir: Path, *, title: str = "GPU allocation report") -> list[Path]:
+    """Write ``index.html`` with the report's tables and PNG plots (and the PNG files) into ``out_dir``.
+
+    The page is standalone: plots are embedded as data URIs and link to the PNG files. Every string
+    from the input is HTML-escaped. The per-job table is left to the CSV/JSON formats.
+
+    Returns:
+        The PNG paths (in the order of :data:`PLOTS`), then ``index.html``.
+    """
+    from matplotlib import style
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    s = tables["summary"]
+    span = _time_unit(max(0.0, s["until"] - s["since"]))
+    dur = _time_unit(max([j["jct"] for j in tables["jobs"] if j["jct"] is not None], default=0.0))
+    paths = [out_dir / name for name in PLOTS]
+    with style.context(["default", {"font.size": 10, "axes.titlesize": 11, "legend.fontsize": 9}]):
+        images = {
+            PLOTS[0]: _plot_utilization(paths[0], tables, span),
+            PLOTS[1]: _plot_accounts(paths[1], tables),
+            PLOTS[2]: _plot_cdfs(paths[2], tables, dur),
+        }
+    esc = html.escape
+    util = s["mean_utilization"]
+    lines = ["<!DOCTYPE html>", '<html lang="en">', '<head><meta charset="utf-8">', f"<title>{esc(title)}</title>",
+             f"<style>{_CSS}</style>", "</head>", "<body>", f"<h1>{esc(title)}</h1>",
+             f"<p>Window {esc(_iso(s['since']))} – {esc(_iso(s['until']))}. {s['gpu_jobs']} GPU jobs "
+             f"({s['elastic_jobs']} elastic), {s['jobs_without_gpus']} jobs without GPUs left out. "
+             f"{s['gpu_hours']:,.2f} GPU-hours ({s['elastic_gpu_hours']:,.2f} elastic, "
+             f"{s['rigid_gpu_hours']:,.2f} rigid). Cluster GPUs: {esc(_fmt(s['total_gpus'], 0))}; mean "
+             f"utilization: {'–' if util is None else f'{100 * util:.1f}%'}.</p>"]
+    for note in tables["notes"]:
+        lines.append(f'<p class="note">Note: {esc(note)}.</p>')
+    sections: tuple[tuple[str, str, dict[str, float]], ...] = (
+        ("GPU-hours by account", "by_account", {}),
+        ("GPU-hours by user", "by_user", {}),
+        ("GPU-hours by partition", "by_partition", {}),
+        (f"JCT and queue time ({_UNIT_NAMES[dur[0]]})", "distributions", {"p50": dur[1], "p90": dur[1], "max": dur[1]}),
+        ("Finish-time fairness per account", "fairness", {}),
+        ("Resizes", "resizes", {}),
+    )
+    for heading, name, scale in sections:
+        lines.append(f"<h2>{esc(heading)}</h2>")
+        if tables[name]:
+            lines += _html_table(tables[name], CSV_TABLES[name], scale)
+        else:
+            lines.append('<p class="note">None in the window.</p>')
+    lines.append('<p class="note">GPU-hours are clipped to the window; share is of all GPU-hours. FTF = JCT / '
+                 "JCT with a fair 1/N share of the cluster (&gt; 1 is unfair); resize cost is the daemon's "
+                 "journaled action time in seconds.</p>")
+    lines.append("<h2>Plots</h2>")
+    for name, png in images.items():
+        data = base64.b64encode(png).decode("ascii")
+        lines.append(f'<figure><a href="{esc(name)}"><img src="data:image/png;base64,{data}" alt="{esc(name)}"></a>'
+                     f"<figcaption>{esc(_CAPTIONS[name])}</figcaption></figure>")
+    lines += ["</body>", "</html>", ""]
+    index = out_dir / "index.html"
+    index.write_text("\n".join(lines), encoding="utf-8")
+    return [*paths, index]
