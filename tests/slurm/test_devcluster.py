@@ -128,7 +128,8 @@ def _our_processes(root: Path) -> list[str]:
 
 
 def test_down_leaves_nothing_behind(cluster: DevCluster) -> None:
-    """Runs last: brings the session cluster down (the fixture's own down is then a no-op)."""
+    """Brings the session cluster down, checks nothing is left, and brings it up again for the tests
+    that run after this one (the order of test modules must not matter)."""
     recorded = devcluster.status(cluster.root)
     assert recorded["up"]
     job_id = cluster.sbatch("-N2", "--gres=gpu:1", "--wrap", "srun sleep 300")  # a job still running at down
@@ -145,3 +146,5 @@ def test_down_leaves_nothing_behind(cluster: DevCluster) -> None:
     assert _our_processes(cluster.root) == []
     status = devcluster.status(cluster.root)
     assert not status["up"] and status["daemons"] == {} and status["network"]["netns"] == []
+    devcluster.up(nodes=4, gpus_per_node=4, root=cluster.root)
+    assert devcluster.status(cluster.root)["up"]
