@@ -17,6 +17,14 @@ environment or the file again after :func:`load`. Example::
 
     [policy.ones]                 # parameters of the chosen policy, passed as keywords
     generations = 10
+
+    [guards]                      # site limits around any policy (0 = no limit)
+    cooldown_s = 300              # least seconds between two resizes of one job
+    max_resizes_per_hour = 4
+    max_gpus_per_job = 32
+    max_gpus_per_user = 64
+    max_gpus_per_account = 128
+    protect_rigid = true          # never grow elastic jobs onto GPUs queued rigid jobs need
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_elastic.core import planner as registry
+from slurm_elastic.core.guards import Guards
 from slurm_elastic.errors import ConfigError, UnknownPolicyError
 
 DEFAULT_PATH = Path("/etc/slurm/elastic.toml")
@@ -62,10 +71,11 @@ class DaemonConfig:
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    """The whole file: the daemon table and the chosen policy's parameters."""
+    """The whole file: the daemon table, the chosen policy's parameters and the site guards."""
 
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     policy_params: dict[str, Any] = field(default_factory=dict)
+    guards: Guards = field(default_factory=Guards)
 
 
 def _bad(key: str, value: object, rule: str) -> ConfigError:
@@ -128,8 +138,8 @@ def parse(text: str, source: str = "<config>") -> Config:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: not valid TOML: {exc}") from exc
     for key in raw:
-        if key not in ("daemon", "policy"):
-            raise _bad(key, raw[key], "unknown table; known tables: daemon, policy")
+        if key not in ("daemon", "policy", "guards"):
+            raise _bad(key, raw[key], "unknown table; known tables: daemon, policy, guards")
     daemon = _daemon(raw.get("daemon", {}))
     policies = raw.get("policy", {})
     if not isinstance(policies, dict):
@@ -141,7 +151,19 @@ def parse(text: str, source: str = "<config>") -> Config:
         registry.create(daemon.policy, **params)  # validates names and values now, not at the first round
     except UnknownPolicyError as exc:
         raise _bad("daemon.policy", daemon.policy, str(exc)) from exc
-    return Config(daemon, dict(params))
+    return Config(daemon, dict(params), _guards(raw.get("guards", {})))
+
+
+def _guards(raw: Any) -> Guards:
+    if not isinstance(raw, dict):
+        raise _bad("guards", raw, "must be a table")
+    known = {f.name for f in fields(Guards)}
+    for key in raw:
+        if key not in known:
+            raise _bad(f"guards.{key}", raw[key], f"unknown key; known keys: {', '.join(sorted(known))}")
+    if "protect_rigid" in raw and not isinstance(raw["protect_rigid"], bool):
+        raise _bad("guards.protect_rigid", raw["protect_rigid"], "must be true or false")
+    return Guards(**raw)
 
 
 def load(path: Path = DEFAULT_PATH) -> Config:

@@ -28,6 +28,7 @@ import numpy as np
 from slurm_elastic.config import Config
 from slurm_elastic.core import planner as registry
 from slurm_elastic.core.actions import Action
+from slurm_elastic.core.guards import GuardedPlanner
 from slurm_elastic.core.model import ClusterSnapshot
 from slurm_elastic.core.rounds import ActionOutcome, RoundRecord, run_round
 from slurm_elastic.errors import ConfigError
@@ -92,7 +93,8 @@ class Daemon:
         if act is None:
             raise ConfigError("daemon.dry_run = false needs an actuator (the Slurm actuator)")
         self.act: Actuator = act
-        self.planner = registry.create(self.config.daemon.policy, **self.config.policy_params)
+        self.planner = GuardedPlanner(registry.create(self.config.daemon.policy, **self.config.policy_params),
+                                      self.config.guards)
         self.rng = np.random.default_rng(self.config.daemon.seed)
 
     def stop(self, signum: int = 0, frame: FrameType | None = None) -> None:

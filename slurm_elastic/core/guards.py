@@ -1,0 +1,214 @@
+"""Site guards around any planner: resize cooldown and rate, GPU limits, rigid-job protection.
+
+This module owns :class:`GuardedPlanner`, a :class:`~slurm_elastic.core.planner.Planner` that wraps
+another and enforces the admin's limits (``[guards]`` in ``elastic.toml``), so no planner has to
+know them. Pure: its state (when each job last changed) lives in its memo.
+
+* **Rigid-job protection** (``protect_rigid``): GPUs that waiting rigid jobs need (in submit
+  order, whole free nodes first) are hidden from the inner planner, so elastic jobs never grow
+  onto GPUs a rigid job is queued for.
+* **Per-job cap** (``max_gpus_per_job``): lowers each job's ``max_gpus`` before planning.
+* **Cooldown** (``cooldown_s``) and **rate** (``max_resizes_per_hour``): a running job whose
+  allocation changed less than ``cooldown_s`` ago, or changed ``max_resizes_per_hour`` times in
+  the last hour (as seen by this planner: each new ``last_change_time``), keeps its current size.
+* **Per-user and per-account caps** (``max_gpus_per_user``, ``max_gpus_per_account``): if the
+  plan gives a user or account more, its jobs are cut back, largest first, down to their minimum,
+  then its most recently submitted jobs wait.
+
+The guarded plan is rebuilt from the adjusted GPU counts with the shared ``build_plan`` (so
+placement and sizing stay the inner planner's rules) and validated like any plan.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from slurm_elastic.core import sizing
+from slurm_elastic.core.model import ClusterSnapshot, Job, JobId, JobState, NodeName, Plan
+from slurm_elastic.core.planner import Planner, PlanResult, build_plan
+from slurm_elastic.errors import ConfigError
+
+HOUR_S = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Guards:
+    """The limits (0 or ``None`` = no limit).
+
+    Attributes:
+        cooldown_s: least seconds between two changes of one job.
+        max_resizes_per_hour: most changes of one job in any hour.
+        max_gpus_per_job: cap on every job's GPUs.
+        max_gpus_per_user: cap on the GPUs of all elastic jobs of one user.
+        max_gpus_per_account: cap on the GPUs of all elastic jobs of one account.
+        protect_rigid: keep GPUs free for waiting rigid jobs.
+    """
+
+    cooldown_s: float = 0.0
+    max_resizes_per_hour: int = 0
+    max_gpus_per_job: int = 0
+    max_gpus_per_user: int = 0
+    max_gpus_per_account: int = 0
+    protect_rigid: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("cooldown_s", "max_resizes_per_hour", "max_gpus_per_job", "max_gpus_per_user",
+                     "max_gpus_per_account"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise ConfigError(f"guards.{name} = {value!r}: must be a number >= 0 (0 = no limit)")
+
+
+@dataclass(frozen=True, slots=True)
+class GuardMemo:
+    """The inner planner's memo and the change times seen per job."""
+
+    inner: Any = None
+    changes: dict[JobId, tuple[float, ...]] = field(default_factory=dict)
+
+
+def _reserve_for_rigid(snapshot: ClusterSnapshot) -> ClusterSnapshot:
+    """Hide free GPUs that waiting rigid jobs need (whole free nodes first, then fullest)."""
+    demand = sum(j.requested_gpus for j in snapshot.jobs if not j.elastic and j.is_waiting)
+    if demand <= 0:
+        return snapshot
+    elastic_held = {g for j in snapshot.elastic_jobs() for g in j.placement.gpu_set()}
+    free = {n.name: [g for g in n.free_gpus if (n.name, g) not in elastic_held] for n in snapshot.nodes}
+    hidden: dict[NodeName, set[int]] = defaultdict(set)
+    for name in sorted(free, key=lambda n: -len(free[n])):
+        for g in free[name]:
+            if demand <= 0:
+                break
+            hidden[name].add(g)
+            demand -= 1
+    nodes = tuple(replace(n, free_gpus=tuple(g for g in n.free_gpus if g not in hidden[n.name]))
+                  for n in snapshot.nodes)
+    return replace(snapshot, nodes=nodes)
+
+
+class GuardedPlanner:
+    """Wraps ``inner`` with the site's :class:`Guards` (same signature as every planner)."""
+
+    def __init__(self, inner: Planner, guards: Guards) -> None:
+        self.inner, self.guards = inner, guards
+        self.name = inner.name
+        for attr in ("interval", "epoch_events", "uses_progress"):
+            if hasattr(inner, attr):
+                setattr(self, attr, getattr(inner, attr))
+
+    def plan(self, snapshot: ClusterSnapshot, memo: Any, rng: np.random.Generator) -> PlanResult:
+        """Plan with the inner planner on a guarded view, then enforce the caps."""
+        m = memo if isinstance(memo, GuardMemo) else GuardMemo()
+        g = self.guards
+        changes = self._changes(snapshot, m)
+        view = _reserve_for_rigid(snapshot) if g.protect_rigid else snapshot
+        if g.max_gpus_per_job:
+            view = replace(view, jobs=tuple(
+                replace(j, max_gpus=max(j.min_gpus, min(j.max_gpus, g.max_gpus_per_job))) if j.elastic else j
+                for j in view.jobs))
+        inner = self.inner.plan(view, m.inner, rng)
+        counts = {p.job_id: p.num_gpus for p in inner.plan.jobs}
+        inner_counts = dict(counts)
+        reasons = {u.job_id: u.reason for u in inner.plan.unplaced}
+        sched = set(snapshot.schedulable_gpus())
+        frozen: dict[JobId, str] = {}
+        for job in snapshot.elastic_jobs():
+            if job.state is not JobState.RUNNING or counts.get(job.job_id, 0) == job.num_gpus:
+                continue
+            why = self._frozen(job, changes.get(job.job_id, ()), snapshot.now)
+            kept = len(job.placement.gpu_set() & sched)  # GPUs on lost or draining nodes cannot be kept
+            if why and kept >= job.min_gpus:
+                counts[job.job_id] = kept
+                frozen[job.job_id] = f"job {job.job_id} kept at {kept} GPUs: {why}"
+        for key, cap in (("user", g.max_gpus_per_user), ("account", g.max_gpus_per_account)):
+            if cap:
+                self._cap(snapshot, counts, reasons, key, int(cap))
+        # Keeping frozen jobs may overbook: trim the newest growth, then un-freeze, newest first.
+        total = len(view.schedulable_gpus())
+        newest_first = sorted(snapshot.elastic_jobs(), key=lambda j: (-j.submit_time, j.job_id))
+        for job in newest_first:
+            over = sum(counts.values()) - total
+            if over <= 0:
+                break
+            k = counts.get(job.job_id, 0)
+            if job.job_id not in frozen and k > max(job.num_gpus, job.min_gpus):
+                counts[job.job_id] = max(job.num_gpus, job.min_gpus, k - over)
+            elif k and job.job_id not in frozen and job.state is not JobState.RUNNING:
+                counts.pop(job.job_id)
+                reasons[job.job_id] = "waiting: GPUs kept by jobs in their resize cooldown"
+        for job in newest_first:
+            if sum(counts.values()) <= total:
+                break
+            if job.job_id in frozen:
+                counts[job.job_id] = min(counts[job.job_id], inner_counts.get(job.job_id, 0))
+                if not counts[job.job_id]:
+                    counts.pop(job.job_id)
+                del frozen[job.job_id]
+        notes = (*inner.plan.notes, *frozen.values())
+        plan = self._rebuild(snapshot, inner.plan, counts, reasons, notes)
+        return PlanResult(plan, GuardMemo(inner.memo, changes))
+
+    def _changes(self, snapshot: ClusterSnapshot, m: GuardMemo) -> dict[JobId, tuple[float, ...]]:
+        out: dict[JobId, tuple[float, ...]] = {}
+        for job in snapshot.elastic_jobs():
+            seen = m.changes.get(job.job_id, ())
+            t = job.last_change_time
+            if t is not None and (not seen or t > seen[-1]):
+                seen = (*seen, t)
+            out[job.job_id] = tuple(x for x in seen if x > snapshot.now - HOUR_S)
+        return out
+
+    def _frozen(self, job: Job, changes: tuple[float, ...], now: float) -> str:
+        g = self.guards
+        if g.cooldown_s and job.last_change_time is not None and now - job.last_change_time < g.cooldown_s:
+            return f"changed {now - job.last_change_time:.0f} s ago, cooldown {g.cooldown_s:g} s"
+        if g.max_resizes_per_hour and len(changes) > g.max_resizes_per_hour:
+            return f"changed {len(changes) - 1} times in the last hour, limit {g.max_resizes_per_hour}"
+        return ""
+
+    @staticmethod
+    def _cap(snapshot: ClusterSnapshot, counts: dict[JobId, int], reasons: dict[JobId, str], key: str,
+             cap: int) -> None:
+        groups: dict[str, list[Job]] = defaultdict(list)
+        for job in snapshot.elastic_jobs():
+            if counts.get(job.job_id):
+                groups[getattr(job, key)].append(job)
+        for who, jobs in groups.items():
+            over = sum(counts[j.job_id] for j in jobs) - cap
+            for job in sorted(jobs, key=lambda j: -counts[j.job_id]):
+                if over <= 0:
+                    break
+                cut = min(over, counts[job.job_id] - job.min_gpus)
+                counts[job.job_id] -= cut
+                over -= cut
+            for job in sorted(jobs, key=lambda j: -j.submit_time):
+                if over <= 0:
+                    break
+                over -= counts.pop(job.job_id)
+                reasons[job.job_id] = f"waiting: {key} {who} is at its limit of {cap} GPUs"
+
+    @staticmethod
+    def _rebuild(snapshot: ClusterSnapshot, plan: Plan, counts: dict[JobId, int], reasons: dict[JobId, str],
+                 notes: tuple[str, ...]) -> Plan:
+        before = {p.job_id: p for p in plan.jobs}
+        if set(before) == set(counts) and all(before[j].num_gpus == k for j, k in counts.items()):
+            return replace(plan, notes=notes)
+        jobs = {j.job_id: j for j in snapshot.jobs}
+
+        def choose(job: Job, k: int) -> sizing.Sizing | None:
+            old = before.get(job.job_id)
+            if old is not None and old.num_gpus == k:  # untouched by the guards: the inner planner's sizing
+                return sizing.Sizing(old.global_batch, old.local_batch, old.accumulation, old.lr)
+            if job.state is JobState.RUNNING and k == job.num_gpus:  # kept as it is
+                current = jobs[job.job_id]
+                return sizing.Sizing(current.global_batch, current.local_batch,
+                                     max(1, -(-current.global_batch // (k * current.local_batch))),
+                                     current.base_lr * current.global_batch / current.base_batch)
+            return sizing.size_for(job, k, snapshot.profiles[job.model])
+
+        return build_plan(snapshot, plan.policy, counts, reasons=reasons, choose=choose, score=plan.score,
+                          notes=notes)

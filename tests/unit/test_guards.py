@@ -1,0 +1,78 @@
+"""Site guards around planners: each limit alone, and validity on random clusters."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slurm_elastic.core import planner
+from slurm_elastic.core.constraints import plan_violations
+from slurm_elastic.core.guards import GuardedPlanner, GuardMemo, Guards
+from slurm_elastic.core.model import JobId
+from slurm_elastic.errors import ConfigError
+from slurm_elastic.testing import make_job, make_nodes, make_snapshot, snapshot_strategy
+
+
+def _plan(snap, guards: Guards, memo=None, policy: str = "dp"):  # type: ignore[no-untyped-def]
+    return GuardedPlanner(planner.create(policy), guards).plan(snap, memo, np.random.default_rng(0))
+
+
+def test_rigid_protection_keeps_gpus_for_a_queued_rigid_job() -> None:
+    jobs = [make_job("e", max_gpus=8), make_job("r", elastic=False, min_gpus=4, max_gpus=4, requested_gpus=4)]
+    snap = make_snapshot(make_nodes(2), jobs)
+    free = _plan(snap, Guards(protect_rigid=False)).plan.by_job()[JobId("e")].num_gpus
+    kept = _plan(snap, Guards(protect_rigid=True)).plan.by_job()[JobId("e")].num_gpus
+    assert free == 8 and kept == 4
+
+
+def test_per_job_and_per_user_caps() -> None:
+    jobs = [make_job("a", max_gpus=8, user="u"), make_job("b", max_gpus=8, user="u", submit_time=5)]
+    snap = make_snapshot(make_nodes(4), jobs)
+    res = _plan(snap, Guards(max_gpus_per_job=3, max_gpus_per_user=4, protect_rigid=False)).plan
+    got = {p.job_id: p.num_gpus for p in res.jobs}
+    assert all(k <= 3 for k in got.values()) and sum(got.values()) <= 4
+    assert plan_violations(snap, res) == ()
+
+
+def test_account_cap_makes_the_newest_job_wait() -> None:
+    jobs = [make_job("a", min_gpus=2, max_gpus=2, requested_gpus=2, account="x"),
+            make_job("b", min_gpus=2, max_gpus=2, requested_gpus=2, account="x", submit_time=9)]
+    res = _plan(make_snapshot(make_nodes(1), jobs), Guards(max_gpus_per_account=2, protect_rigid=False)).plan
+    assert [p.job_id for p in res.jobs] == ["a"]
+    assert "account x is at its limit of 2 GPUs" in res.unplaced[0].reason
+
+
+def test_cooldown_and_rate_keep_a_recently_resized_job() -> None:
+    run = make_job("a", max_gpus=8, placement=[("n000", 0)], epochs_done=5, epochs_since_change=2)
+    snap = make_snapshot(make_nodes(2), [run], now=100.0)
+    grown = _plan(snap, Guards(protect_rigid=False)).plan.by_job()[JobId("a")].num_gpus
+    assert grown > 1
+    held = _plan(snap, Guards(cooldown_s=600, protect_rigid=False)).plan
+    assert held.by_job()[JobId("a")].num_gpus == 1 and "cooldown 600 s" in held.notes[-1]
+    memo = GuardMemo(changes={JobId("a"): (10.0, 20.0, 30.0)})
+    rated = _plan(snap, Guards(max_resizes_per_hour=2, protect_rigid=False), memo).plan
+    assert rated.by_job()[JobId("a")].num_gpus == 1 and "limit 2" in rated.notes[-1]
+
+
+def test_bad_guard_values_are_refused() -> None:
+    with pytest.raises(ConfigError, match=r"guards\.cooldown_s = -1: must be a number >= 0"):
+        Guards(cooldown_s=-1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(snapshot_strategy(), st.sampled_from(["dp", "ones", "optimus", "tiresias"]), st.integers(0, 8),
+       st.integers(0, 12), st.booleans(), st.floats(0, 1000))
+def test_guarded_plans_are_valid(snap, policy: str, per_job: int, per_user: int, rigid: bool,  # type: ignore[no-untyped-def]
+                                 cooldown: float) -> None:
+    guards = Guards(cooldown_s=cooldown, max_gpus_per_job=per_job, max_gpus_per_user=per_user, protect_rigid=rigid)
+    res = _plan(snap, guards, policy=policy)
+    assert plan_violations(snap, res.plan) == ()
+    if per_user:
+        users: dict[str, int] = {}
+        for p in res.plan.jobs:
+            job = snap.job(p.job_id)
+            if job.num_gpus != p.num_gpus or not cooldown:  # jobs frozen by the cooldown keep their size
+                users[job.user] = users.get(job.user, 0) + p.num_gpus
+        assert all(v <= per_user for v in users.values()) or cooldown
