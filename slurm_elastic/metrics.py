@@ -11,7 +11,9 @@ Metrics:
 * ``slurm_elastic_round_seconds`` — duration of the last round (observe + plan + act);
 * ``slurm_elastic_actions_total{kind, outcome}`` — actions by kind, ``ok`` or ``failed``;
 * ``slurm_elastic_job_gpus{job, user, what}`` — GPUs per elastic job, ``allocated`` and ``planned``;
-* ``slurm_elastic_jobs{state}`` — elastic jobs running / waiting.
+* ``slurm_elastic_jobs{state}`` — elastic jobs running / waiting;
+* ``slurm_elastic_predictor_error{job, model}`` — measured over predicted throughput minus one, for
+  running jobs that report their throughput (0 = the profile is exact for this job).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class Metrics:
         self.actions: Counter[tuple[str, str]] = Counter()
         self.job_gpus: dict[tuple[str, str], tuple[int, int]] = {}
         self.jobs: Counter[str] = Counter()
+        self.predictor_error: dict[tuple[str, str], float] = {}
 
     def observe_round(self, rec: RoundRecord, seconds: float) -> None:
         """Fold one round into the metrics."""
@@ -54,6 +57,13 @@ class Metrics:
                              for j in rec.snapshot.elastic_jobs()}
             self.jobs = Counter("running" if j.state is JobState.RUNNING else "waiting"
                                 for j in rec.snapshot.elastic_jobs())
+            self.predictor_error = {}
+            for j in rec.snapshot.elastic_jobs():
+                if j.observed_throughput and j.num_gpus and j.model in rec.snapshot.profiles:
+                    predicted = float(rec.snapshot.profiles[j.model].throughput(
+                        j.global_batch, j.num_gpus, j.placement.num_nodes))
+                    if predicted > 0:
+                        self.predictor_error[(j.job_id, j.model)] = j.observed_throughput / predicted - 1.0
 
     def render(self) -> str:
         """The Prometheus text exposition (version 0.0.4)."""
@@ -80,6 +90,10 @@ class Metrics:
                 out.append(f'slurm_elastic_job_gpus{{{labels},what="planned"}} {plan}')
             out += ["# HELP slurm_elastic_jobs Elastic jobs by state.", "# TYPE slurm_elastic_jobs gauge"]
             out += [f'slurm_elastic_jobs{{state="{s}"}} {n}' for s, n in sorted(self.jobs.items())]
+            out += ["# HELP slurm_elastic_predictor_error Measured over predicted throughput, minus one.",
+                    "# TYPE slurm_elastic_predictor_error gauge"]
+            out += [f'slurm_elastic_predictor_error{{job="{_escape(j)}",model="{_escape(m)}"}} {e:.4f}'
+                    for (j, m), e in sorted(self.predictor_error.items())]
         return "\n".join(out) + "\n"
 
 

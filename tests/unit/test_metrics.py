@@ -48,6 +48,24 @@ def test_metrics_after_a_round_are_served_on_http() -> None:
     assert f'slurm_elastic_job_gpus{{job="7",user="a\\"b",what="planned"}} {planned}' in text
 
 
+def test_predictor_error_of_a_job_that_reports_its_throughput() -> None:
+    from dataclasses import replace
+
+    from slurm_elastic.core.model import JobState
+
+    job = make_job("9", placement=[("n000", 0), ("n000", 1)])
+    snap = make_snapshot(make_nodes(1), [job])
+    predicted = float(snap.profiles["cifar10"].throughput(job.global_batch, 2, 1))
+    snap = replace(snap, jobs=(replace(job, observed_throughput=1.1 * predicted),))
+    ports = _Ports()
+    ports.snap = snap
+    rec = run_round(ports, planner.create("fifo"), ports, None, np.random.default_rng(0))
+    m = Metrics()
+    m.observe_round(rec, 0.1)
+    assert snap.jobs[0].state is JobState.RUNNING
+    assert 'slurm_elastic_predictor_error{job="9",model="cifar10"} 0.1000' in m.render()
+
+
 def test_bad_metrics_address_is_refused() -> None:
     with pytest.raises(ConfigError, match="must be HOST:PORT"):
         serve(Metrics(), "localhost")
