@@ -19,7 +19,7 @@ import logging
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import Any, Protocol
 
@@ -29,7 +29,7 @@ from slurm_elastic.config import Config
 from slurm_elastic.core import planner as registry
 from slurm_elastic.core.actions import Action
 from slurm_elastic.core.guards import GuardedPlanner
-from slurm_elastic.core.model import ClusterSnapshot
+from slurm_elastic.core.model import ClusterSnapshot, InFlightResize, JobId, JobState
 from slurm_elastic.core.rounds import ActionOutcome, RoundRecord, run_round
 from slurm_elastic.errors import ConfigError
 from slurm_elastic.metrics import Metrics
@@ -38,6 +38,7 @@ from slurm_elastic.store import Store
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF_S = 300.0
+IN_FLIGHT_TIMEOUT_S = 60.0
 
 
 class Actuator(Protocol):
@@ -85,6 +86,7 @@ class Daemon:
     memo: Any = None
     rounds: int = 0
     metrics: Metrics = field(default_factory=Metrics)
+    in_flight: dict[JobId, InFlightResize] = field(default_factory=dict)
     _last_key: object = field(default=None, repr=False)
     _last_round: float = field(default=float("-inf"), repr=False)
 
@@ -105,7 +107,11 @@ class Daemon:
     def round(self) -> RoundRecord:
         """Run one round now and record it."""
         t0 = time.perf_counter()
-        rec = run_round(self.observer, self.planner, self.act, self.memo, self.rng)
+        rec = run_round(self, self.planner, self.act, self.memo, self.rng)
+        for o in rec.outcomes:
+            if o.ok and not self.config.daemon.dry_run:
+                self.in_flight[o.action.job_id] = InFlightResize(o.action.job_id, o.action.after.num_gpus,
+                                                                 rec.snapshot.now)
         self.metrics.observe_round(rec, time.perf_counter() - t0)
         self.memo = rec.memo
         self.rounds += 1
@@ -113,6 +119,22 @@ class Daemon:
         self.store.record_round(rec.snapshot.now, rec.plan, rec.summary(), rec.violations)
         log.info("%s", rec.summary())
         return rec
+
+    def observe(self) -> ClusterSnapshot:
+        """The observer's snapshot, with the actions still on their way (the round's observer).
+
+        An action is on its way until the job shows its target (a START until the job runs at the
+        new size, a DROP until it is gone) or for at most ``IN_FLIGHT_TIMEOUT_S`` seconds.
+        """
+        snap = self.observer.observe()
+        jobs = {j.job_id: j for j in snap.jobs}
+        for jid, fl in list(self.in_flight.items()):
+            job = jobs.get(jid)
+            arrived = (job is None) if fl.target_gpus == 0 else (
+                job is not None and job.state is JobState.RUNNING and job.num_gpus == fl.target_gpus)
+            if arrived or snap.now - fl.since > IN_FLIGHT_TIMEOUT_S:
+                del self.in_flight[jid]
+        return replace(snap, in_flight=tuple(self.in_flight.values())) if self.in_flight else snap
 
     def due(self) -> bool:
         """Whether the queue changed since the last round, or the last round is too old."""

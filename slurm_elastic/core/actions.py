@@ -66,7 +66,9 @@ def diff(snapshot: ClusterSnapshot, plan: Plan) -> tuple[Action, ...]:
     """Actions turning ``snapshot`` into ``plan``, in a safe order.
 
     Stops (PREEMPT, DROP) and SHRINKs come first so that the GPUs they free exist before STARTs,
-    GROWs and MOVEs claim them. Jobs whose GPUs and batch are unchanged get no action.
+    GROWs and MOVEs claim them. Jobs whose GPUs and batch are unchanged get no action, and neither
+    does a job with an in-flight action (``snapshot.in_flight``) towards the planned GPU count:
+    it is already on its way there.
 
     Args:
         snapshot: the cluster now.
@@ -82,6 +84,9 @@ def diff(snapshot: ClusterSnapshot, plan: Plan) -> tuple[Action, ...]:
     then: list[Action] = []
     for job in snapshot.elastic_jobs():
         jp = planned.get(job.job_id)
+        flying = snapshot.in_flight_for(job.job_id)
+        if flying is not None and flying.target_gpus == (jp.num_gpus if jp is not None else 0):
+            continue
         if jp is None:
             if job.job_id in dropped and job.is_waiting:
                 first.append(Action(ActionKind.DROP, job.job_id, job.placement, Placement(),

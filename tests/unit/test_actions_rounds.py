@@ -99,3 +99,14 @@ def test_run_round_refuses_invalid_plan_and_keeps_memo() -> None:
 def test_waiting_job_not_in_plan_gets_no_action() -> None:
     snap = make_snapshot(make_nodes(1), [make_job("w", state=JobState.PENDING)])
     assert diff(snap, Plan("t", (), (Unplaced(JobId("w"), "queued"),))) == ()
+
+
+def test_no_action_for_a_job_already_on_its_way_to_the_planned_size() -> None:
+    from dataclasses import replace
+
+    from slurm_elastic.core.model import InFlightResize
+
+    snap = replace(_snap(), in_flight=(InFlightResize(JobId("start"), 2, 0.0), InFlightResize(JobId("grow"), 9, 0.0)))
+    kinds = {(a.kind, a.job_id) for a in diff(snap, PLAN)}
+    assert (ActionKind.START, "start") not in kinds  # on its way to the planned 2 GPUs
+    assert (ActionKind.GROW, "grow") in kinds  # in flight to another size: the plan changed its mind

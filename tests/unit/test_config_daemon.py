@@ -93,3 +93,27 @@ def test_daemon_needs_an_actuator_to_act(tmp_path: Path) -> None:
 def test_every_shipped_site_config_loads(path: Path) -> None:
     cfg = load(path)
     assert cfg.daemon.dry_run and cfg.daemon.partitions
+
+
+def test_acting_daemon_does_not_repeat_an_action_on_its_way(tmp_path: Path) -> None:
+    from slurm_elastic.core.actions import Action
+    from slurm_elastic.core.rounds import ActionOutcome
+
+    applied: list[Action] = []
+
+    class Act:
+        def apply(self, snapshot: ClusterSnapshot, actions: tuple[Action, ...]) -> tuple[ActionOutcome, ...]:
+            applied.extend(actions)
+            return tuple(ActionOutcome(a, True) for a in actions)
+
+    snap = make_snapshot(make_nodes(1), [make_job("1", max_gpus=4)], now=0.0)
+    obs = FakeObserver(snap)
+    now = [0.0]
+    cfg = Config(DaemonConfig(policy="dp", store=tmp_path / "s.db", dry_run=False, poll_interval=1.0, max_idle=1.0))
+    d = Daemon(cfg, obs, Store(cfg.daemon.store), Act(), sleep=lambda s: None, clock=lambda: now[0])
+    d.round()
+    d.round()  # the job is still pending in Slurm: the START is on its way, not repeated
+    assert [a.kind.value for a in applied] == ["start"]
+    obs.snapshot = make_snapshot(make_nodes(1), [make_job("1", max_gpus=4)], now=100.0)
+    d.round()  # no sign of it after the in-flight timeout: planned (and acted) again
+    assert [a.kind.value for a in applied] == ["start", "start"]
