@@ -151,6 +151,23 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("--config", type=Path, default=Path("/etc/slurm/elastic.toml"))
     st.add_argument("--json", action="store_true")
 
+    sb = sub.add_parser("submit", help="render an sbatch template for an elastic job and submit it")
+    sb.add_argument("--template", default="pytorch", help="sbatch_templates/<name>.sbatch.j2 (default pytorch)")
+    sb.add_argument("--elastic", required=True, metavar="MIN:MAX", help="GPU range")
+    sb.add_argument("--batch", default="", metavar="MIN:MAX", help="global batch range")
+    sb.add_argument("--mode", default="exo", choices=("exo", "endo"))
+    sb.add_argument("--gpus-per-node", type=_positive_int, default=4)
+    sb.add_argument("--local-batch", type=_positive_int, default=32)
+    sb.add_argument("--epochs", type=_positive_int, default=1)
+    sb.add_argument("--job-name", default="elastic")
+    sb.add_argument("--time", default="")
+    sb.add_argument("--account", default="")
+    sb.add_argument("--partition", default="")
+    sb.add_argument("--output", default="slurm-%j.out")
+    sb.add_argument("--dry-run", action="store_true", help="print the script instead of submitting it")
+    sb.add_argument("train_command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
+                    help="the training command and its arguments")
+
     cc = sub.add_parser("check-config", help="validate an elastic.toml; prints the effective settings")
     cc.add_argument("file", type=Path)
 
@@ -446,6 +463,39 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_submit(args: argparse.Namespace) -> int:
+    import os
+    import secrets
+    import subprocess
+
+    from slurm_elastic.templates import JobRequest, command_words, render
+
+    lo, sep, hi = args.elastic.partition(":")
+    if not sep or not lo.isdigit() or not hi.isdigit():
+        raise ConfigError(f"--elastic {args.elastic!r}: expected MIN:MAX with 1 <= MIN <= MAX (e.g. --elastic 2:8)")
+    secret_dir = Path.home() / ".slurm-elastic" / "secrets"
+    secret_file = secret_dir / f"job-{secrets.token_hex(8)}"
+    req = JobRequest(command=command_words(args.train_command), min_gpus=int(lo), max_gpus=int(hi),
+                     gpus_per_node=args.gpus_per_node, batch=args.batch, mode=args.mode,
+                     local_batch=args.local_batch, epochs=args.epochs, name=args.job_name, time=args.time,
+                     account=args.account, partition=args.partition, output=args.output,
+                     secret_file=str(secret_file))
+    script = render(args.template, req)
+    if args.dry_run:
+        print(script, end="")
+        return 0
+    secret_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(secrets.token_hex(32))
+    proc = subprocess.run(["sbatch", "--parsable"], input=script, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        secret_file.unlink(missing_ok=True)
+        raise ConfigError(f"sbatch refused the job: {proc.stderr.strip()}")
+    print(proc.stdout.strip().split(";")[0])
+    return 0
+
+
 def _cmd_check_config(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
@@ -558,7 +608,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers = {"plan": _cmd_plan, "simulate": _cmd_simulate, "reproduce": _cmd_reproduce,
                 "profiles": _cmd_profiles, "bench": _cmd_bench, "devcluster": _cmd_devcluster,
                 "install-plugin": _cmd_install_plugin, "daemon": _cmd_daemon, "status": _cmd_status,
-                "check-config": _cmd_check_config, "report": _cmd_report, "what-if": _cmd_what_if}
+                "check-config": _cmd_check_config, "report": _cmd_report, "what-if": _cmd_what_if,
+                "submit": _cmd_submit}
     try:
         return handlers[args.command](args)
     except ElasticError as exc:

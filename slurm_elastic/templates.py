@@ -1,0 +1,96 @@
+"""Rendering of the sbatch templates (``sbatch_templates/*.sbatch.j2``) — in one function.
+
+This module owns :func:`render` and the parameters a template gets; ``slurm-elastic submit`` and
+the golden tests use it. User-supplied words (the training command and its arguments) are quoted
+with :func:`shlex.quote`; every other value is validated before it reaches the script.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from slurm_elastic.errors import ConfigError
+
+TEMPLATE_DIR = Path(__file__).resolve().parents[1] / "sbatch_templates"
+_SAFE = re.compile(r"[A-Za-z0-9_.:@%/+-]*")
+
+
+@dataclass(frozen=True, slots=True)
+class JobRequest:
+    """What a user asks for (``slurm-elastic submit`` options)."""
+
+    command: tuple[str, ...]
+    min_gpus: int
+    max_gpus: int
+    gpus_per_node: int = 4
+    start_gpus: int | None = None
+    batch: str = ""
+    mode: str = "exo"
+    local_batch: int = 32
+    epochs: int = 1
+    name: str = "elastic"
+    time: str = ""
+    account: str = ""
+    partition: str = ""
+    output: str = "slurm-%j.out"
+    secret_file: str = ""
+
+
+def _check(req: JobRequest) -> None:
+    if not req.command:
+        raise ConfigError("submit: no training command given (put it after --)")
+    if not req.secret_file:
+        raise ConfigError("submit: no per-job secret file given")
+    if not 1 <= req.min_gpus <= req.max_gpus:
+        raise ConfigError(f"--elastic {req.min_gpus}:{req.max_gpus}: expected MIN:MAX with 1 <= MIN <= MAX")
+    if req.mode not in ("exo", "endo"):
+        raise ConfigError(f"--mode {req.mode!r}: must be exo or endo")
+    if req.batch and not re.fullmatch(r"\d+:\d+", req.batch):
+        raise ConfigError(f"--batch {req.batch!r}: expected MIN:MAX")
+    for key in ("name", "time", "account", "partition", "output", "secret_file"):
+        value = getattr(req, key)
+        if not _SAFE.fullmatch(value):
+            raise ConfigError(f"--{key.replace('_', '-')} {value!r}: only letters, digits and _.:@%/+- are allowed")
+    for key in ("gpus_per_node", "local_batch", "epochs"):
+        if getattr(req, key) < 1:
+            raise ConfigError(f"--{key.replace('_', '-')} {getattr(req, key)}: must be >= 1")
+
+
+def render(template: str, req: JobRequest, *, template_dir: Path = TEMPLATE_DIR) -> str:
+    """Render ``<template>.sbatch.j2`` for ``req``.
+
+    Raises:
+        ConfigError: an unknown template, or a value that breaks its rule.
+    """
+    _check(req)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(template_dir), undefined=jinja2.StrictUndefined,
+                             keep_trailing_newline=True, autoescape=False)
+    try:
+        tpl = env.get_template(f"{template}.sbatch.j2")
+    except jinja2.TemplateNotFound:
+        known = sorted(p.name.removesuffix(".sbatch.j2") for p in template_dir.glob("*.sbatch.j2"))
+        raise ConfigError(f"--template {template!r}: unknown; known templates: {', '.join(known)}") from None
+    start = req.start_gpus or req.min_gpus
+    per_node = min(req.gpus_per_node, start)
+    nodes = -(-start // per_node)
+    return tpl.render(
+        name=req.name, nodes=nodes, gpus_per_node=per_node, min_gpus=req.min_gpus, max_gpus=req.max_gpus,
+        batch=req.batch, mode=req.mode, time=req.time, account=req.account, partition=req.partition,
+        output=req.output, secret_file=shlex.quote(req.secret_file),
+        port_base=29500, port_span=1000, local_batch=req.local_batch, epochs=req.epochs,
+        command=" ".join(shlex.quote(w) for w in req.command),
+    )
+
+
+def command_words(argv: Sequence[str]) -> tuple[str, ...]:
+    """The training command after ``--`` (argparse keeps the separator)."""
+    words = list(argv)
+    if words and words[0] == "--":
+        words = words[1:]
+    return tuple(words)
