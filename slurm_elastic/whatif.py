@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
-import json
 import logging
 import re
 import tempfile
@@ -43,7 +42,7 @@ from slurm_elastic.errors import ConfigError
 from slurm_elastic.reports.allocation import JobUsage, group_jobs
 from slurm_elastic.sim.runner import PolicySpec, Progress, run_comparison
 from slurm_elastic.sim.workload import SimJobSpec, _trace_job
-from slurm_elastic.slurm.cli import Runner, run_command, slurm_release
+from slurm_elastic.slurm.cli import Runner, run_command, run_json, slurm_release
 from slurm_elastic.slurm.parse import AccountingRecord, SlurmJsonError, parse_elastic_request, parse_nodes, parse_sacct
 
 log = logging.getLogger(__name__)
@@ -246,14 +245,7 @@ def read_accounting(since: dt.datetime, until: dt.datetime, *, account: str | No
     if account:
         argv += ["-A", account]
     run = runner or (lambda a: run_command(a, timeout=SACCT_TIMEOUT_S))
-    text = run(argv)
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SlurmJsonError(f"{' '.join(argv)}: output is not JSON: {exc}") from exc
-    if not isinstance(doc, dict):
-        raise SlurmJsonError(f"{' '.join(argv)}: output is a {type(doc).__name__}, not a JSON object")
-    return parse_sacct(doc)
+    return parse_sacct(run_json(run, argv))
 
 
 def cluster_gpus(runner: Runner = run_command, partitions: Sequence[str] = ()) -> int:
@@ -268,9 +260,5 @@ def cluster_gpus(runner: Runner = run_command, partitions: Sequence[str] = ()) -
     """
     release = slurm_release(runner)
     argv = ["sinfo", "--json"] if release[:2] == (22, 5) else ["sinfo", "-N", "--json"]
-    try:
-        doc = json.loads(runner(argv))
-    except json.JSONDecodeError as exc:
-        raise SlurmJsonError(f"{' '.join(argv)}: output is not JSON: {exc}") from exc
     wanted = set(partitions)
-    return sum(n.gpus for n in parse_nodes(doc) if not wanted or wanted & set(n.partitions))
+    return sum(n.gpus for n in parse_nodes(run_json(runner, argv)) if not wanted or wanted & set(n.partitions))

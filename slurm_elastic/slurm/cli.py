@@ -82,7 +82,12 @@ def slurm_release(runner: Runner) -> tuple[int, int, int]:
     return release
 
 
-def _json(runner: Runner, argv: Sequence[str]) -> dict[str, Any]:
+def run_json(runner: Runner, argv: Sequence[str]) -> dict[str, Any]:
+    """Run a ``--json`` Slurm command and return the parsed top-level object.
+
+    Raises:
+        SlurmJsonError: the output is not a JSON object.
+    """
     text = runner(argv)
     try:
         doc = json.loads(text)
@@ -117,7 +122,7 @@ class SlurmObserver:
 
     def nodes(self) -> list[NodeRecord]:
         """Managed nodes (``sinfo --json``; ``sinfo -N --json`` on 25.11)."""
-        recs = parse_nodes(_json(self.runner, self._sinfo))
+        recs = parse_nodes(run_json(self.runner, self._sinfo))
         if not self.partitions:
             return recs
         wanted = set(self.partitions)
@@ -125,19 +130,28 @@ class SlurmObserver:
 
     def jobs(self) -> list[JobRecord]:
         """Every job Slurm lists (``squeue --json``; ``squeue -t all --json`` is not needed)."""
-        return parse_jobs(_json(self.runner, ["squeue", "--json"]))
+        return parse_jobs(run_json(self.runner, ["squeue", "--json"]))
 
     def observe(self) -> ClusterSnapshot:
         """The snapshot now: nodes of the managed partitions and the jobs on them or waiting for them."""
         nodes = self.nodes()
         jobs = self.jobs()
-        if self.partitions:
-            wanted = set(self.partitions)
-            jobs = [j for j in jobs if not j.partition or set(j.partition.split(",")) & wanted]
-        return build_snapshot(nodes, jobs, now=self.clock(), profiles=self.profiles,
-                              default_model=self.default_model)
+        return build_snapshot(nodes, in_partitions(jobs, self.partitions), now=self.clock(),
+                              profiles=self.profiles, default_model=self.default_model)
 
     def change_key(self) -> tuple[tuple[str, str, str], ...]:
         """A cheap fingerprint of the queue (job ids, states, node lists): the daemon plans when it changes."""
-        doc = _json(self.runner, ["squeue", "--json"])
-        return tuple(sorted((j.job_id, ",".join(j.slurm_state), ",".join(j.nodes)) for j in parse_jobs(doc)))
+        return fingerprint(parse_jobs(run_json(self.runner, ["squeue", "--json"])))
+
+
+def in_partitions(jobs: Sequence[JobRecord], partitions: Sequence[str]) -> list[JobRecord]:
+    """Jobs in (or, while pending, asking for) one of ``partitions``; all jobs when none are given."""
+    if not partitions:
+        return list(jobs)
+    wanted = set(partitions)
+    return [j for j in jobs if not j.partition or set(j.partition.split(",")) & wanted]
+
+
+def fingerprint(jobs: Sequence[JobRecord]) -> tuple[tuple[str, str, str], ...]:
+    """Job ids, states and node lists, sorted: changes whenever the queue does."""
+    return tuple(sorted((j.job_id, ",".join(j.slurm_state), ",".join(j.nodes)) for j in jobs))

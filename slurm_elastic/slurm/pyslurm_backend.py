@@ -64,7 +64,15 @@ from types import ModuleType
 from typing import Literal, Protocol, cast
 
 from slurm_elastic.core.model import ClusterSnapshot, JobId, NodeName
-from slurm_elastic.slurm.cli import Runner, SlurmCommandError, SlurmObserver, run_command, slurm_release
+from slurm_elastic.slurm.cli import (
+    Runner,
+    SlurmCommandError,
+    SlurmObserver,
+    fingerprint,
+    in_partitions,
+    run_command,
+    slurm_release,
+)
 from slurm_elastic.slurm.parse import (
     GpuRequest,
     JobRecord,
@@ -615,15 +623,12 @@ class PyslurmObserver:
         """The snapshot now: nodes of the managed partitions and the jobs on them or waiting for them."""
         jobs = self._all_jobs()
         nodes = self._nodes_from(jobs)
-        if self.partitions:
-            wanted = set(self.partitions)
-            jobs = [j for j in jobs if not j.partition or set(j.partition.split(",")) & wanted]
-        return build_snapshot(nodes, jobs, now=self.clock(), profiles=self.profiles,
-                              default_model=self.default_model)
+        return build_snapshot(nodes, in_partitions(jobs, self.partitions), now=self.clock(),
+                              profiles=self.profiles, default_model=self.default_model)
 
     def change_key(self) -> tuple[tuple[str, str, str], ...]:
         """A cheap fingerprint of the queue (job ids, states, node lists): the daemon plans when it changes."""
-        return tuple(sorted((j.job_id, ",".join(j.slurm_state), ",".join(j.nodes)) for j in self._all_jobs()))
+        return fingerprint(self._all_jobs())
 
 
 def choose_observer(
