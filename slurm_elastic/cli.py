@@ -420,7 +420,8 @@ def _cmd_daemon(args: argparse.Namespace) -> int:
     store = Store(cfg.daemon.store)
     actuator = None
     if not cfg.daemon.dry_run:
-        actuator = SlurmActuator(observer.runner, store, time.time)
+        actuator = SlurmActuator(observer.runner, store, time.time,
+                                 records=lambda jid: getattr(observer, "last_jobs", {}).get(jid))
         for line in reconcile(store, observer.observe(), time.time):
             log.info("reconciled: %s", line)
     daemon = Daemon(cfg, observer, store, actuator)
@@ -488,6 +489,7 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write(secrets.token_hex(32))
+    os.close(os.open(f"{secret_file}.orders", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))  # the order channel
     proc = subprocess.run(["sbatch", "--parsable"], input=script, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         secret_file.unlink(missing_ok=True)

@@ -83,6 +83,7 @@ def render(template: str, req: JobRequest, *, template_dir: Path = TEMPLATE_DIR)
         name=req.name, nodes=nodes, gpus_per_node=per_node, min_gpus=req.min_gpus, max_gpus=req.max_gpus,
         batch=req.batch, mode=req.mode, time=req.time, account=req.account, partition=req.partition,
         output=req.output, secret_file=shlex.quote(req.secret_file),
+        orders_file=shlex.quote(req.secret_file + ".orders"),
         port_base=29500, port_span=1000, local_batch=req.local_batch, epochs=req.epochs,
         command=" ".join(shlex.quote(w) for w in req.command),
     )

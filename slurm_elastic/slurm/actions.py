@@ -10,7 +10,13 @@ This module owns what the daemon may do to Slurm in this version, found by exper
   (``N`` planned nodes x the smallest count among them); the next round sees the difference.
 * **SHRINK** a running job by whole nodes: ``scontrol update JobId=J NodeList=<kept nodes>``
   (Slurm frees the other nodes' GPUs at once; a node's GPU count cannot change, and the batch
-  host cannot leave: Slurm refuses those and the refusal is recorded).
+  host cannot leave: Slurm refuses those and the refusal is recorded). For a job that runs the
+  launcher (its comment names an order channel, :mod:`slurm_elastic.orders`), the workers on the
+  leaving nodes are first ordered to leave at a step boundary, and the node list is updated
+  ``leave_grace_s`` later; a worker that has not left by then is stopped by Slurm and the others
+  recover as from a lost worker. This version knows the worker-to-node map only from the job's
+  start (one worker per GPU, nodes in order), so it orders the first shrink of a job; later ones
+  of the same job fall back to the plain node update.
 * **DROP** (the IBM autoscaler's drop mode): ``scancel J``.
 
 Everything else (grow, move, re-batch, a shrink inside a node, preempting a job that cannot
@@ -25,12 +31,15 @@ through an injected runner; no shell.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import ClusterSnapshot, JobState
 from slurm_elastic.core.rounds import ActionOutcome
 from slurm_elastic.errors import ElasticError
+from slurm_elastic.orders import Channel, ChannelError
+from slurm_elastic.slurm.parse import JobRecord
 from slurm_elastic.store import Store
 
 log = logging.getLogger(__name__)
@@ -84,8 +93,12 @@ class SlurmActuator:
         clock: seconds since the epoch.
     """
 
-    def __init__(self, runner: Runner, store: Store, clock: Callable[[], float]) -> None:
+    def __init__(self, runner: Runner, store: Store, clock: Callable[[], float],
+                 records: Callable[[str], JobRecord | None] | None = None,
+                 sleep: Callable[[float], None] = time.sleep, leave_grace_s: float = 3.0) -> None:
         self.runner, self.store, self.clock = runner, store, clock
+        self.records = records or (lambda job_id: None)
+        self.sleep, self.leave_grace_s = sleep, leave_grace_s
 
     def apply(self, snapshot: ClusterSnapshot, actions: tuple[Action, ...]) -> tuple[ActionOutcome, ...]:
         """Run each action's commands in order; one failure never stops the others."""
@@ -93,7 +106,10 @@ class SlurmActuator:
         for a in actions:
             aid = self.store.begin_action(a, self.clock())
             try:
-                for argv in commands(snapshot, a):
+                argvs = commands(snapshot, a)
+                if a.kind is ActionKind.SHRINK and self._order_leave(a):
+                    self.sleep(self.leave_grace_s)
+                for argv in argvs:
                     self.runner(argv)
             except ElasticError as exc:
                 log.warning("%s job %s refused: %s", a.kind.value, a.job_id, exc)
@@ -104,6 +120,31 @@ class SlurmActuator:
             self.store.finish_action(aid, True, self.clock())
             out.append(ActionOutcome(a, True))
         return tuple(out)
+
+
+    def _order_leave(self, a: Action) -> bool:
+        """Order the workers on the leaving nodes out (launcher jobs, first shrink); True if ordered."""
+        rec = self.records(a.job_id)
+        if rec is None or not rec.comment:
+            return False
+        try:
+            channel = Channel.open(a.job_id, rec.user, rec.comment)
+        except ChannelError as exc:
+            log.info("job %s: no order channel (%s); shrinking by node update only", a.job_id, exc)
+            return False
+        if channel.history():
+            return False
+        per_node = {n: len(g) for n, g in a.before.slots}
+        width = max(per_node.values())
+        if any(c != width for c in per_node.values()):
+            return False
+        nodes = sorted(per_node)
+        kept = {n for n, _ in a.after.slots}
+        workers = [f"w{i}" for i in range(len(nodes) * width)]
+        stay = [w for i, w in enumerate(workers) if nodes[i // width] in kept]
+        seq = channel.send("resize", stay)
+        log.info("job %s: order %d: workers %s stay, %d leave", a.job_id, seq, ",".join(stay), len(workers) - len(stay))
+        return True
 
 
 def reconcile(store: Store, snapshot: ClusterSnapshot, clock: Callable[[], float]) -> list[str]:

@@ -118,6 +118,7 @@ class SlurmObserver:
 
     def __post_init__(self) -> None:
         self.release = slurm_release(self.runner)
+        self.last_jobs: dict[str, JobRecord] = {}  # the records of the last observation (for the actuator)
         self._sinfo = ["sinfo", "--json"] if self.release[:2] == (22, 5) else ["sinfo", "-N", "--json"]
 
     def nodes(self) -> list[NodeRecord]:
@@ -130,7 +131,9 @@ class SlurmObserver:
 
     def jobs(self) -> list[JobRecord]:
         """Every job Slurm lists (``squeue --json``; ``squeue -t all --json`` is not needed)."""
-        return parse_jobs(run_json(self.runner, ["squeue", "--json"]))
+        jobs = parse_jobs(run_json(self.runner, ["squeue", "--json"]))
+        self.last_jobs = {j.job_id: j for j in jobs}
+        return jobs
 
     def observe(self) -> ClusterSnapshot:
         """The snapshot now: nodes of the managed partitions and the jobs on them or waiting for them."""

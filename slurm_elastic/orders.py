@@ -1,0 +1,129 @@
+"""The daemon's side of the order channel to a job's launcher: signed resize orders in a job file.
+
+This module owns finding a job's channel and writing orders to it. A job submitted with
+``slurm-elastic submit`` carries ``slurm-elastic-orders=<path>`` in its comment; ``<path>`` is a
+JSON-lines file next to the job's secret (``<path>`` without ``.orders``), both created by the user
+at submit. The launcher reads the file at step boundaries (``SLURM_ELASTIC_ORDERS=file:<path>``)
+and refuses any order whose HMAC-SHA256, keyed with the job's secret, does not match or that names
+another job.
+
+Because the comment is the user's to set, the daemon trusts nothing in it: both files must be
+regular files (not symlinks) owned by the job's user and readable by nobody else (mode 0600), or
+the job has no channel. The daemon appends with ``O_APPEND | O_NOFOLLOW`` and never creates them.
+
+Wire form (the contract with ``slurm_elastic_launcher.agent.Order``): one line of sorted,
+compact JSON ``{"job_id", "seq", "kind", "workers", "local_batch", "mac"}`` where ``mac`` is the
+hex HMAC of the same JSON without ``mac``; ``seq`` increases by one per order of the job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import pwd
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from slurm_elastic.errors import ElasticError
+
+COMMENT_KEY = "slurm-elastic-orders="
+
+
+class ChannelError(ElasticError):
+    """A job's order channel is missing or not trustworthy (the message says which rule)."""
+
+
+def orders_path(comment: str) -> Path | None:
+    """The orders file named in a job's comment, if any."""
+    for word in comment.split():
+        if word.startswith(COMMENT_KEY):
+            return Path(word[len(COMMENT_KEY):])
+    return None
+
+
+def _check_private(path: Path, uid: int) -> None:
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        raise ChannelError(f"{path}: {exc.strerror}") from exc
+    if not stat.S_ISREG(st.st_mode):
+        raise ChannelError(f"{path}: must be a regular file (not a link or anything else)")
+    if st.st_uid != uid:
+        raise ChannelError(f"{path}: owned by uid {st.st_uid}, not by the job's user (uid {uid})")
+    if st.st_mode & 0o077:
+        raise ChannelError(f"{path}: mode {stat.S_IMODE(st.st_mode):04o}, must be 0600 (readable by its owner only)")
+
+
+def sign(job_id: str, seq: int, kind: str, workers: Sequence[str], local_batch: int, secret: bytes) -> str:
+    """One order line, signed with the job's secret."""
+    body = {"job_id": job_id, "seq": seq, "kind": kind, "workers": list(workers), "local_batch": local_batch}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    body["mac"] = hmac.new(secret, canonical, hashlib.sha256).hexdigest()
+    return json.dumps(body, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True, slots=True)
+class Channel:
+    """One job's verified channel.
+
+    Attributes:
+        job_id: the Slurm job.
+        path: its orders file.
+        secret: its secret (the bytes of the secret file's text).
+    """
+
+    job_id: str
+    path: Path
+    secret: bytes
+
+    @classmethod
+    def open(cls, job_id: str, user: str, comment: str) -> Channel:
+        """Find and verify the channel of a job from its comment and user.
+
+        Raises:
+            ChannelError: no channel named, unknown user, or a file that breaks a rule.
+        """
+        path = orders_path(comment)
+        if path is None:
+            raise ChannelError(f"job {job_id}: no {COMMENT_KEY}<path> in its comment (not submitted for the launcher)")
+        if path.suffix != ".orders" or not path.is_absolute():
+            raise ChannelError(f"job {job_id}: orders file {path} must be an absolute path ending in .orders")
+        try:
+            uid = pwd.getpwnam(user).pw_uid
+        except KeyError:
+            raise ChannelError(f"job {job_id}: unknown user {user!r}") from None
+        secret_path = path.with_suffix("")
+        _check_private(path, uid)
+        _check_private(secret_path, uid)
+        secret = secret_path.read_bytes().strip()
+        if len(secret) < 16:
+            raise ChannelError(f"job {job_id}: secret in {secret_path} is shorter than 16 bytes")
+        return cls(job_id, path, secret)
+
+    def history(self) -> list[dict[str, Any]]:
+        """The orders already written (parsed lines)."""
+        lines = [line for line in self.path.read_text().splitlines() if line.strip()]
+        return [json.loads(line) for line in lines]
+
+    def send(self, kind: str, workers: Sequence[str], local_batch: int = 0) -> int:
+        """Append one signed order; returns its sequence number."""
+        seq = len(self.history()) + 1
+        line = sign(self.job_id, seq, kind, workers, local_batch, self.secret) + "\n"
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+        return seq
+
+    def workers(self, initial: Sequence[str]) -> list[str]:
+        """The job's current workers: those of the last resize order, else ``initial``."""
+        resizes = [o for o in self.history() if o.get("kind") == "resize"]
+        if resizes:
+            return [str(w) for w in resizes[-1]["workers"]]
+        return list(initial)

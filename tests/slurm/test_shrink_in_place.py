@@ -1,0 +1,61 @@
+"""The acting path end to end on the real dev cluster: a launcher job on 2 nodes is shrunk to 1 by
+the Slurm actuator; its worker on the leaving node is ordered out at a step boundary, Slurm frees
+the node, and the remaining worker finishes the training."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from slurm_elastic.cli import main
+from slurm_elastic.core.actions import Action, ActionKind
+from slurm_elastic.core.model import JobId, Placement
+from slurm_elastic.slurm.actions import SlurmActuator
+from slurm_elastic.slurm.cli import SlurmObserver, run_command
+from slurm_elastic.store import Store
+from slurm_elastic.testing import shipped_profiles
+
+from .conftest import DevCluster
+
+pytestmark = pytest.mark.slurm
+EXAMPLE = Path(__file__).resolve().parents[2] / "launcher" / "examples" / "train_cnn.py"
+
+
+def test_launcher_job_shrinks_in_place(cluster: DevCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torch")
+    cluster.cancel_all()
+    for key, value in cluster.env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    out = cluster.root / "jobs" / "shrink-%j.out"
+    assert main(["submit", "--elastic", "2:4", "--gpus-per-node", "1", "--epochs", "3", "--output", str(out), "--",
+                 sys.executable, str(EXAMPLE), "--dataset-size", "16384"]) == 0
+    job = capsys.readouterr().out.strip()
+    cluster.wait_state(int(job), "RUNNING", timeout=40)
+    time.sleep(3)  # let both workers form and train
+
+    def runner(argv: Sequence[str]) -> str:
+        return run_command(argv, env=cluster.env)
+
+    obs = SlurmObserver(("gpu",), shipped_profiles(), time.time, runner)
+    snap = obs.observe()
+    held = snap.job(JobId(job)).placement
+    assert held.num_nodes == 2
+    keep = held.slots[0]
+    shrink = Action(ActionKind.SHRINK, JobId(job), held, Placement((keep,)), 32, 32, 1, 0.1)
+    act = SlurmActuator(runner, Store(tmp_path / "s.db"), time.time, records=obs.last_jobs.get)
+    (outcome,) = act.apply(snap, (shrink,))
+    assert outcome.ok, outcome.message
+    assert cluster.job(int(job))["nodes"] == keep[0]
+    deadline = time.monotonic() + 120
+    while cluster.job(int(job))["job_state"] in ("RUNNING", "COMPLETING"):
+        assert time.monotonic() < deadline, "job did not finish"
+        time.sleep(1)
+    assert cluster.job(int(job))["job_state"] == "COMPLETED"
+    log = Path(str(out).replace("%j", job)).read_text()
+    assert log.count('"state": "done"') == 1 and log.count('"state": "left"') == 1, log[-3000:]
