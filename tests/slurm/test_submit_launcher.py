@@ -30,8 +30,10 @@ def test_submitted_job_trains_with_the_launcher(cluster: DevCluster, tmp_path: P
     assert main(["submit", "--elastic", "2:4", "--gpus-per-node", "2", "--output", str(out), "--",
                  sys.executable, str(EXAMPLE), "--dataset-size", "512"]) == 0
     job = int(capsys.readouterr().out.strip())
-    secrets = list((tmp_path / ".slurm-elastic" / "secrets").iterdir())
-    assert len(secrets) == 1 and (secrets[0].stat().st_mode & 0o777) == 0o600
+    files = sorted((tmp_path / ".slurm-elastic" / "secrets").iterdir())
+    secrets = [f for f in files if f.suffix != ".orders"]
+    assert len(files) == 2 and len(secrets) == 1  # the secret and its order channel
+    assert all((f.stat().st_mode & 0o777) == 0o600 for f in files)
     deadline = time.monotonic() + 90
     while cluster.job(job)["job_state"] in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"):
         assert time.monotonic() < deadline, f"job {job} still {cluster.job(job)['job_state']}"
