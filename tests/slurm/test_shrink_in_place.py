@@ -37,7 +37,7 @@ def test_launcher_job_shrinks_in_place(cluster: DevCluster, tmp_path: Path, monk
                  sys.executable, str(EXAMPLE), "--dataset-size", "16384"]) == 0
     job = capsys.readouterr().out.strip()
     cluster.wait_state(int(job), "RUNNING", timeout=40)
-    time.sleep(3)  # let both workers form and train
+    time.sleep(8)  # let both workers import torch, form and train (2 busy cores)
 
     def runner(argv: Sequence[str]) -> str:
         return run_command(argv, env=cluster.env)
