@@ -11,7 +11,9 @@ largest per-GPU batch, and ``b_opt(k)`` is the batch with the highest throughput
 Recurrence (Eq. 4): ``P(j, K) = max_{k} P(j-1, K-k) + T~_j(k)`` with ``P(0, K) = 0`` (GPUs may
 stay idle) and ``-inf`` for configurations that are infeasible. ``P(J, K) = -inf`` means
 infeasible. Cost ``O(J * K * kmax)`` as in the paper; the forward pass is vectorised over ``K``
-and only the argmax of the ``J`` cells on the optimal path is recomputed on the way back.
+and restricted, per job, to the ``K`` that matter (row ``j`` is ``-inf`` below the sum of the
+smallest sizes so far and flat above the sum of the largest), and only the argmax of the ``J``
+cells on the optimal path is recomputed on the way back.
 
 Autoscaler (Fig. 4): jobs already executing stay; waiting jobs are tried one by one in arrival
 order and kept when the optimizer still finds a feasible solution, else skipped (the pseudocode
@@ -94,12 +96,23 @@ def solve(values: list[NDArray[np.float64]], total: int) -> tuple[float, list[in
     n = len(values)
     rows = np.full((n + 1, total + 1), NEG)
     rows[0, :] = 0.0
+    lo_prev, hi_prev = 0, 0  # row j-1 is -inf below lo_prev and flat from hi_prev on
     for j, v in enumerate(values, start=1):
         prev, cur = rows[j - 1], rows[j]
-        for kf in np.flatnonzero(np.isfinite(v)):
-            if kf == 0 or kf > total:
+        ks = [int(k) for k in np.flatnonzero(np.isfinite(v)) if 0 < k <= total]
+        if not ks:
+            return NEG, []
+        lo = lo_prev + ks[0]  # every earlier job needs its smallest size: P is -inf below
+        hi = min(total, hi_prev + ks[-1])  # more GPUs than all jobs can use stay idle: P is flat above
+        if lo > total:
+            return NEG, []
+        for k in ks:
+            a = max(lo, lo_prev + k)
+            if a > hi:
                 continue
-            np.maximum(cur[kf:], prev[: total + 1 - kf] + v[kf], out=cur[kf:])
+            np.maximum(cur[a : hi + 1], prev[a - k : hi + 1 - k] + v[k], out=cur[a : hi + 1])
+        cur[hi + 1 :] = cur[hi]
+        lo_prev, hi_prev = lo, hi
     best = float(rows[n, total])
     if not np.isfinite(best):
         return NEG, []
