@@ -99,14 +99,14 @@ def solve(values: list[NDArray[np.float64]], total: int) -> tuple[float, list[in
     lo_prev, hi_prev = 0, 0  # row j-1 is -inf below lo_prev and flat from hi_prev on
     for j, v in enumerate(values, start=1):
         prev, cur = rows[j - 1], rows[j]
-        ks = [int(k) for k in np.flatnonzero(np.isfinite(v)) if 0 < k <= total]
-        if not ks:
+        sizes = [int(k) for k in np.flatnonzero(np.isfinite(v)) if 0 < k <= total]
+        if not sizes:
             return NEG, []
-        lo = lo_prev + ks[0]  # every earlier job needs its smallest size: P is -inf below
-        hi = min(total, hi_prev + ks[-1])  # more GPUs than all jobs can use stay idle: P is flat above
+        lo = lo_prev + sizes[0]  # every earlier job needs its smallest size: P is -inf below
+        hi = min(total, hi_prev + sizes[-1])  # more GPUs than all jobs can use stay idle: P is flat above
         if lo > total:
             return NEG, []
-        for k in ks:
+        for k in sizes:
             a = max(lo, lo_prev + k)
             if a > hi:
                 continue
