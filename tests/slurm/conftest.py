@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -110,3 +111,29 @@ def cluster(dev_root: Path) -> Iterator[DevCluster]:
         yield DevCluster(dev_root, devcluster.slurm_env(dev_root), info)
     finally:
         devcluster.down(dev_root)
+
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "launcher" / "examples" / "train_cnn.py"
+
+
+@pytest.fixture
+def submit_example(cluster: DevCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                   capsys: pytest.CaptureFixture[str]) -> Any:
+    """Submit the launcher example with ``slurm-elastic submit`` as a user whose HOME is ``tmp_path``.
+
+    Returns a function ``(output_name, *submit_options, dataset_size=...) -> job id``.
+    """
+    from slurm_elastic.cli import main
+
+    pytest.importorskip("torch")
+    cluster.cancel_all()
+    for key, value in cluster.env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("HOME", str(tmp_path))
+
+    def submit(out: Path, *options: str, dataset_size: int = 512) -> int:
+        assert main(["submit", *options, "--output", str(out), "--", sys.executable, str(EXAMPLE),
+                     "--dataset-size", str(dataset_size)]) == 0
+        return int(capsys.readouterr().out.strip())
+
+    return submit

@@ -4,14 +4,13 @@ the node, and the remaining worker finishes the training."""
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from slurm_elastic.cli import main
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, Placement
 from slurm_elastic.slurm.actions import SlurmActuator
@@ -25,17 +24,9 @@ pytestmark = pytest.mark.slurm
 EXAMPLE = Path(__file__).resolve().parents[2] / "launcher" / "examples" / "train_cnn.py"
 
 
-def test_launcher_job_shrinks_in_place(cluster: DevCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                       capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("torch")
-    cluster.cancel_all()
-    for key, value in cluster.env.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setenv("HOME", str(tmp_path))
+def test_launcher_job_shrinks_in_place(cluster: DevCluster, tmp_path: Path, submit_example: Any) -> None:
     out = cluster.root / "jobs" / "shrink-%j.out"
-    assert main(["submit", "--elastic", "2:4", "--gpus-per-node", "1", "--epochs", "3", "--output", str(out), "--",
-                 sys.executable, str(EXAMPLE), "--dataset-size", "16384"]) == 0
-    job = capsys.readouterr().out.strip()
+    job = str(submit_example(out, "--elastic", "2:4", "--gpus-per-node", "1", "--epochs", "3", dataset_size=16384))
     cluster.wait_state(int(job), "RUNNING", timeout=40)
     time.sleep(8)  # let both workers import torch, form and train (2 busy cores)
 

@@ -4,13 +4,11 @@ workers (gloo on CPU, fake GPUs) on the dev cluster, and both finish their epoch
 from __future__ import annotations
 
 import os
-import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
-
-from slurm_elastic.cli import main
 
 from .conftest import DevCluster
 
@@ -18,18 +16,9 @@ pytestmark = pytest.mark.slurm
 EXAMPLE = Path(__file__).resolve().parents[2] / "launcher" / "examples" / "train_cnn.py"
 
 
-def test_submitted_job_trains_with_the_launcher(cluster: DevCluster, tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("torch")
-    cluster.cancel_all()
-    for key, value in cluster.env.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setenv("HOME", str(tmp_path))
+def test_submitted_job_trains_with_the_launcher(cluster: DevCluster, tmp_path: Path, submit_example: Any) -> None:
     out = cluster.root / "jobs" / "submit-%j.out"
-    assert main(["submit", "--elastic", "2:4", "--gpus-per-node", "2", "--output", str(out), "--",
-                 sys.executable, str(EXAMPLE), "--dataset-size", "512"]) == 0
-    job = int(capsys.readouterr().out.strip())
+    job = submit_example(out, "--elastic", "2:4", "--gpus-per-node", "2")
     files = sorted((tmp_path / ".slurm-elastic" / "secrets").iterdir())
     secrets = [f for f in files if f.suffix != ".orders"]
     assert len(files) == 2 and len(secrets) == 1  # the secret and its order channel
