@@ -18,6 +18,7 @@ Resize costs (a job makes no progress while paused):
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field
 
@@ -269,7 +270,8 @@ class VirtualCluster:
         )
         jobs = tuple(self._view(j) for j in self.active.values())
         window = min(self.now, ARRIVAL_WINDOW_S)
-        recent = sum(1 for a in self.arrivals if a >= self.now - ARRIVAL_WINDOW_S)
+        # Arrivals are appended in time order: count the window's by bisection, not by a scan per round.
+        recent = len(self.arrivals) - bisect.bisect_left(self.arrivals, self.now - ARRIVAL_WINDOW_S)
         rate = recent / window if window > 0 else 0.0
         errors = tuple(self._errors)
         self._errors.clear()
