@@ -402,6 +402,7 @@ def _observer(cfg: Any) -> Any:
 
 def _cmd_daemon(args: argparse.Namespace) -> int:
     from dataclasses import replace
+    from functools import partial
 
     from slurm_elastic.config import load
     from slurm_elastic.daemon import Daemon, install_signal_handlers
@@ -414,14 +415,16 @@ def _cmd_daemon(args: argparse.Namespace) -> int:
         logging.getLogger().setLevel(logging.INFO)
     import time
 
+    from slurm_elastic.jobreports import runtimes
     from slurm_elastic.slurm.actions import SlurmActuator, reconcile
 
     observer = _observer(cfg)
     store = Store(cfg.daemon.store)
+    observer.satellites = store.satellites
+    observer.runtimes = partial(runtimes, store)
     actuator = None
     if not cfg.daemon.dry_run:
-        actuator = SlurmActuator(observer.runner, store, time.time,
-                                 records=lambda jid: getattr(observer, "last_jobs", {}).get(jid))
+        actuator = SlurmActuator(observer.runner, store, time.time, records=lambda: observer.last_jobs)
         for line in reconcile(store, observer.observe(), time.time):
             log.info("reconciled: %s", line)
     daemon = Daemon(cfg, observer, store, actuator)
@@ -469,7 +472,7 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     import secrets
     import subprocess
 
-    from slurm_elastic.templates import JobRequest, command_words, render
+    from slurm_elastic.templates import JobRequest, command_words, job_files, render
 
     lo, sep, hi = args.elastic.partition(":")
     if not sep or not lo.isdigit() or not hi.isdigit():
@@ -482,6 +485,7 @@ def _cmd_submit(args: argparse.Namespace) -> int:
                      account=args.account, partition=args.partition, output=args.output,
                      secret_file=str(secret_file))
     script = render(args.template, req)
+    join_script = render(args.template, req, part="join")
     if args.dry_run:
         print(script, end="")
         return 0
@@ -489,7 +493,12 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write(secrets.token_hex(32))
-    os.close(os.open(f"{secret_file}.orders", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))  # the order channel
+    files = job_files(str(secret_file))
+    for key in ("orders_file", "reports_file"):  # the order and report channels: private, created empty
+        os.close(os.open(files[key], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    fd = os.open(files["join_file"], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
+    with os.fdopen(fd, "w") as fh:  # the script the daemon submits, as this user, to grow the job
+        fh.write(join_script)
     proc = subprocess.run(["sbatch", "--parsable"], input=script, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         secret_file.unlink(missing_ok=True)

@@ -7,10 +7,11 @@ INFO). One failing round is logged with its traceback and retried with exponenti
 never kills the loop. SIGTERM and SIGINT end the loop after the current round.
 
 In shadow mode (``dry_run = true``) it plans against the real queue and logs what it would do.
-Otherwise it acts through :class:`~slurm_elastic.slurm.actions.SlurmActuator`, which in this
-version starts held elastic jobs at the planned size and shrinks running ones by whole nodes, and
-records everything else as "needs the launcher"; at start it first settles the actions a previous
-daemon left unfinished (:func:`~slurm_elastic.slurm.actions.reconcile`).
+Otherwise it acts through :class:`~slurm_elastic.slurm.actions.SlurmActuator` (start held jobs
+at the planned size; resize launcher jobs in place with signed orders and satellite allocations;
+requeue other jobs at a new size), which also tends the satellites on every observation; at start
+it first settles the actions a previous daemon left unfinished
+(:func:`~slurm_elastic.slurm.actions.reconcile`).
 """
 
 from __future__ import annotations
@@ -48,6 +49,10 @@ class Actuator(Protocol):
         """Carry out the actions."""
         ...
 
+    def tend(self) -> list[str]:
+        """Settle what earlier actions left running (satellites) after an observation; one line each."""
+        ...
+
 
 class QueueObserver(Protocol):
     """An observer with a cheap change fingerprint (:class:`~slurm_elastic.slurm.cli.SlurmObserver`)."""
@@ -70,6 +75,10 @@ class ShadowActuator:
             log.info("dry-run: would %s job %s: %d -> %d GPUs, batch %d", a.kind.value, a.job_id,
                      a.before.num_gpus, a.after.num_gpus, a.global_batch)
         return tuple(ActionOutcome(a, True, "dry-run: not executed") for a in actions)
+
+    def tend(self) -> list[str]:
+        """Nothing to settle: shadow mode starts nothing."""
+        return []
 
 
 @dataclass
@@ -127,6 +136,8 @@ class Daemon:
         new size, a DROP until it is gone) or for at most ``IN_FLIGHT_TIMEOUT_S`` seconds.
         """
         snap = self.observer.observe()
+        for line in self.act.tend():
+            log.info("%s", line)
         jobs = {j.job_id: j for j in snap.jobs}
         for jid, fl in list(self.in_flight.items()):
             job = jobs.get(jid)

@@ -14,6 +14,12 @@ the job has no channel. The daemon appends with ``O_APPEND | O_NOFOLLOW`` and ne
 Wire form (the contract with ``slurm_elastic_launcher.agent.Order``): one line of sorted,
 compact JSON ``{"job_id", "seq", "kind", "workers", "local_batch", "mac"}`` where ``mac`` is the
 hex HMAC of the same JSON without ``mac``; ``seq`` increases by one per order of the job.
+
+The way back: rank 0 of the job appends signed progress reports to ``<secret>.reports`` (the
+contract with ``slurm_elastic_launcher.reports``); :meth:`Channel.reports` returns only those whose
+MAC matches and that name this job, so a job can speak only for itself. To grow a job the daemon
+submits ``<secret>.join`` as the job's user (:mod:`slurm_elastic.slurm.satellites`); that script
+must be a regular file owned by the user and writable by nobody else.
 """
 
 from __future__ import annotations
@@ -67,6 +73,21 @@ def sign(job_id: str, seq: int, kind: str, workers: Sequence[str], local_batch: 
     return json.dumps(body, sort_keys=True, separators=(",", ":"))
 
 
+def verify(line: str, job_id: str, secret: bytes) -> dict[str, Any] | None:
+    """The body of a signed line if its MAC matches and it names ``job_id``, else ``None``."""
+    try:
+        body = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(body, dict) or not isinstance(body.get("mac"), str):
+        return None
+    mac = body.pop("mac")
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    if not hmac.compare_digest(mac, hmac.new(secret, canonical, hashlib.sha256).hexdigest()):
+        return None
+    return body if body.get("job_id") == job_id else None
+
+
 @dataclass(frozen=True, slots=True)
 class Channel:
     """One job's verified channel.
@@ -104,6 +125,64 @@ class Channel:
         if len(secret) < 16:
             raise ChannelError(f"job {job_id}: secret in {secret_path} is shorter than 16 bytes")
         return cls(job_id, path, secret)
+
+    @property
+    def reports_path(self) -> Path:
+        """The job's progress report file."""
+        return self.path.with_suffix(".reports")
+
+    def reports(self, start: int = 0) -> tuple[list[dict[str, Any]], int, int]:
+        """Verified reports from byte offset ``start`` of the report file.
+
+        Returns:
+            (reports in file order, the offset after the last whole line, lines refused). A line
+            with a bad MAC, naming another job or not JSON is refused and counted, never trusted.
+        """
+        try:
+            st = os.lstat(self.reports_path)
+        except FileNotFoundError:
+            return [], start, 0
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.lstat(self.path).st_uid:
+            raise ChannelError(f"{self.reports_path}: must be a regular file owned by the job's user")
+        fd = os.open(self.reports_path, os.O_RDONLY | os.O_NOFOLLOW)
+        try:
+            os.lseek(fd, start, os.SEEK_SET)
+            chunks = []
+            while chunk := os.read(fd, 1 << 20):
+                chunks.append(chunk)
+        finally:
+            os.close(fd)
+        data = b"".join(chunks)
+        whole = data[: data.rfind(b"\n") + 1]
+        out, refused = [], 0
+        for raw in whole.decode(errors="replace").splitlines():
+            if not raw.strip():
+                continue
+            body = verify(raw, self.job_id, self.secret)
+            if body is None:
+                refused += 1
+            else:
+                out.append(body)
+        return out, start + len(whole), refused
+
+    def join_script(self) -> Path:
+        """The job's join script, checked: a regular file of the job's user, writable by nobody else.
+
+        Raises:
+            ChannelError: it is missing or breaks a rule.
+        """
+        path = self.path.with_suffix(".join")
+        try:
+            st = os.lstat(path)
+        except OSError as exc:
+            raise ChannelError(f"{path}: {exc.strerror} (job not submitted with a join script)") from exc
+        if not stat.S_ISREG(st.st_mode):
+            raise ChannelError(f"{path}: must be a regular file (not a link or anything else)")
+        if st.st_uid != os.lstat(self.path).st_uid:
+            raise ChannelError(f"{path}: not owned by the job's user")
+        if st.st_mode & 0o022:
+            raise ChannelError(f"{path}: mode {stat.S_IMODE(st.st_mode):04o}, must not be writable by group or others")
+        return path
 
     def history(self) -> list[dict[str, Any]]:
         """The orders already written (parsed lines)."""

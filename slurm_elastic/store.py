@@ -8,8 +8,12 @@ This module owns the database file and its schema. Its contract with the daemon:
   :meth:`Store.unfinished_actions` on restart and reconciles it against Slurm instead of losing
   or repeating it;
 * every round is recorded with its plan (as JSON) and the one-line summary;
-* progress reports from jobs' launchers (samples, loss, metric, throughput at a configuration)
-  are appended, never updated: the predictors refit from them.
+* progress reports from jobs' launchers (samples, loss, metric, throughput at a configuration,
+  resize pauses) are appended, never updated, together with how far the job's report file has
+  been read, in one transaction, so a restarted daemon neither loses nor repeats a report;
+* the workers of each launcher job (which node and which Slurm allocation each runs in) and the
+  satellite allocations the daemon submitted to grow jobs, so that a satellite is counted as part
+  of its job and a shrink knows which workers to order out.
 
 It must not talk to Slurm or decide anything; it stores and returns. Times are seconds since the
 epoch, passed in by the caller (the store reads no clock).
@@ -29,7 +33,7 @@ from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, NodeName, Placement, Plan
 from slurm_elastic.errors import ElasticError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -63,10 +67,34 @@ CREATE TABLE IF NOT EXISTS progress (
     global_batch INTEGER NOT NULL,
     throughput REAL,
     loss REAL,
-    metric REAL
+    metric REAL,
+    kind TEXT NOT NULL DEFAULT 'progress',
+    pause_s REAL,
+    epoch_size INTEGER
 );
 CREATE INDEX IF NOT EXISTS progress_job ON progress(job_id, t);
+CREATE TABLE IF NOT EXISTS report_offsets (job_id TEXT PRIMARY KEY, offset INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS workers (
+    job_id TEXT NOT NULL,
+    worker TEXT NOT NULL,
+    node TEXT NOT NULL,
+    alloc TEXT NOT NULL,
+    PRIMARY KEY (job_id, worker)
+);
+CREATE TABLE IF NOT EXISTS satellites (
+    sat_id TEXT PRIMARY KEY,
+    parent TEXT NOT NULL,
+    submitted REAL NOT NULL,
+    ended REAL
+);
 """
+
+# Version 1 stores lack the report kind and resize pause of progress rows.
+_MIGRATE_1_TO_2 = (
+    "ALTER TABLE progress ADD COLUMN kind TEXT NOT NULL DEFAULT 'progress'",
+    "ALTER TABLE progress ADD COLUMN pause_s REAL",
+    "ALTER TABLE progress ADD COLUMN epoch_size INTEGER",
+)
 
 
 class StoreError(ElasticError):
@@ -147,6 +175,10 @@ class Store:
             row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
             if row is None:
                 self._db.execute("INSERT INTO meta(key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+            elif int(row[0]) == 1:
+                for stmt in _MIGRATE_1_TO_2:
+                    self._db.execute(stmt)
+                self._db.execute("UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION),))
             elif int(row[0]) != SCHEMA_VERSION:
                 raise StoreError(f"{path}: schema version {row[0]}, this slurm-elastic reads {SCHEMA_VERSION}")
 
@@ -226,18 +258,92 @@ class Store:
     # -- progress ---------------------------------------------------------------------------------
 
     def add_progress(self, job_id: str, t: float, *, samples: int, gpus: int, global_batch: int,
-                     throughput: float | None = None, loss: float | None = None, metric: float | None = None) -> None:
+                     throughput: float | None = None, loss: float | None = None, metric: float | None = None,
+                     kind: str = "progress", pause_s: float | None = None, epoch_size: int | None = None) -> None:
         """Append one progress report of a job."""
+        with self._tx():
+            self._insert_progress(job_id, t, samples, gpus, global_batch, throughput, loss, metric, kind, pause_s,
+                                  epoch_size)
+
+    def _insert_progress(self, job_id: str, t: float, samples: int, gpus: int, global_batch: int,
+                         throughput: float | None, loss: float | None, metric: float | None, kind: str,
+                         pause_s: float | None, epoch_size: int | None = None) -> None:
         if samples < 0 or gpus < 0 or global_batch < 0:
             raise StoreError(
                 f"job {job_id}: progress samples={samples}, gpus={gpus}, batch={global_batch} must be >= 0"
             )
+        self._db.execute(
+            "INSERT INTO progress(job_id, t, samples, gpus, global_batch, throughput, loss, metric, kind, pause_s, "
+            "epoch_size) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (job_id, t, samples, gpus, global_batch, throughput, loss, metric, kind, pause_s, epoch_size),
+        )
+
+    def add_reports(self, job_id: str, reports: list[dict[str, Any]], offset: int) -> None:
+        """Append a job's verified launcher reports and the report file offset read up to, atomically.
+
+        Raises:
+            StoreError: a report lacks a field or has a negative count (nothing is stored then).
+        """
         with self._tx():
-            self._db.execute(
-                "INSERT INTO progress(job_id, t, samples, gpus, global_batch, throughput, loss, metric) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (job_id, t, samples, gpus, global_batch, throughput, loss, metric),
-            )
+            for r in reports:
+                try:
+                    self._insert_progress(
+                        job_id, float(r["t"]), int(r["samples"]), int(r["world"]), int(r["global_batch"]),
+                        float(r["throughput"]) or None, None if r.get("loss") is None else float(r["loss"]),
+                        None, str(r["kind"]), float(r.get("pause_s") or 0.0) if r["kind"] == "resize" else None,
+                        int(r["epoch_size"]) if r.get("epoch_size") else None)
+                except (KeyError, TypeError, ValueError) as exc:
+                    raise StoreError(f"job {job_id}: malformed report {r!r}: {exc}") from exc
+            self._db.execute("INSERT INTO report_offsets(job_id, offset) VALUES (?, ?) "
+                             "ON CONFLICT(job_id) DO UPDATE SET offset=excluded.offset", (job_id, offset))
+
+    def report_offset(self, job_id: str) -> int:
+        """How far the job's report file has been read (bytes)."""
+        r = self._db.execute("SELECT offset FROM report_offsets WHERE job_id = ?", (job_id,)).fetchone()
+        return int(r[0]) if r else 0
+
+    def progress_of(self, job_id: str) -> list[dict[str, Any]]:
+        """Every progress row of a job, oldest first."""
+        rows = self._db.execute(
+            "SELECT t, samples, gpus, global_batch, throughput, loss, metric, kind, pause_s, epoch_size FROM progress "
+            "WHERE job_id = ? ORDER BY t, id", (job_id,)).fetchall()
+        keys = ("t", "samples", "gpus", "global_batch", "throughput", "loss", "metric", "kind", "pause_s",
+                "epoch_size")
+        return [dict(zip(keys, r, strict=True)) for r in rows]
+
+    # -- workers and satellites -------------------------------------------------------------------
+
+    def add_workers(self, job_id: str, workers: list[tuple[str, str, str]]) -> None:
+        """Record workers of a job as ``(worker, node, alloc)``; a worker already known is kept."""
+        with self._tx():
+            self._db.executemany("INSERT OR IGNORE INTO workers(job_id, worker, node, alloc) VALUES (?, ?, ?, ?)",
+                                 [(job_id, w, n, a) for w, n, a in workers])
+
+    def workers_of(self, job_id: str) -> dict[str, tuple[str, str]]:
+        """Every worker ever recorded for a job: worker id -> (node, Slurm allocation)."""
+        rows = self._db.execute("SELECT worker, node, alloc FROM workers WHERE job_id = ?", (job_id,)).fetchall()
+        return {r[0]: (r[1], r[2]) for r in rows}
+
+    def add_satellite(self, sat_id: str, parent: str, t: float, workers: list[tuple[str, str]]) -> None:
+        """Record a satellite allocation of ``parent`` and its workers ``(worker, node)``."""
+        with self._tx():
+            self._db.execute("INSERT INTO satellites(sat_id, parent, submitted) VALUES (?, ?, ?)", (sat_id, parent, t))
+            self._db.executemany("INSERT INTO workers(job_id, worker, node, alloc) VALUES (?, ?, ?, ?)",
+                                 [(parent, w, n, sat_id) for w, n in workers])
+
+    def satellites(self, include_ended: bool = False) -> dict[str, str]:
+        """Satellite job id -> parent job id (by default only those not yet seen ended)."""
+        where = "" if include_ended else " WHERE ended IS NULL"
+        return {r[0]: r[1] for r in self._db.execute(f"SELECT sat_id, parent FROM satellites{where}").fetchall()}
+
+    def satellite_times(self) -> dict[str, float]:
+        """Satellite job id -> when it was submitted (all satellites)."""
+        return {r[0]: r[1] for r in self._db.execute("SELECT sat_id, submitted FROM satellites").fetchall()}
+
+    def end_satellite(self, sat_id: str, t: float) -> None:
+        """Mark a satellite as ended (seen gone from the queue, or cancelled)."""
+        with self._tx():
+            self._db.execute("UPDATE satellites SET ended=? WHERE sat_id=? AND ended IS NULL", (t, sat_id))
 
     def latest_progress(self, job_id: str) -> dict[str, Any] | None:
         """The newest progress report of a job, if any."""

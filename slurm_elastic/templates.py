@@ -62,17 +62,31 @@ def _check(req: JobRequest) -> None:
             raise ConfigError(f"--{key.replace('_', '-')} {getattr(req, key)}: must be >= 1")
 
 
-def render(template: str, req: JobRequest, *, template_dir: Path = TEMPLATE_DIR) -> str:
-    """Render ``<template>.sbatch.j2`` for ``req``.
+def job_files(secret_file: str) -> dict[str, str]:
+    """The files of one job, all beside its secret: orders, reports, TCPStore address, join script.
+
+    The daemon finds them from the orders path in the job's comment (:mod:`slurm_elastic.orders`).
+    """
+    return {"orders_file": secret_file + ".orders", "reports_file": secret_file + ".reports",
+            "store_file": secret_file + ".store", "join_file": secret_file + ".join"}
+
+
+def render(template: str, req: JobRequest, *, part: str = "sbatch", template_dir: Path = TEMPLATE_DIR) -> str:
+    """Render ``<template>.<part>.j2`` for ``req``.
+
+    ``part`` is ``"sbatch"`` (the job's batch script) or ``"join"`` (the script the daemon submits,
+    as the job's user, to start extra workers that join the running job).
 
     Raises:
-        ConfigError: an unknown template, or a value that breaks its rule.
+        ConfigError: an unknown template or part, or a value that breaks its rule.
     """
+    if part not in ("sbatch", "join"):
+        raise ConfigError(f"template part {part!r}: must be 'sbatch' or 'join'")
     _check(req)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(template_dir), undefined=jinja2.StrictUndefined,
                              keep_trailing_newline=True, autoescape=False)
     try:
-        tpl = env.get_template(f"{template}.sbatch.j2")
+        tpl = env.get_template(f"{template}.{part}.j2")
     except jinja2.TemplateNotFound:
         known = sorted(p.name.removesuffix(".sbatch.j2") for p in template_dir.glob("*.sbatch.j2"))
         raise ConfigError(f"--template {template!r}: unknown; known templates: {', '.join(known)}") from None
@@ -83,7 +97,7 @@ def render(template: str, req: JobRequest, *, template_dir: Path = TEMPLATE_DIR)
         name=req.name, nodes=nodes, gpus_per_node=per_node, min_gpus=req.min_gpus, max_gpus=req.max_gpus,
         batch=req.batch, mode=req.mode, time=req.time, account=req.account, partition=req.partition,
         output=req.output, secret_file=shlex.quote(req.secret_file),
-        orders_file=shlex.quote(req.secret_file + ".orders"),
+        **{key: shlex.quote(path) for key, path in job_files(req.secret_file).items()},
         port_base=29500, port_span=1000, local_batch=req.local_batch, epochs=req.epochs,
         command=" ".join(shlex.quote(w) for w in req.command),
     )

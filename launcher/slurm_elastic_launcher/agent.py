@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .env import LauncherEnv, ScalingMode
+from .reports import Reporter
 from .sampler import ElasticSampler, SamplerState
 from .state import Stateful, TensorOps, TrainingState
 
@@ -376,6 +377,7 @@ class Agent:
         self._parsed: dict[str, Order | None] = {}
         self._generations: list[str] = []
         self._log = open(env.event_log, "a", buffering=1) if env.event_log else None  # noqa: SIM115
+        self._reporter = Reporter(env.reports, env.job_id, env.secret, env.report_every_s) if env.reports else None
 
     # -- helpers ---------------------------------------------------------------------------------
     def _event(self, ev: str, **fields: Any) -> None:
@@ -537,9 +539,11 @@ class Agent:
         """Rank 0: the control words of this step (resize/stop seq, once joiners are ready)."""
         control = [0] * self.CONTROL_WORDS
         applied = int(self.extra["applied_seq"])
-        if self._pending is None or self._pending.seq <= applied:
-            newer = [o for o in self._valid_orders() if o.seq > applied]
-            self._pending = min(newer, key=lambda o: o.seq) if newer else None
+        newer = [o for o in self._valid_orders() if o.seq > applied]
+        if newer:  # every order is a whole target world: the latest one supersedes any still waiting
+            self._pending = max(newer, key=lambda o: o.seq)
+        elif self._pending is not None and self._pending.seq <= applied:
+            self._pending = None
         order = self._pending
         if order is None:
             return control
@@ -563,7 +567,10 @@ class Agent:
         n_global = self.sampler.step_size(world, local)
         self.job.optimizer.zero_grad(set_to_none=True)
         for micro in self._micro_batches(indices):
-            self.job.loss_fn(self.job.model, self.job.dataset.batch(micro)).backward()
+            loss = self.job.loss_fn(self.job.model, self.job.dataset.batch(micro))
+            loss.backward()
+            if self._reporter is not None and self.rank == 0:
+                self._reporter.add_loss(float(loss.detach()), len(micro))
         try:
             decided = self.backend.reduce_step(self.job.model, n_global, control, self.rank)
         except PeerLostError as exc:
@@ -574,6 +581,7 @@ class Agent:
         epoch, consumed = self.sampler.state.epoch, self.sampler.state.consumed
         self.sampler.advance(world, local)
         self.extra["step"] = int(self.extra["step"]) + 1
+        self.extra["samples"] = int(self.extra.get("samples", 0)) + n_global
         fields: dict[str, Any] = {
             "step": self.extra["step"],
             "world": world,
@@ -587,11 +595,25 @@ class Agent:
         self._event("step", **fields)
         if int(self.extra["step"]) % self.env.commit_every == 0:
             self.state.commit()
+        if self._reporter is not None and self.rank == 0 and self._reporter.due(self.clock()):
+            self._report("progress")
         if decided[1]:
             return Stop(decided[1])
         if decided[0]:
             return Resize(decided[0])
         return None
+
+    def _report(self, kind: str, pause_s: float = 0.0) -> None:
+        """Rank 0: append a signed report (:mod:`.reports`); a failing write is logged, never fatal."""
+        if self._reporter is None or self.rank != 0:
+            return
+        try:
+            self._reporter.write(kind, self.clock(), step=int(self.extra["step"]),
+                                 samples=int(self.extra.get("samples", 0)), epoch=self.sampler.state.epoch,
+                                 epoch_size=len(self.job.dataset), world=len(self.members),
+                                 local_batch=int(self.extra["local_batch"]), pause_s=pause_s)
+        except OSError as exc:
+            log.warning("%s: progress report not written: %s", self.me, exc)
 
     def _handle(self, interrupt: Interrupt) -> None:
         match interrupt:
@@ -609,9 +631,11 @@ class Agent:
         if self.rank == 0 and self.env.checkpoint:
             self.backend.save(self.state.capture(), self.env.checkpoint)
             self._event("checkpoint", path=self.env.checkpoint)
+        self._report("end")
         self._transition(AgentState.DONE)
 
     def _switch(self, seq: int) -> None:
+        t0 = self.clock()
         self._transition(AgentState.SWITCHING)
         self._event("switch", seq=seq)
         if self.rank == 0:
@@ -637,6 +661,7 @@ class Agent:
         self._form(f"o{seq}", order.workers, src if joined else None)
         self._apply_policy(order.local_batch)
         self.state.commit()
+        self._report("resize", self.clock() - t0)
         self._transition(AgentState.TRAINING)
 
     def _recover(self, error: str) -> None:
@@ -668,4 +693,5 @@ class Agent:
         self._apply_policy()
         self.state.commit()
         self._event("recovered", world=len(survivors), since=self.clock() - t0)
+        self._report("resize", self.clock() - t0)
         self._transition(AgentState.TRAINING)

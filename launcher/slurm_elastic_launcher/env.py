@@ -31,6 +31,9 @@ Variables (name, type, default, rule):
 * ``SLURM_ELASTIC_LOG_INDICES`` (bool, ``0``): include each step's sample indices in the event log.
 * ``SLURM_ELASTIC_CHECKPOINT`` (path, empty): where a ``stop`` order's checkpoint is written.
 * ``SLURM_ELASTIC_RESUME`` (path, empty): checkpoint to load at start (checkpoint-restart path).
+* ``SLURM_ELASTIC_REPORTS`` (path, empty): file rank 0 appends signed progress reports to (the daemon
+  reads it: throughput at each size and batch, samples, loss, resize pauses); empty: no reports.
+* ``SLURM_ELASTIC_REPORT_EVERY_S`` (float > 0, ``2``): least seconds between two progress reports.
 """
 
 from __future__ import annotations
@@ -83,6 +86,8 @@ class LauncherEnv:
         log_indices: include sample indices in step events.
         checkpoint: checkpoint path for stop orders, or empty.
         resume: checkpoint to load at start, or empty.
+        reports: progress report file, or empty.
+        report_every_s: least seconds between two progress reports.
     """
 
     job_id: str
@@ -107,6 +112,8 @@ class LauncherEnv:
     log_indices: bool
     checkpoint: str
     resume: str
+    reports: str = ""
+    report_every_s: float = 2.0
 
     @classmethod
     def from_mapping(cls, environ: Mapping[str, str]) -> LauncherEnv:
@@ -166,6 +173,8 @@ class LauncherEnv:
             log_indices=p.boolean("LOG_INDICES", False),
             checkpoint=p.get("CHECKPOINT", ""),
             resume=p.get("RESUME", ""),
+            reports=p.get("REPORTS", ""),
+            report_every_s=p.number("REPORT_EVERY_S", float, 2.0, lambda v: v > 0, "a number > 0"),
         )
 
 

@@ -1,87 +1,104 @@
-"""The Slurm actuator: core actions turned into ``scontrol`` argv lists, journaled before and after.
+"""The Slurm actuator: core actions carried out with Slurm's commands, journaled before and after.
 
-This module owns what the daemon may do to Slurm in this version, found by experiment on 22.05
-(see docs/slurm-acting.md):
+This module owns what the daemon does to Slurm, found by experiment on 22.05 (docs/slurm-acting.md).
+For every job:
 
 * **START** a pending elastic job (held by ``job_submit.lua`` for a few seconds) at a size:
   ``scontrol update JobId=J NumNodes=N-N TresPerNode=gres:gpu:G NodeList=<nodes>`` then
   ``scontrol update JobId=J StartTime=now``. Slurm gives the same GPU count on every node of a
-  job, so a planned placement with unequal counts starts at the largest equal shape inside it
-  (``N`` planned nodes x the smallest count among them); the next round sees the difference.
-* **SHRINK** a running job by whole nodes: ``scontrol update JobId=J NodeList=<kept nodes>``
-  (Slurm frees the other nodes' GPUs at once; a node's GPU count cannot change, and the batch
-  host cannot leave: Slurm refuses those and the refusal is recorded). For a job that runs the
-  launcher (its comment names an order channel, :mod:`slurm_elastic.orders`), the workers on the
-  leaving nodes are first ordered to leave at a step boundary, and the node list is updated
-  ``leave_grace_s`` later; a worker that has not left by then is stopped by Slurm and the others
-  recover as from a lost worker. This version knows the worker-to-node map only from the job's
-  start (one worker per GPU, nodes in order), so it orders the first shrink of a job; later ones
-  of the same job fall back to the plain node update.
-* **DROP** (the IBM autoscaler's drop mode): ``scancel J``.
+  job, so an unequal placement starts at the largest equal shape inside it (``N`` nodes x the
+  smallest count); the next round sees the difference.
+* **DROP** (the IBM autoscaler's drop mode): ``scancel J`` (and its satellites).
+* **PREEMPT**: ``scontrol requeue J``; the job waits again and a later round starts it.
 
-Everything else (grow, move, re-batch, a shrink inside a node, preempting a job that cannot
-checkpoint) needs the in-job launcher and its satellite allocations; such actions are refused
-here with that reason, recorded as failed, and seen by the planner as last round's errors.
+For a job that runs the launcher (its comment names an order channel, :mod:`slurm_elastic.orders`),
+resizes happen in place, without a restart:
+
+* **GROW**: one satellite allocation per node with new GPUs, submitted as the job's user with the
+  job's own join script (:mod:`slurm_elastic.slurm.satellites`), then a signed order naming the
+  new world; the old workers keep training until the joiners are ready.
+* **SHRINK**: the workers on the GPUs to free are ordered out (a step boundary); ``leave_grace_s``
+  later Slurm is told: ``scontrol update JobId=J NodeList=<kept nodes>`` when the job's own
+  allocation loses nodes; satellites whose workers all left end by themselves.
+* **REBATCH**: an order with the same workers and the new batch (only for jobs that declared a
+  batch range; others keep their own batch policy).
+
+For a job without the launcher, any resize (GROW, SHRINK, MOVE) is the checkpoint-restart
+fallback: ``scontrol requeuehold J``, ``scontrol update JobId=J NumNodes=N-N TresPerNode=... NodeList=...``,
+``scontrol release J``, ``scontrol update JobId=J StartTime=now`` (the job restarts from its own
+checkpoint). MOVE of a launcher job is refused (the planner sees the reason next round).
 
 Each action is written to the store before its first command and again after its last, so a
 daemon that dies in between finds it on restart (:func:`reconcile`). Commands are argv lists run
-through an injected runner; no shell.
+through an injected runner; no shell. Satellites are tended every round (:meth:`SlurmActuator.tend`):
+one whose job ended is cancelled, one that did not start in time is cancelled and its workers
+are taken out of the job's order.
 """
 
 from __future__ import annotations
 
+import getpass
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from slurm_elastic.core.actions import Action, ActionKind
-from slurm_elastic.core.model import ClusterSnapshot, JobState
+from slurm_elastic.core.model import ClusterSnapshot, JobState, Placement
 from slurm_elastic.core.rounds import ActionOutcome
 from slurm_elastic.errors import ElasticError
 from slurm_elastic.orders import Channel, ChannelError
-from slurm_elastic.slurm.parse import JobRecord
+from slurm_elastic.slurm.parse import JobRecord, parse_elastic_request
+from slurm_elastic.slurm.satellites import (
+    NotExpressible,
+    as_user,
+    initial_workers,
+    leaving,
+    new_satellites,
+    sbatch_argv,
+)
 from slurm_elastic.store import Store
 
 log = logging.getLogger(__name__)
 
 Runner = Callable[[Sequence[str]], str]
-NEEDS_LAUNCHER = "needs the in-job launcher (satellite allocations), which this version does not have"
+NEEDS_LAUNCHER = "needs the in-job launcher"
+SATELLITE_START_TIMEOUT_S = 120.0
+
+__all__ = ["NotExpressible", "SlurmActuator", "commands", "reconcile"]
 
 
-class NotExpressible(ElasticError):  # noqa: N818 (an outcome, not a failure of ours)
-    """The action cannot be done with Slurm's commands alone (the message says why)."""
+def _shape(jid: str, after: Placement) -> list[str]:
+    counts = {node: len(gpus) for node, gpus in after.slots}
+    if not counts:
+        raise NotExpressible(f"job {jid}: no GPUs in the target placement")
+    nodes = sorted(counts)
+    return [f"NumNodes={len(nodes)}-{len(nodes)}", f"TresPerNode=gres:gpu:{min(counts.values())}",
+            f"NodeList={','.join(nodes)}"]
 
 
 def commands(snapshot: ClusterSnapshot, action: Action) -> list[list[str]]:
-    """The ``scontrol``/``scancel`` argv lists that carry out ``action`` (pure).
+    """The argv lists that carry out ``action`` on a job *without* the launcher (pure).
 
     Raises:
-        NotExpressible: Slurm cannot do it without the launcher.
+        NotExpressible: Slurm cannot do it for such a job.
     """
     jid = action.job_id
-    if action.kind is ActionKind.DROP:
+    kind = action.kind
+    if kind is ActionKind.DROP:
         return [["scancel", jid]]
-    if action.kind is ActionKind.START:
-        job = snapshot.job(jid)
-        if job.state is not JobState.PENDING:
-            raise NotExpressible(f"job {jid} is {job.state.value}: restarting it {NEEDS_LAUNCHER}")
-        counts = {node: len(gpus) for node, gpus in action.after.slots}
-        if not counts:
-            raise NotExpressible(f"job {jid}: START without GPUs")
-        per_node = min(counts.values())
-        nodes = sorted(counts)
-        return [
-            ["scontrol", "update", f"JobId={jid}", f"NumNodes={len(nodes)}-{len(nodes)}",
-             f"TresPerNode=gres:gpu:{per_node}", f"NodeList={','.join(nodes)}"],
-            ["scontrol", "update", f"JobId={jid}", "StartTime=now"],
-        ]
-    if action.kind is ActionKind.SHRINK:
-        before = {node: len(gpus) for node, gpus in action.before.slots}
-        after = {node: len(gpus) for node, gpus in action.after.slots}
-        if not after or any(before.get(n) != c for n, c in after.items()):
-            raise NotExpressible(f"job {jid}: shrinking inside a node {NEEDS_LAUNCHER}")
-        return [["scontrol", "update", f"JobId={jid}", f"NodeList={','.join(sorted(after))}"]]
-    raise NotExpressible(f"job {jid}: {action.kind.value} {NEEDS_LAUNCHER}")
+    if kind is ActionKind.PREEMPT:
+        return [["scontrol", "requeue", jid]]
+    if kind is ActionKind.START:
+        if snapshot.job(jid).state is not JobState.PENDING:
+            raise NotExpressible(f"job {jid} is {snapshot.job(jid).state.value}: only a waiting job can be started")
+        return [["scontrol", "update", f"JobId={jid}", *_shape(jid, action.after)],
+                ["scontrol", "update", f"JobId={jid}", "StartTime=now"]]
+    if kind in (ActionKind.GROW, ActionKind.SHRINK, ActionKind.MOVE):
+        return [["scontrol", "requeuehold", jid],
+                ["scontrol", "update", f"JobId={jid}", *_shape(jid, action.after)],
+                ["scontrol", "release", jid],
+                ["scontrol", "update", f"JobId={jid}", "StartTime=now"]]
+    raise NotExpressible(f"job {jid}: {kind.value} {NEEDS_LAUNCHER} (a restart only to change the batch is refused)")
 
 
 class SlurmActuator:
@@ -89,70 +106,173 @@ class SlurmActuator:
 
     Args:
         runner: runs one command (argv), returns stdout, raises on failure.
-        store: the action journal.
+        store: the action journal, and the jobs' workers and satellites.
         clock: seconds since the epoch.
+        records: the raw Slurm records of the last observation, by job id (satellites not folded).
+        sleep: waits (tests pass a fake).
+        leave_grace_s: seconds between ordering workers out and releasing their GPUs.
+        me: the user the daemon runs as (satellites of other users' jobs go through ``runuser``).
     """
 
     def __init__(self, runner: Runner, store: Store, clock: Callable[[], float],
-                 records: Callable[[str], JobRecord | None] | None = None,
-                 sleep: Callable[[float], None] = time.sleep, leave_grace_s: float = 3.0) -> None:
+                 records: Callable[[], Mapping[str, JobRecord]] | None = None,
+                 sleep: Callable[[float], None] = time.sleep, leave_grace_s: float = 3.0, me: str = "") -> None:
         self.runner, self.store, self.clock = runner, store, clock
-        self.records = records or (lambda job_id: None)
+        self.records: Callable[[], Mapping[str, JobRecord]] = records or dict
         self.sleep, self.leave_grace_s = sleep, leave_grace_s
+        self.me = me or getpass.getuser()
 
     def apply(self, snapshot: ClusterSnapshot, actions: tuple[Action, ...]) -> tuple[ActionOutcome, ...]:
-        """Run each action's commands in order; one failure never stops the others."""
+        """Carry out each action; one failure never stops the others."""
         out: list[ActionOutcome] = []
+        records = self.records()
         for a in actions:
             aid = self.store.begin_action(a, self.clock())
             try:
-                argvs = commands(snapshot, a)
-                if a.kind is ActionKind.SHRINK and self._order_leave(a):
-                    self.sleep(self.leave_grace_s)
-                for argv in argvs:
-                    self.runner(argv)
+                note = self._carry_out(snapshot, a, records.get(a.job_id))
             except ElasticError as exc:
                 log.warning("%s job %s refused: %s", a.kind.value, a.job_id, exc)
                 self.store.finish_action(aid, False, self.clock(), str(exc))
                 out.append(ActionOutcome(a, False, str(exc)))
                 continue
-            log.info("%s job %s: %d -> %d GPUs", a.kind.value, a.job_id, a.before.num_gpus, a.after.num_gpus)
-            self.store.finish_action(aid, True, self.clock())
-            out.append(ActionOutcome(a, True))
+            log.info("%s job %s: %d -> %d GPUs%s", a.kind.value, a.job_id, a.before.num_gpus, a.after.num_gpus,
+                     f" ({note})" if note else "")
+            self.store.finish_action(aid, True, self.clock(), note)
+            out.append(ActionOutcome(a, True, note))
         return tuple(out)
 
+    def _carry_out(self, snapshot: ClusterSnapshot, a: Action, rec: JobRecord | None) -> str:
+        channel = self._channel(rec) if a.kind in (ActionKind.GROW, ActionKind.SHRINK, ActionKind.REBATCH,
+                                                   ActionKind.MOVE) else None
+        if channel is None or rec is None:
+            for argv in commands(snapshot, a):
+                self.runner(argv)
+            if a.kind is ActionKind.DROP:
+                self._cancel_satellites(a.job_id)
+            return "requeued at the new size" if a.kind in (ActionKind.GROW, ActionKind.SHRINK, ActionKind.MOVE) else ""
+        if a.kind is ActionKind.GROW:
+            return self._grow(a, rec, channel)
+        if a.kind is ActionKind.SHRINK:
+            return self._shrink(a, rec, channel)
+        if a.kind is ActionKind.REBATCH:
+            seq = channel.send("resize", channel.workers(self._initial(rec, channel)), self._batch(a, rec))
+            return f"order {seq}"
+        raise NotExpressible(f"job {a.job_id}: moving a launcher job is a shrink then a grow; plan them apart")
 
-    def _order_leave(self, a: Action) -> bool:
-        """Order the workers on the leaving nodes out (launcher jobs, first shrink); True if ordered."""
-        rec = self.records(a.job_id)
+    # -- launcher jobs ----------------------------------------------------------------------------
+
+    def _channel(self, rec: JobRecord | None) -> Channel | None:
         if rec is None or not rec.comment:
-            return False
+            return None
         try:
-            channel = Channel.open(a.job_id, rec.user, rec.comment)
+            return Channel.open(rec.job_id, rec.user, rec.comment)
         except ChannelError as exc:
-            log.info("job %s: no order channel (%s); shrinking by node update only", a.job_id, exc)
-            return False
-        if channel.history():
-            return False
-        per_node = {n: len(g) for n, g in a.before.slots}
-        width = max(per_node.values())
-        if any(c != width for c in per_node.values()):
-            return False
-        nodes = sorted(per_node)
-        kept = {n for n, _ in a.after.slots}
-        workers = [f"w{i}" for i in range(len(nodes) * width)]
-        stay = [w for i, w in enumerate(workers) if nodes[i // width] in kept]
-        seq = channel.send("resize", stay)
-        log.info("job %s: order %d: workers %s stay, %d leave", a.job_id, seq, ",".join(stay), len(workers) - len(stay))
-        return True
+            log.info("job %s: no order channel (%s): acting without the launcher", rec.job_id, exc)
+            return None
+
+    def _initial(self, rec: JobRecord, channel: Channel) -> list[str]:
+        """The job's initial worker ids; records the worker layout the first time it is needed."""
+        layout = self.store.workers_of(rec.job_id)
+        if not layout:
+            if channel.history():
+                raise NotExpressible(f"job {rec.job_id}: orders were sent but its workers' nodes are unknown")
+            self.store.add_workers(rec.job_id, initial_workers(rec))
+            layout = self.store.workers_of(rec.job_id)
+        return sorted((w for w, (_, alloc) in layout.items() if alloc == rec.job_id), key=lambda w: int(w[1:]))
+
+    def _batch(self, a: Action, rec: JobRecord) -> int:
+        """The batch an order carries: 0 (keep the job's policy) unless the job declared a batch range."""
+        req = parse_elastic_request(rec.admin_comment, job_id=rec.job_id)
+        if req is None or req.min_batch is None:
+            return 0
+        return a.global_batch if req.mode.value == "endo" else a.local_batch * a.accumulation
+
+    def _grow(self, a: Action, rec: JobRecord, channel: Channel) -> str:
+        try:
+            script = channel.join_script()
+        except ChannelError as exc:
+            raise NotExpressible(f"job {a.job_id}: cannot grow in place: {exc}") from exc
+        current = channel.workers(self._initial(rec, channel))
+        sats = new_satellites(a.before, a.after, self.store.workers_of(a.job_id))
+        submitted: list[str] = []
+        try:
+            for sat in sats:
+                out = self.runner(sbatch_argv(rec, sat, script, as_user=as_user(rec.user, self.me)))
+                sat_id = out.strip().split(";")[0]
+                self.store.add_satellite(sat_id, a.job_id, self.clock(), [(w, sat.node) for w in sat.workers])
+                submitted.append(sat_id)
+        except ElasticError:
+            for sat_id in submitted:
+                self._cancel(sat_id)
+            raise
+        joiners = [w for s in sats for w in s.workers]
+        seq = channel.send("resize", [*current, *joiners], self._batch(a, rec))
+        return f"order {seq}; satellites {','.join(submitted)} with workers {','.join(joiners)}"
+
+    def _shrink(self, a: Action, rec: JobRecord, channel: Channel) -> str:
+        current = channel.workers(self._initial(rec, channel))
+        plan = leaving(rec, current, self.store.workers_of(a.job_id), a.before, a.after)
+        stay = [w for w in current if w not in plan.workers]
+        seq = channel.send("resize", stay, self._batch(a, rec))
+        self.sleep(self.leave_grace_s)
+        own = [n for n, _ in rec.gpus]
+        if tuple(sorted(own)) != plan.parent_nodes:
+            self.runner(["scontrol", "update", f"JobId={a.job_id}", f"NodeList={','.join(plan.parent_nodes)}"])
+        return f"order {seq}: {','.join(plan.workers)} leave" + (
+            f"; satellites {','.join(plan.satellites)} end" if plan.satellites else "")
+
+    # -- satellites -------------------------------------------------------------------------------
+
+    def _cancel(self, sat_id: str) -> None:
+        try:
+            self.runner(["scancel", sat_id])
+        except ElasticError as exc:
+            log.warning("satellite %s: scancel failed: %s", sat_id, exc)
+        self.store.end_satellite(sat_id, self.clock())
+
+    def _cancel_satellites(self, parent: str) -> None:
+        for sat_id, p in self.store.satellites().items():
+            if p == parent:
+                self._cancel(sat_id)
+
+    def tend(self) -> list[str]:
+        """Settle satellites by what the last observation shows; returns one line per change.
+
+        A satellite gone from the queue is recorded as ended; one whose job is gone or not
+        running is cancelled; one still waiting after ``SATELLITE_START_TIMEOUT_S`` is cancelled
+        and its workers are taken out of its job's world by a new order (the latest order wins).
+        """
+        records = self.records()
+        lines = []
+        now = self.clock()
+        submitted = self.store.satellite_times()
+        for sat_id, parent in self.store.satellites().items():
+            sat, job = records.get(sat_id), records.get(parent)
+            if sat is None or sat.state is JobState.FINISHED:
+                self.store.end_satellite(sat_id, now)
+                lines.append(f"satellite {sat_id} of job {parent} ended")
+            elif job is None or job.state is not JobState.RUNNING:
+                self._cancel(sat_id)
+                lines.append(f"satellite {sat_id} cancelled: job {parent} is not running")
+            elif sat.state is JobState.PENDING and now - submitted.get(sat_id, now) > SATELLITE_START_TIMEOUT_S:
+                self._cancel(sat_id)
+                channel = self._channel(job)
+                if channel is not None:
+                    gone = {w for w, (_, alloc) in self.store.workers_of(parent).items() if alloc == sat_id}
+                    current = channel.workers(self._initial(job, channel))
+                    if gone & set(current):
+                        channel.send("resize", [w for w in current if w not in gone])
+                lines.append(f"satellite {sat_id} of job {parent} did not start in "
+                             f"{SATELLITE_START_TIMEOUT_S:.0f} s: cancelled, its workers withdrawn")
+        return lines
 
 
 def reconcile(store: Store, snapshot: ClusterSnapshot, clock: Callable[[], float]) -> list[str]:
     """Settle actions a previous daemon began and never finished, by what Slurm shows now.
 
-    A START counts as done when the job runs, a SHRINK when the job holds exactly the kept nodes,
-    a DROP when the job is gone; otherwise the action is recorded as failed (the next round plans
-    again from what really is). Nothing is re-executed blindly.
+    A START or a resize counts as done when the job runs at the target GPU count, a PREEMPT when
+    it waits, a DROP when the job is gone; otherwise the action is recorded as failed (the next
+    round plans again from what really is). Nothing is re-executed blindly.
 
     Returns:
         One line per settled action.
@@ -164,12 +284,10 @@ def reconcile(store: Store, snapshot: ClusterSnapshot, clock: Callable[[], float
         job = jobs.get(a.job_id)
         if a.kind is ActionKind.DROP:
             ok = job is None
-        elif a.kind is ActionKind.START:
-            ok = job is not None and job.state is JobState.RUNNING
-        elif a.kind is ActionKind.SHRINK:
-            ok = job is not None and {n for n, _ in job.placement.slots} == {n for n, _ in a.after.slots}
+        elif a.kind is ActionKind.PREEMPT:
+            ok = job is not None and job.state is JobState.PENDING
         else:
-            ok = False
+            ok = job is not None and job.state is JobState.RUNNING and job.num_gpus == a.after.num_gpus
         msg = "found done after a restart" if ok else "found not done after a restart"
         store.finish_action(entry.id, ok, clock(), msg)
         lines.append(f"{a.kind.value} job {a.job_id}: {msg}")

@@ -18,12 +18,13 @@ import re
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from slurm_elastic.core.model import ClusterSnapshot
 from slurm_elastic.errors import ElasticError
 from slurm_elastic.slurm.parse import (
     JobRecord,
+    JobRuntime,
     NodeRecord,
     SlurmJsonError,
     UnsupportedSlurmVersion,
@@ -31,6 +32,7 @@ from slurm_elastic.slurm.parse import (
     parse_jobs,
     parse_nodes,
 )
+from slurm_elastic.slurm.satellites import fold
 from slurm_elastic_predictor.throughput import ThroughputModel
 
 log = logging.getLogger(__name__)
@@ -108,6 +110,8 @@ class SlurmObserver:
         clock: seconds since the epoch (the daemon passes ``time.time``).
         runner: runs a command, returns stdout (default: :func:`run_command`).
         default_model: profile of elastic jobs that report no model.
+        satellites: satellite job id -> its job's id (the daemon's store); folded into their jobs.
+        runtimes: what the daemon knows of jobs beyond Slurm (launcher reports), from the raw records.
     """
 
     partitions: tuple[str, ...]
@@ -115,6 +119,8 @@ class SlurmObserver:
     clock: Callable[[], float]
     runner: Runner = run_command
     default_model: str = "cifar10"
+    satellites: Callable[[], Mapping[str, str]] = dict
+    runtimes: Callable[[Sequence[JobRecord]], Mapping[str, JobRuntime]] | None = None
 
     def __post_init__(self) -> None:
         self.release = slurm_release(self.runner)
@@ -138,13 +144,35 @@ class SlurmObserver:
     def observe(self) -> ClusterSnapshot:
         """The snapshot now: nodes of the managed partitions and the jobs on them or waiting for them."""
         nodes = self.nodes()
-        jobs = self.jobs()
-        return build_snapshot(nodes, in_partitions(jobs, self.partitions), now=self.clock(),
-                              profiles=self.profiles, default_model=self.default_model)
+        return assemble(self, nodes, self.jobs())
 
     def change_key(self) -> tuple[tuple[str, str, str], ...]:
         """A cheap fingerprint of the queue (job ids, states, node lists): the daemon plans when it changes."""
         return fingerprint(parse_jobs(run_json(self.runner, ["squeue", "--json"])))
+
+
+class _Assembled(Protocol):
+    @property
+    def partitions(self) -> tuple[str, ...]: ...
+    @property
+    def profiles(self) -> Mapping[str, ThroughputModel]: ...
+    @property
+    def clock(self) -> Callable[[], float]: ...
+    @property
+    def default_model(self) -> str: ...
+    @property
+    def satellites(self) -> Callable[[], Mapping[str, str]]: ...
+    @property
+    def runtimes(self) -> Callable[[Sequence[JobRecord]], Mapping[str, JobRuntime]] | None: ...
+
+
+def assemble(obs: _Assembled, nodes: Sequence[NodeRecord], jobs: Sequence[JobRecord]) -> ClusterSnapshot:
+    """The snapshot of one observation (either backend): managed jobs, satellites folded into their
+    jobs, what the launchers reported, built by :func:`~slurm_elastic.slurm.parse.build_snapshot`."""
+    managed = in_partitions(jobs, obs.partitions)
+    progress = obs.runtimes(managed) if obs.runtimes is not None else None
+    return build_snapshot(nodes, fold(managed, obs.satellites()), now=obs.clock(), profiles=obs.profiles,
+                          default_model=obs.default_model, progress=progress)
 
 
 def in_partitions(jobs: Sequence[JobRecord], partitions: Sequence[str]) -> list[JobRecord]:

@@ -68,17 +68,17 @@ from slurm_elastic.slurm.cli import (
     Runner,
     SlurmCommandError,
     SlurmObserver,
+    assemble,
     fingerprint,
-    in_partitions,
     run_command,
     slurm_release,
 )
 from slurm_elastic.slurm.parse import (
     GpuRequest,
     JobRecord,
+    JobRuntime,
     NodeRecord,
     SlurmJsonError,
-    build_snapshot,
     expand_hostlist,
     map_job_state,
     map_node_state,
@@ -578,6 +578,8 @@ class PyslurmObserver:
         api: the pyslurm module (see :func:`load_pyslurm`).
         default_model: profile of elastic jobs that report no model.
         release: the running Slurm's release, as checked by :func:`load_pyslurm`.
+        runner: runs Slurm's commands for the actuator (pyslurm only reads).
+        satellites, runtimes: as for :class:`~slurm_elastic.slurm.cli.SlurmObserver`.
     """
 
     partitions: tuple[str, ...]
@@ -586,6 +588,12 @@ class PyslurmObserver:
     api: PyslurmApi
     default_model: str = "cifar10"
     release: tuple[int, int, int] = (25, 11, 0)
+    runner: Runner = run_command
+    satellites: Callable[[], Mapping[str, str]] = dict
+    runtimes: Callable[[Sequence[JobRecord]], Mapping[str, JobRuntime]] | None = None
+
+    def __post_init__(self) -> None:
+        self.last_jobs: dict[str, JobRecord] = {}  # the records of the last observation (for the actuator)
 
     @classmethod
     def connect(cls, partitions: tuple[str, ...], profiles: Mapping[str, ThroughputModel], clock: Callable[[], float],
@@ -622,9 +630,8 @@ class PyslurmObserver:
     def observe(self) -> ClusterSnapshot:
         """The snapshot now: nodes of the managed partitions and the jobs on them or waiting for them."""
         jobs = self._all_jobs()
-        nodes = self._nodes_from(jobs)
-        return build_snapshot(nodes, in_partitions(jobs, self.partitions), now=self.clock(),
-                              profiles=self.profiles, default_model=self.default_model)
+        self.last_jobs = {j.job_id: j for j in jobs}
+        return assemble(self, self._nodes_from(jobs), jobs)
 
     def change_key(self) -> tuple[tuple[str, str, str], ...]:
         """A cheap fingerprint of the queue (job ids, states, node lists): the daemon plans when it changes."""
@@ -661,6 +668,6 @@ def choose_observer(
             log.info("pyslurm backend unavailable (%s); using the CLI backend", exc)
         else:
             log.info("using the pyslurm backend (Slurm %s)", _release_str(release))
-            return PyslurmObserver(partitions, profiles, clock, api, default_model, release)
+            return PyslurmObserver(partitions, profiles, clock, api, default_model, release, runner)
     return SlurmObserver(partitions=partitions, profiles=profiles, clock=clock, runner=runner,
                          default_model=default_model)

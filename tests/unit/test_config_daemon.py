@@ -106,6 +106,9 @@ def test_acting_daemon_does_not_repeat_an_action_on_its_way(tmp_path: Path) -> N
             applied.extend(actions)
             return tuple(ActionOutcome(a, True) for a in actions)
 
+        def tend(self) -> list[str]:
+            return []
+
     snap = make_snapshot(make_nodes(1), [make_job("1", max_gpus=4)], now=0.0)
     obs = FakeObserver(snap)
     now = [0.0]

@@ -32,19 +32,30 @@ def test_start_sizes_and_releases_a_held_job_at_the_largest_equal_shape() -> Non
     ]
 
 
-def test_shrink_by_whole_nodes_only() -> None:
+def test_jobs_without_the_launcher_are_requeued_at_the_new_size() -> None:
     before = [("n000", 0), ("n000", 1), ("n001", 0), ("n001", 1)]
-    ok = _act(ActionKind.SHRINK, "r", before, [("n000", 0), ("n000", 1)])
-    assert commands(SNAP, ok) == [["scontrol", "update", "JobId=r", "NodeList=n000"]]
-    inside = _act(ActionKind.SHRINK, "r", before, [("n000", 0), ("n001", 0)])
-    with pytest.raises(NotExpressible, match="shrinking inside a node needs the in-job launcher"):
-        commands(SNAP, inside)
+    for kind, after in ((ActionKind.SHRINK, [("n000", 0), ("n001", 0)]),
+                        (ActionKind.GROW, [*before, ("n002", 0), ("n002", 1)])):
+        nodes = ",".join(sorted({n for n, _ in after}))
+        per_node = len(after) // len({n for n, _ in after})
+        assert commands(SNAP, _act(kind, "r", before, after)) == [
+            ["scontrol", "requeuehold", "r"],
+            ["scontrol", "update", "JobId=r", f"NumNodes={len(nodes.split(','))}-{len(nodes.split(','))}",
+             f"TresPerNode=gres:gpu:{per_node}", f"NodeList={nodes}"],
+            ["scontrol", "release", "r"],
+            ["scontrol", "update", "JobId=r", "StartTime=now"],
+        ]
+    assert commands(SNAP, _act(ActionKind.PREEMPT, "r", before, [])) == [["scontrol", "requeue", "r"]]
 
 
-@pytest.mark.parametrize("kind", [ActionKind.GROW, ActionKind.MOVE, ActionKind.REBATCH, ActionKind.PREEMPT])
-def test_what_needs_the_launcher_is_refused_with_the_reason(kind: ActionKind) -> None:
+def test_rebatch_without_the_launcher_is_refused_with_the_reason() -> None:
     with pytest.raises(NotExpressible, match="needs the in-job launcher"):
-        commands(SNAP, _act(kind, "r", [("n000", 0)], [("n000", 0), ("n002", 0)]))
+        commands(SNAP, _act(ActionKind.REBATCH, "r", [("n000", 0)], [("n000", 0)]))
+
+
+def test_start_of_a_running_job_is_refused() -> None:
+    with pytest.raises(NotExpressible, match="only a waiting job can be started"):
+        commands(SNAP, _act(ActionKind.START, "r", [], [("n002", 0)]))
 
 
 def test_actuator_journals_each_action_and_a_failure_does_not_stop_the_rest(tmp_path: Path) -> None:
@@ -59,13 +70,12 @@ def test_actuator_journals_each_action_and_a_failure_does_not_stop_the_rest(tmp_
 
     act = SlurmActuator(runner, store, clock=lambda: 5.0)
     drop = _act(ActionKind.DROP, "p", [], [])
-    grow = _act(ActionKind.GROW, "r", [("n000", 0)], [("n000", 0), ("n002", 0)])
-    shrink = _act(ActionKind.SHRINK, "r", [("n000", 0), ("n000", 1), ("n001", 0), ("n001", 1)],
-                  [("n000", 0), ("n000", 1)])
-    outcomes = act.apply(SNAP, (drop, grow, shrink))
+    rebatch = _act(ActionKind.REBATCH, "r", [("n000", 0)], [("n000", 0)])
+    preempt = _act(ActionKind.PREEMPT, "r", [("n000", 0), ("n000", 1), ("n001", 0), ("n001", 1)], [])
+    outcomes = act.apply(SNAP, (drop, rebatch, preempt))
     assert [o.ok for o in outcomes] == [False, False, True]
     assert "Invalid job id" in outcomes[0].message and "launcher" in outcomes[1].message
-    assert ran == [["scancel", "p"], ["scontrol", "update", "JobId=r", "NodeList=n000"]]
+    assert ran == [["scancel", "p"], ["scontrol", "requeue", "r"]]
     assert store.unfinished_actions() == []
     assert [e.state for e in store.actions_of("r")] == ["failed", "done"]
 

@@ -11,6 +11,7 @@ from slurm_elastic.errors import ConfigError
 from slurm_elastic.templates import JobRequest, render
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "pytorch.sbatch"
+GOLDEN_JOIN = Path(__file__).resolve().parents[1] / "golden" / "pytorch.join"
 REQ = JobRequest(command=("python", "train.py", "--data", "/scratch/my data"), min_gpus=2, max_gpus=8,
                  batch="64:512", mode="exo", local_batch=64, epochs=3, name="resnet", time="02:00:00",
                  account="proj-1", partition="v100", secret_file="/home/alice/.slurm-elastic/secrets/job-1")
@@ -18,6 +19,15 @@ REQ = JobRequest(command=("python", "train.py", "--data", "/scratch/my data"), m
 
 def test_pytorch_template_renders_the_golden_script() -> None:
     assert render("pytorch", REQ) == GOLDEN.read_text()
+
+
+def test_join_script_renders_the_golden_script() -> None:
+    assert render("pytorch", REQ, part="join") == GOLDEN_JOIN.read_text()
+
+
+def test_unknown_template_part_is_refused() -> None:
+    with pytest.raises(ConfigError, match="template part 'restart'"):
+        render("pytorch", REQ, part="restart")
 
 
 def test_user_words_are_quoted_and_options_follow_the_request() -> None:

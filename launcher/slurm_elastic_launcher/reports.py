@@ -1,0 +1,91 @@
+"""Progress reports from a job to the daemon: signed JSON lines appended to the job's report file.
+
+This module owns the report wire form and the writer rank 0 uses. A report says what the job
+measured since the previous one: the steps and samples done, the world size and batch they were
+done at, the throughput (samples/s), the mean training loss, and for a resize the pause it cost.
+These are the inputs of the daemon's throughput and progress predictors, and of the allocation
+report's resize costs and scaled-job efficiency.
+
+Wire form (the contract with ``slurm_elastic.orders.Channel.reports``): one line of sorted,
+compact JSON whose ``mac`` is the hex HMAC-SHA256, keyed with the job's secret, of the same JSON
+without ``mac``. Every report names its job (``job_id``); the daemon refuses a report that names
+another job or whose MAC does not match, so a report can only speak for its own job.
+
+Fields: ``job_id``, ``kind`` (``"progress"``, ``"resize"`` or ``"end"``), ``t`` (seconds since
+the epoch), ``step``, ``samples`` (samples trained since the start, all workers), ``epoch``,
+``epoch_size``, ``world``, ``local_batch``, ``global_batch``, ``throughput`` (samples/s over the
+window since the previous report, 0 if none), ``loss`` (mean per-sample loss on rank 0 over that
+window, or null), ``pause_s`` (resize reports: seconds from the switch to training again).
+It must not import torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+REPORT_KINDS = ("progress", "resize", "end")
+
+
+def sign_report(body: dict[str, Any], secret: bytes) -> str:
+    """The wire line of ``body`` (which must not hold ``mac``), with its MAC."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    mac = hmac.new(secret, canonical.encode(), hashlib.sha256).hexdigest()
+    return json.dumps({**body, "mac": mac}, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass
+class Reporter:
+    """Rank 0's report writer: at most one progress report every ``every_s`` seconds.
+
+    Args:
+        path: the report file (appended to; created 0600 if missing).
+        job_id: the job reports name.
+        secret: the job's HMAC key.
+        every_s: least seconds between two progress reports.
+    """
+
+    path: str
+    job_id: str
+    secret: bytes
+    every_s: float
+    _last_t: float | None = field(default=None, repr=False)
+    _last_samples: int = field(default=0, repr=False)
+    _loss_sum: float = field(default=0.0, repr=False)
+    _loss_n: int = field(default=0, repr=False)
+
+    def add_loss(self, loss_sum: float, samples: int) -> None:
+        """Account one step's summed loss over ``samples`` of rank 0's samples."""
+        self._loss_sum += loss_sum
+        self._loss_n += samples
+
+    def due(self, t: float) -> bool:
+        """Whether a progress report is due at ``t``."""
+        return self._last_t is None or t - self._last_t >= self.every_s
+
+    def write(self, kind: str, t: float, *, step: int, samples: int, epoch: int, epoch_size: int, world: int,
+              local_batch: int, pause_s: float = 0.0) -> None:
+        """Append one report and start a new window."""
+        if kind not in REPORT_KINDS:
+            raise ValueError(f"report kind {kind!r}: must be one of {', '.join(REPORT_KINDS)}")
+        window = 0.0 if self._last_t is None else t - self._last_t
+        throughput = (samples - self._last_samples) / window if window > 0 else 0.0
+        body: dict[str, Any] = {
+            "job_id": self.job_id, "kind": kind, "t": round(t, 3), "step": step, "samples": samples,
+            "epoch": epoch, "epoch_size": epoch_size, "world": world, "local_batch": local_batch,
+            "global_batch": world * local_batch, "throughput": round(throughput, 3),
+            "loss": round(self._loss_sum / self._loss_n, 6) if self._loss_n else None,
+            "pause_s": round(pause_s, 4),
+        }
+        line = sign_report(body, self.secret) + "\n"
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+        self._last_t, self._last_samples = t, samples
+        self._loss_sum, self._loss_n = 0.0, 0

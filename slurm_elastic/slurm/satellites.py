@@ -1,0 +1,195 @@
+"""Satellite allocations: how a running launcher job grows on Slurm, and how it shrinks by worker.
+
+Slurm cannot add GPUs to a running job (docs/slurm-acting.md). To grow one, the daemon submits a
+*satellite*: a separate job, as the job's user, charged to the same account and partition, on the
+new GPUs of one node, running the job's own join script (``<secret>.join``, written at submit by
+``slurm-elastic submit``) with the new worker ids; those workers join the running job in place
+at a step boundary once the daemon's signed order names them. One satellite per node, so every
+allocation the daemon may later release is a whole (allocation, node) pair.
+
+This module owns the pure parts of that: naming new workers, the ``sbatch`` argv of a satellite,
+choosing which workers leave on a shrink (so that only whole (allocation, node) pairs are freed:
+Slurm frees GPUs of a node only with the allocation's whole node), and folding satellites into
+their parent job's record so the planner sees one job. It runs no command itself.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from slurm_elastic.core.model import JobState, Placement
+from slurm_elastic.errors import ElasticError
+from slurm_elastic.slurm.parse import JobRecord
+
+SATELLITE_COMMENT = "slurm-elastic-satellite-of="
+
+
+class NotExpressible(ElasticError):  # noqa: N818 (an outcome, not a failure of ours)
+    """The action cannot be done with what Slurm and the job offer (the message says why)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Satellite:
+    """One satellite to submit: ``gpus`` new workers on ``node``.
+
+    Attributes:
+        node: the node.
+        workers: new worker ids, one per GPU.
+    """
+
+    node: str
+    workers: tuple[str, ...]
+
+
+Layout = Mapping[str, tuple[str, str]]  # worker id -> (node, Slurm allocation: the job or a satellite)
+
+
+def initial_workers(record: JobRecord) -> list[tuple[str, str, str]]:
+    """The workers a launcher job starts with: ``w<i>`` for task i, block-distributed over its nodes.
+
+    One task per GPU (the template's ``--ntasks-per-node`` equals its GPUs per node), so node j of
+    the allocation runs the next ``len(gpus on j)`` task ids. Returns ``(worker, node, alloc)``.
+    """
+    out: list[tuple[str, str, str]] = []
+    i = 0
+    for node, gpus in record.gpus:
+        for _ in gpus:
+            out.append((f"w{i}", node, record.job_id))
+            i += 1
+    return out
+
+
+def new_satellites(before: Placement, after: Placement, layout: Layout) -> list[Satellite]:
+    """The satellites that add ``after``'s extra GPUs, with fresh worker ids (``w<n>`` after the highest).
+
+    Raises:
+        NotExpressible: ``after`` drops a GPU of ``before`` (a grow only adds).
+    """
+    b = dict((n, len(g)) for n, g in before.slots)
+    a = dict((n, len(g)) for n, g in after.slots)
+    if any(a.get(n, 0) < c for n, c in b.items()):
+        raise NotExpressible("a grow that also moves workers needs a shrink first")
+    used = [int(m.group(1)) for w in layout if (m := re.fullmatch(r"w(\d+)", w))]
+    nxt = max(used, default=-1) + 1
+    out = []
+    for node in sorted(a):
+        extra = a[node] - b.get(node, 0)
+        if extra > 0:
+            out.append(Satellite(node, tuple(f"w{nxt + i}" for i in range(extra))))
+            nxt += extra
+    return out
+
+
+def sbatch_argv(parent: JobRecord, sat: Satellite, join_script: Path, *, as_user: Sequence[str] = ()) -> list[str]:
+    """``sbatch`` argv of one satellite: the parent's user (via ``as_user``), account and partition.
+
+    The comment names the parent, for the allocation report; ``--kill-on-invalid-dep`` is not
+    used: a satellite whose parent ends is cancelled by the daemon.
+    """
+    argv = [*as_user, "sbatch", "--parsable", "--nodes=1", f"--nodelist={sat.node}",
+            f"--ntasks-per-node={len(sat.workers)}", f"--gres=gpu:{len(sat.workers)}",
+            f"--comment={SATELLITE_COMMENT}{parent.job_id}"]
+    if parent.account:
+        argv.append(f"--account={parent.account}")
+    if parent.partition:
+        argv.append(f"--partition={parent.partition.split(',')[0]}")
+    return [*argv, str(join_script), parent.job_id, *sat.workers]
+
+
+def as_user(user: str, me: str) -> list[str]:
+    """The prefix that runs a command as ``user`` (``runuser``, root only), or nothing if we are them."""
+    return [] if user == me else ["runuser", "-u", user, "--"]
+
+
+@dataclass(frozen=True, slots=True)
+class Leave:
+    """Who leaves on a shrink and what Slurm then frees.
+
+    Attributes:
+        workers: worker ids ordered out.
+        parent_nodes: the parent allocation's nodes it keeps (its node list after the shrink).
+        satellites: satellite allocations whose every worker leaves (they end by themselves).
+    """
+
+    workers: tuple[str, ...]
+    parent_nodes: tuple[str, ...]
+    satellites: tuple[str, ...]
+
+
+def leaving(parent: JobRecord, current: Sequence[str], layout: Layout, before: Placement, after: Placement) -> Leave:
+    """Choose the workers that leave so that exactly whole (allocation, node) pairs are freed.
+
+    On each node the GPUs to free must equal the GPUs of some set of allocations there (satellites
+    preferred, the parent's part of the node only if it is not the batch host): Slurm frees a
+    job's GPUs on a node only with the whole node, and cannot take the batch host from a job.
+
+    Raises:
+        NotExpressible: no such set on some node (the message names it), or a worker of the
+            current world has no known node.
+    """
+    b = dict((n, len(g)) for n, g in before.slots)
+    a = dict((n, len(g)) for n, g in after.slots)
+    groups: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))  # node -> alloc -> workers
+    for w in current:
+        if w not in layout:
+            raise NotExpressible(f"job {parent.job_id}: worker {w} has no known node")
+        node, alloc = layout[w]
+        groups[node][alloc].append(w)
+    out: list[str] = []
+    freed: set[tuple[str, str]] = set()
+    for node in sorted(b):
+        free = b[node] - a.get(node, 0)
+        if free <= 0:
+            continue
+        allocs = sorted(groups[node].items(), key=lambda kv: (kv[0] == parent.job_id, kv[0]))
+        choice = _subset(allocs, free, parent, node)
+        if choice is None:
+            sizes = ", ".join(f"{al}: {len(ws)}" for al, ws in allocs)
+            raise NotExpressible(f"job {parent.job_id}: freeing {free} GPU(s) on {node} would leave GPUs allocated "
+                                 f"but idle (its allocations there: {sizes}; Slurm frees whole allocations per "
+                                 "node and never the batch host)")
+        for alloc in choice:
+            out.extend(groups[node][alloc])
+            freed.add((node, alloc))
+    kept_parent = tuple(sorted(n for n, allocs in groups.items()
+                               if parent.job_id in allocs and (n, parent.job_id) not in freed))
+    sat_ids = {al for n in groups for al in groups[n] if al != parent.job_id}
+    ended = tuple(sorted(s for s in sat_ids if all((n, s) in freed for n in groups if s in groups[n])))
+    return Leave(tuple(out), kept_parent, ended)
+
+
+def _subset(allocs: list[tuple[str, list[str]]], free: int, parent: JobRecord, node: str) -> tuple[str, ...] | None:
+    names = [al for al, _ in allocs if al != parent.job_id or node != parent.batch_host]
+    size = {al: len(ws) for al, ws in allocs}
+    for r in range(1, len(names) + 1):
+        for combo in itertools.combinations(names, r):
+            if sum(size[al] for al in combo) == free:
+                return combo
+    return None
+
+
+def fold(records: Sequence[JobRecord], satellites: Mapping[str, str]) -> list[JobRecord]:
+    """Records with each running satellite's GPUs added to its running parent's, satellites left out.
+
+    A satellite whose parent is not running (gone, or requeued) stays as its own record, so its
+    GPUs count as busy until the daemon cancels it; a pending satellite is left out (the grow is
+    still on its way).
+    """
+    by_id: dict[str, JobRecord] = {r.job_id: r for r in records}
+    extra: dict[str, list[JobRecord]] = defaultdict(list)
+    out = []
+    for r in records:
+        parent = by_id.get(satellites.get(r.job_id, ""))
+        if r.job_id in satellites and parent is not None and parent.state is JobState.RUNNING:
+            if r.state is JobState.RUNNING:
+                extra[parent.job_id].append(r)
+            continue
+        out.append(r)
+    return [replace(r, nodes=tuple(dict.fromkeys([*r.nodes, *(n for s in extra[r.job_id] for n in s.nodes)])),
+                    gpus=r.gpus + tuple(g for s in extra[r.job_id] for g in s.gpus))
+            if r.job_id in extra else r for r in out]

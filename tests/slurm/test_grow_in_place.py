@@ -1,0 +1,89 @@
+"""Growing a running launcher job on the real dev cluster: the actuator submits a satellite allocation
+(the job's own join script) on another node, its worker joins the running job in place, the job's
+reports show the new world, then a shrink orders that worker out and the satellite ends by itself.
+Every sample of every epoch is trained exactly once (the job's own count, reported and signed)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slurm_elastic.core.actions import Action, ActionKind
+from slurm_elastic.core.model import JobId, Placement
+from slurm_elastic.jobreports import ingest, runtimes
+from slurm_elastic.slurm.actions import SlurmActuator
+from slurm_elastic.slurm.cli import SlurmObserver, run_command
+from slurm_elastic.store import Store
+from slurm_elastic.testing import shipped_profiles
+
+from .conftest import DevCluster
+
+pytestmark = pytest.mark.slurm
+
+
+def _wait(what: str, ok: Any, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not ok():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
+def test_launcher_job_grows_onto_a_satellite_and_shrinks_back(cluster: DevCluster, tmp_path: Path,
+                                                              submit_example: Any) -> None:
+    out = cluster.root / "jobs" / "grow-%j.out"
+    epochs, size = 3, 8192
+    job = str(submit_example(out, "--elastic", "1:4", "--gpus-per-node", "1", "--epochs", str(epochs),
+                             dataset_size=size))
+    cluster.wait_state(int(job), "RUNNING", timeout=40)
+
+    def runner(argv: Sequence[str]) -> str:
+        return run_command(argv, env=cluster.env)
+
+    store = Store(tmp_path / "s.db")
+    obs = SlurmObserver(("gpu",), shipped_profiles(), time.time, runner, satellites=store.satellites,
+                        runtimes=partial(runtimes, store))
+    act = SlurmActuator(runner, store, time.time, records=lambda: obs.last_jobs)
+    _wait("the first progress report", lambda: obs.observe() is not None and bool(store.progress_of(job)))
+
+    snap = obs.observe()
+    held = snap.job(JobId(job)).placement
+    ((node, _),) = held.slots
+    other = next(n.name for n in snap.nodes if n.name != node and n.free_gpus)
+    grown = Placement.of([*((n, g) for n, gs in held.slots for g in gs), (other, 0)])
+    (outcome,) = act.apply(snap, (Action(ActionKind.GROW, JobId(job), held, grown, 64, 32, 1, 0.1),))
+    assert outcome.ok, outcome.message
+    (sat,) = store.satellites()
+    assert cluster.job(int(sat))["comment"] == f"slurm-elastic-satellite-of={job}"
+
+    def world(n: int) -> bool:
+        obs.observe()
+        rows = store.progress_of(job)
+        return any(r["kind"] == "resize" and r["gpus"] == n for r in rows)
+
+    _wait("the joined world of 2 workers", lambda: world(2))
+    _wait("a throughput measured at 2 workers", lambda: obs.observe().job(JobId(job)).observed_throughput is not None)
+    snap = obs.observe()
+    assert snap.job(JobId(job)).num_gpus == 2  # the satellite's GPU counts as the job's
+
+    (outcome,) = act.apply(snap, (Action(ActionKind.SHRINK, JobId(job), snap.job(JobId(job)).placement, held,
+                                         32, 32, 1, 0.1),))
+    assert outcome.ok and "w1 leave" in outcome.message and f"satellites {sat} end" in outcome.message
+    _wait("the satellite to end by itself", lambda: cluster.job(int(sat))["job_state"] == "COMPLETED")
+    _wait("the job to finish", lambda: cluster.job(int(job))["job_state"] == "COMPLETED", timeout=240)
+    ingest(store, [r for r in obs.jobs() if r.job_id == job])  # the last reports, written as the job ended
+    assert act.tend() == [f"satellite {sat} of job {job} ended"] and store.satellites() == {}
+    rows = store.progress_of(job)
+    end = [r for r in rows if r["kind"] == "end"]
+    sizes = [r["gpus"] for r in rows if r["kind"] == "resize"]
+    assert sizes == [2, 1], rows
+    assert end and end[-1]["samples"] == epochs * size, end  # no sample lost or repeated across both resizes
+    pauses = [r["pause_s"] for r in rows if r["kind"] == "resize"]
+    assert all(p is not None and p < 10 for p in pauses), pauses
+    log = Path(str(out).replace("%j", job)).read_text()
+    sat_log = Path(str(out).replace("%j", sat)).read_text()
+    assert log.count('"state": "done"') == 1 and sat_log.count('"state": "left"') == 1, (log[-2000:], sat_log[-2000:])

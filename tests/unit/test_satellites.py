@@ -1,0 +1,242 @@
+"""Growing and shrinking launcher jobs: satellites, leaving workers, signed orders and reports (no Slurm)."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from slurm_elastic.core.actions import Action, ActionKind
+from slurm_elastic.core.model import JobId, JobState, NodeName, Placement
+from slurm_elastic.jobreports import ingest, runtime_of
+from slurm_elastic.orders import Channel, verify
+from slurm_elastic.slurm.actions import SlurmActuator
+from slurm_elastic.slurm.parse import GpuRequest, JobRecord
+from slurm_elastic.slurm.satellites import NotExpressible, fold, initial_workers, leaving, new_satellites, sbatch_argv
+from slurm_elastic.store import Store
+from slurm_elastic.testing import make_job, make_nodes, make_snapshot
+from slurm_elastic_launcher.agent import Order
+from slurm_elastic_launcher.reports import Reporter
+
+USER = getpass.getuser()
+
+
+def rec(job_id: str, gpus: dict[str, int], *, state: JobState = JobState.RUNNING, comment: str = "",
+        admin: str = "slurm-elastic gpus=1:16", batch_host: str | None = None) -> JobRecord:
+    slots = tuple((NodeName(n), tuple(range(c))) for n, c in gpus.items())
+    return JobRecord(JobId(job_id), int(job_id), "j", USER, "acct", "gpu", state, (state.value.upper(),), 0, 0, None,
+                     tuple(NodeName(n) for n in gpus), len(gpus), None, slots, GpuRequest(per_node=2), admin,
+                     comment, batch_host or (next(iter(gpus)) if gpus else None))
+
+
+def place(gpus: dict[str, int]) -> Placement:
+    return Placement.of((n, g) for n, c in gpus.items() for g in range(c))
+
+
+def test_initial_workers_are_block_distributed_over_the_nodes() -> None:
+    r = rec("7", {"n1": 2, "n0": 2})
+    assert initial_workers(r) == [("w0", "n1", "7"), ("w1", "n1", "7"), ("w2", "n0", "7"), ("w3", "n0", "7")]
+
+
+def test_a_grow_is_one_satellite_per_node_with_fresh_worker_ids() -> None:
+    layout = {"w0": ("n0", "7"), "w1": ("n0", "7"), "w5": ("n1", "9")}
+    sats = new_satellites(place({"n0": 2}), place({"n0": 3, "n2": 2}), layout)
+    assert [(s.node, s.workers) for s in sats] == [("n0", ("w6",)), ("n2", ("w7", "w8"))]
+    with pytest.raises(NotExpressible, match="needs a shrink first"):
+        new_satellites(place({"n0": 2}), place({"n1": 4}), layout)
+
+
+def test_satellite_sbatch_runs_as_the_user_on_the_account_and_partition(tmp_path: Path) -> None:
+    (sat,) = new_satellites(place({"n0": 2}), place({"n0": 2, "n3": 2}), {"w0": ("n0", "7"), "w1": ("n0", "7")})
+    argv = sbatch_argv(rec("7", {"n0": 2}), sat, tmp_path / "job.join", as_user=["runuser", "-u", "alice", "--"])
+    assert argv == ["runuser", "-u", "alice", "--", "sbatch", "--parsable", "--nodes=1", "--nodelist=n3",
+                    "--ntasks-per-node=2", "--gres=gpu:2", "--comment=slurm-elastic-satellite-of=7",
+                    "--account=acct", "--partition=gpu", str(tmp_path / "job.join"), "7", "w2", "w3"]
+
+
+def test_leaving_frees_whole_allocations_per_node_satellites_first() -> None:
+    parent = rec("7", {"n0": 2, "n1": 2}, batch_host="n0")
+    layout = {"w0": ("n0", "7"), "w1": ("n0", "7"), "w2": ("n1", "7"), "w3": ("n1", "7"),
+              "w4": ("n1", "9"), "w5": ("n2", "10"), "w6": ("n2", "10")}
+    current = list(layout)
+    before = place({"n0": 2, "n1": 3, "n2": 2})
+    out = leaving(parent, current, layout, before, place({"n0": 2, "n1": 2}))
+    assert out.workers == ("w4", "w5", "w6") and out.satellites == ("10", "9") and out.parent_nodes == ("n0", "n1")
+    out = leaving(parent, current, layout, before, place({"n0": 2, "n2": 2}))
+    assert set(out.workers) == {"w2", "w3", "w4"} and out.parent_nodes == ("n0",)
+    with pytest.raises(NotExpressible, match="freeing 1 GPU"):  # part of the parent's node would stay idle
+        leaving(parent, current, layout, before, place({"n0": 1, "n1": 3, "n2": 2}))
+    with pytest.raises(NotExpressible, match="never the batch host"):
+        leaving(parent, current, layout, before, place({"n1": 3, "n2": 2}))
+
+
+def test_fold_adds_running_satellites_to_their_running_job() -> None:
+    job, sat = rec("7", {"n0": 2}), rec("9", {"n1": 2}, admin="")
+    waiting = rec("10", {}, state=JobState.PENDING, admin="")
+    orphan = rec("11", {"n2": 1}, admin="")
+    out = fold([job, sat, waiting, orphan], {"9": "7", "10": "7", "11": "8"})
+    assert [r.job_id for r in out] == ["7", "11"]
+    assert out[0].placement == place({"n0": 2, "n1": 2}) and out[0].nodes == ("n0", "n1")
+
+
+# -- the actuator on a launcher job --------------------------------------------------------------
+
+
+def _job_files(tmp_path: Path, join: bool = True) -> tuple[str, bytes]:
+    secret = b"s" * 32
+    base = tmp_path / "job-1"
+    for suffix, data, mode in (("", secret, 0o600), (".orders", b"", 0o600), (".reports", b"", 0o600),
+                               (".join", b"#!/bin/bash\n", 0o700)):
+        if suffix == ".join" and not join:
+            continue
+        path = Path(f"{base}{suffix}")
+        path.write_bytes(data)
+        path.chmod(mode)
+    return f"slurm-elastic-orders={base}.orders", secret
+
+
+def _actuator(tmp_path: Path, records: dict[str, JobRecord], ran: list[list[str]]) -> SlurmActuator:
+    next_id = iter(range(100, 200))
+
+    def runner(argv: Sequence[str]) -> str:
+        ran.append(list(argv))
+        return f"{next(next_id)}\n" if "sbatch" in argv else ""
+
+    return SlurmActuator(runner, Store(tmp_path / "s.db"), clock=lambda: 5.0, records=lambda: records,
+                         sleep=lambda s: None)
+
+
+def _orders(path: Path, job_id: str, secret: bytes) -> list[Order]:
+    return [Order.parse(line, job_id, secret) for line in path.read_text().splitlines()]
+
+
+def test_grow_then_shrink_a_launcher_job_in_place(tmp_path: Path) -> None:
+    comment, secret = _job_files(tmp_path)
+    parent = rec("7", {"n000": 2}, comment=comment)
+    records = {"7": parent}
+    ran: list[list[str]] = []
+    act = _actuator(tmp_path, records, ran)
+    snap = make_snapshot(make_nodes(3), [make_job("7", state=JobState.RUNNING, max_gpus=8,
+                                                  placement=[("n000", 0), ("n000", 1)])])
+    grow = Action(ActionKind.GROW, JobId("7"), place({"n000": 2}), place({"n000": 2, "n001": 2}), 128, 32, 1, 0.1)
+    (out,) = act.apply(snap, (grow,))
+    assert out.ok, out.message
+    assert ran == [["sbatch", "--parsable", "--nodes=1", "--nodelist=n001", "--ntasks-per-node=2", "--gres=gpu:2",
+                    "--comment=slurm-elastic-satellite-of=7", "--account=acct", "--partition=gpu",
+                    str(tmp_path / "job-1.join"), "7", "w2", "w3"]]
+    (order,) = _orders(tmp_path / "job-1.orders", "7", secret)
+    assert order.kind == "resize" and order.workers == ("w0", "w1", "w2", "w3") and order.local_batch == 0
+    assert act.store.satellites() == {"100": "7"}
+
+    # the satellite runs; the planner shrinks the job back: the satellite's workers leave, nothing else
+    records["100"] = rec("100", {"n001": 2}, admin="", comment="slurm-elastic-satellite-of=7")
+    ran.clear()
+    shrink = Action(ActionKind.SHRINK, JobId("7"), place({"n000": 2, "n001": 2}), place({"n000": 2}), 64, 32, 1, 0.1)
+    (out,) = act.apply(snap, (shrink,))
+    assert out.ok and "w2,w3 leave" in out.message and "satellites 100 end" in out.message
+    assert ran == []  # the job's own nodes do not change; the satellite ends by itself
+    assert _orders(tmp_path / "job-1.orders", "7", secret)[-1].workers == ("w0", "w1")
+
+    # the satellite is gone from the queue: tending records it as ended
+    del records["100"]
+    assert act.tend() == ["satellite 100 of job 7 ended"] and act.store.satellites() == {}
+
+
+def test_tend_cancels_satellites_of_ended_jobs_and_withdraws_ones_that_never_start(tmp_path: Path) -> None:
+    comment, secret = _job_files(tmp_path)
+    records = {"7": rec("7", {"n000": 2}, comment=comment)}
+    ran: list[list[str]] = []
+    act = _actuator(tmp_path, records, ran)
+    snap = make_snapshot(make_nodes(3), [make_job("7", state=JobState.RUNNING, max_gpus=8,
+                                                  placement=[("n000", 0), ("n000", 1)])])
+    grow = Action(ActionKind.GROW, JobId("7"), place({"n000": 2}), place({"n000": 2, "n001": 1, "n002": 1}),
+                  128, 32, 1, 0.1)
+    assert act.apply(snap, (grow,))[0].ok
+    records["100"] = rec("100", {"n001": 1}, admin="")
+    records["101"] = rec("101", {}, state=JobState.PENDING, admin="")
+    act.clock = lambda: 5.0 + 1000
+    ran.clear()
+    assert act.tend() == ["satellite 101 of job 7 did not start in 120 s: cancelled, its workers withdrawn"]
+    assert ran == [["scancel", "101"]]
+    assert _orders(tmp_path / "job-1.orders", "7", secret)[-1].workers == ("w0", "w1", "w2")
+    records["7"] = rec("7", {"n000": 2}, state=JobState.FINISHED, comment=comment)
+    assert act.tend() == ["satellite 100 cancelled: job 7 is not running"]
+
+
+def test_a_launcher_job_without_a_join_script_cannot_grow_in_place(tmp_path: Path) -> None:
+    comment, _ = _job_files(tmp_path, join=False)
+    act = _actuator(tmp_path, {"7": rec("7", {"n000": 2}, comment=comment)}, [])
+    snap = make_snapshot(make_nodes(2), [make_job("7", state=JobState.RUNNING, max_gpus=8,
+                                                  placement=[("n000", 0), ("n000", 1)])])
+    grow = Action(ActionKind.GROW, JobId("7"), place({"n000": 2}), place({"n000": 2, "n001": 2}), 128, 32, 1, 0.1)
+    (out,) = act.apply(snap, (grow,))
+    assert not out.ok and "cannot grow in place" in out.message and "job-1.join" in out.message
+
+
+def test_a_declared_batch_range_sends_the_planned_batch(tmp_path: Path) -> None:
+    comment, secret = _job_files(tmp_path)
+    parent = rec("7", {"n000": 2}, comment=comment, admin="slurm-elastic gpus=1:8 batch=32:512 mode=exo")
+    act = _actuator(tmp_path, {"7": parent}, [])
+    snap = make_snapshot(make_nodes(1), [make_job("7", state=JobState.RUNNING, max_gpus=8,
+                                                  placement=[("n000", 0), ("n000", 1)])])
+    rebatch = Action(ActionKind.REBATCH, JobId("7"), place({"n000": 2}), place({"n000": 2}), 256, 64, 2, 0.2)
+    assert act.apply(snap, (rebatch,))[0].ok
+    (order,) = _orders(tmp_path / "job-1.orders", "7", secret)
+    assert order.workers == ("w0", "w1") and order.local_batch == 128
+
+
+# -- reports -------------------------------------------------------------------------------------
+
+
+def test_reports_are_verified_stored_once_and_summarised(tmp_path: Path) -> None:
+    comment, secret = _job_files(tmp_path)
+    reports = tmp_path / "job-1.reports"
+    rep = Reporter(str(reports), "7", secret, every_s=1.0)
+    rep.write("progress", 100.0, step=0, samples=0, epoch=0, epoch_size=1000, world=2, local_batch=32)
+    rep.add_loss(64 * 2.0, 64)
+    rep.write("progress", 102.0, step=10, samples=640, epoch=0, epoch_size=1000, world=2, local_batch=32)
+    rep.write("resize", 103.0, step=12, samples=768, epoch=0, epoch_size=1000, world=4, local_batch=32, pause_s=0.4)
+    rep.add_loss(128 * 1.0, 128)
+    rep.write("progress", 105.0, step=20, samples=1280, epoch=1, epoch_size=1000, world=4, local_batch=32)
+    forged = json.loads(reports.read_text().splitlines()[-1])
+    forged["samples"] = 10**9
+    with open(reports, "a") as fh:
+        fh.write(json.dumps(forged) + "\n")  # MAC no longer matches
+        fh.write("not json\n")
+    store = Store(tmp_path / "s.db")
+    r = rec("7", {"n000": 4}, comment=comment)
+    assert ingest(store, [r]) == 4
+    assert ingest(store, [r]) == 0  # read once: the offset is kept with the rows
+    rows = store.progress_of("7")
+    assert [x["kind"] for x in rows] == ["progress", "progress", "resize", "progress"]
+    rt = runtime_of(rows)
+    assert rt is not None
+    assert rt.samples_processed == 1280 and rt.local_batch == 32 and rt.epoch_size == 1000
+    assert rt.observed_throughput == pytest.approx(256.0)  # (1280 - 768) / 2 s, at the current 4 workers
+    assert rt.last_change_time == 103.0 and rt.samples_at_last_change == 768
+    assert rt.progress.initial_loss == 2.0 and rt.progress.current_loss == 1.0
+
+
+def test_a_report_for_another_job_or_with_a_bad_mac_is_refused() -> None:
+    secret = b"k" * 32
+    from slurm_elastic_launcher.reports import sign_report
+
+    line = sign_report({"job_id": "7", "kind": "progress", "samples": 1}, secret)
+    assert verify(line, "7", secret) == {"job_id": "7", "kind": "progress", "samples": 1}
+    assert verify(line, "8", secret) is None
+    assert verify(line, "7", b"x" * 32) is None
+    assert verify("[1, 2]", "7", secret) is None
+
+
+def test_channel_refuses_a_join_script_others_can_write(tmp_path: Path) -> None:
+    comment, _ = _job_files(tmp_path)
+    os.chmod(tmp_path / "job-1.join", 0o722)
+    channel = Channel.open("7", USER, comment)
+    from slurm_elastic.orders import ChannelError
+
+    with pytest.raises(ChannelError, match="must not be writable by group or others"):
+        channel.join_script()
