@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from slurm_elastic.core import sizing
+from slurm_elastic.core import fairness, sizing
 from slurm_elastic.core.model import ClusterSnapshot, ElasticMode, Job, JobId, JobState
 from slurm_elastic.core.planner import PlanResult, build_plan, current_counts, register
 from slurm_elastic.errors import ConfigError
@@ -140,12 +140,14 @@ class DynamicProgramPlanner:
         batch: ``"optimal"`` (the paper's method: ``b_opt(k)``) or ``"fixed"`` (the paper's baseline:
             each job keeps its own global batch, spread over the GPUs the same optimizer gives it;
             a configuration whose per-GPU batch does not fit is infeasible).
+        ftf_bound: finish-time fairness guard (:mod:`~slurm_elastic.core.fairness`): jobs whose
+            estimated FTF exceeds it get their requested GPUs before the DP; 0 (default) = off.
     """
 
     name = "dp"
 
     def __init__(self, mode: str = "queue", kmax: int | None = None, interval: float = 0.0,
-                 batch: str = "optimal") -> None:
+                 batch: str = "optimal", ftf_bound: float = 0.0) -> None:
         if mode not in ("queue", "drop"):
             raise ConfigError(f"dp.mode = {mode!r}: must be 'queue' or 'drop'")
         if kmax is not None and kmax < 1:
@@ -157,9 +159,15 @@ class DynamicProgramPlanner:
         self.mode, self.kmax, self.interval = mode, kmax, interval
         self.fixed = batch == "fixed"
         self.name = "dp-fixed" if self.fixed else "dp"
+        self.ftf_bound = fairness.check_bound(self.name, ftf_bound)
 
     def plan(self, snapshot: ClusterSnapshot, memo: Any, rng: np.random.Generator) -> PlanResult:
-        """Admit, solve the DP, and size every admitted job at its ``b_opt``."""
+        """Admit, solve the DP, and size every admitted job at its ``b_opt`` (behind the FTF guard if set)."""
+        if self.ftf_bound:
+            return fairness.guarded_plan(self._solve, self.name, self.ftf_bound, snapshot, memo, rng)
+        return self._solve(snapshot, memo, rng)
+
+    def _solve(self, snapshot: ClusterSnapshot, memo: Any, rng: np.random.Generator) -> PlanResult:
         m = memo if isinstance(memo, DpMemo) else DpMemo()
         total = len(snapshot.schedulable_gpus())
         if m.last_plan_time is not None and snapshot.now - m.last_plan_time < self.interval:
@@ -230,6 +238,7 @@ class DynamicProgramPlanner:
 
 
 @register("dp-fixed")
-def fixed_batch_planner(mode: str = "queue", kmax: int | None = None, interval: float = 0.0) -> DynamicProgramPlanner:
+def fixed_batch_planner(mode: str = "queue", kmax: int | None = None, interval: float = 0.0,
+                        ftf_bound: float = 0.0) -> DynamicProgramPlanner:
     """The IBM paper's baseline: the same optimizer, each job's global batch fixed (Random-BS)."""
-    return DynamicProgramPlanner(mode=mode, kmax=kmax, interval=interval, batch="fixed")
+    return DynamicProgramPlanner(mode=mode, kmax=kmax, interval=interval, batch="fixed", ftf_bound=ftf_bound)

@@ -64,8 +64,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from slurm_elastic.core import fairness, sizing
 from slurm_elastic.core import scaling_policy as sp
-from slurm_elastic.core import sizing
 from slurm_elastic.core.model import ClusterSnapshot, Job, JobId, JobState, NodeName
 from slurm_elastic.core.planner import PlanResult, build_plan, current_counts, register
 from slurm_elastic.core.remaining import expected_remaining, progress_shapes
@@ -343,6 +343,8 @@ class OnesPlanner:
         gate: execute ``S*`` only once every running job finished an epoch since its last change.
         interval: seconds between searches (a periodic ONES); 0 (default) searches at every call,
             i.e. at every event. Between searches the allocation is kept.
+        ftf_bound: finish-time fairness guard (:mod:`~slurm_elastic.core.fairness`): jobs whose
+            estimated FTF exceeds it get their requested GPUs before the search; 0 (default) = off.
     """
 
     name = "ones"
@@ -359,6 +361,7 @@ class OnesPlanner:
         default_epochs_to_go: float = 10.0,
         gate: bool = True,
         interval: float = 0.0,
+        ftf_bound: float = 0.0,
     ) -> None:
         if population is not None and population < 2:
             raise ConfigError(f"ones.population = {population}: must be >= 2")
@@ -382,6 +385,7 @@ class OnesPlanner:
         self.default_epochs_to_go = default_epochs_to_go
         self.gate = gate
         self.interval = interval
+        self.ftf_bound = fairness.check_bound("ones", ftf_bound)
 
     # -- setup ---------------------------------------------------------------------------------
 
@@ -430,7 +434,13 @@ class OnesPlanner:
     # -- the call ------------------------------------------------------------------------------
 
     def plan(self, snapshot: ClusterSnapshot, memo: Any, rng: np.random.Generator) -> PlanResult:
-        """Refresh the population, evolve it, and execute (or hold) ``S*``."""
+        """Refresh the population, evolve it, and execute (or hold) ``S*`` (behind the FTF guard if set)."""
+        if self.ftf_bound:
+            return fairness.guarded_plan(self._search, self.name, self.ftf_bound, snapshot, memo, rng,
+                                         self.default_epochs_to_go)
+        return self._search(snapshot, memo, rng)
+
+    def _search(self, snapshot: ClusterSnapshot, memo: Any, rng: np.random.Generator) -> PlanResult:
         m = memo if isinstance(memo, OnesMemo) else OnesMemo()
         if m.last_plan_time is not None and snapshot.now - m.last_plan_time < self.interval:
             return PlanResult(build_plan(snapshot, self.name, current_counts(snapshot),

@@ -94,7 +94,7 @@ def create(name: str, **params: Any) -> Planner:
 def _load_builtin() -> None:
     # Importing the modules registers their planners; kept here so the registry is complete
     # whichever module a caller imported first.
-    from slurm_elastic.core import baselines, dynprog, evolutionary  # noqa: F401
+    from slurm_elastic.core import baselines, dynprog, efq, evolutionary  # noqa: F401
 
 
 def build_plan(
