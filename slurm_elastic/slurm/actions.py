@@ -53,6 +53,7 @@ from slurm_elastic.slurm.satellites import (
     as_user,
     initial_workers,
     leaving,
+    mark_argv,
     new_satellites,
     sbatch_argv,
 )
@@ -201,6 +202,7 @@ class SlurmActuator:
                 sat_id = out.strip().split(";")[0]
                 self.store.add_satellite(sat_id, a.job_id, self.clock(), [(w, sat.node) for w in sat.workers])
                 submitted.append(sat_id)
+                self.runner(mark_argv(sat_id, a.job_id))
         except ElasticError:
             for sat_id in submitted:
                 self._cancel(sat_id)

@@ -1183,14 +1183,16 @@ def parse_elastic_request(admin_comment: str, *, job_id: str = "?") -> ElasticRe
         job_id: named in error messages.
 
     Returns:
-        The request, or ``None`` when the comment does not start with ``slurm-elastic`` (a rigid job).
+        The request, or ``None`` when the comment does not start with ``slurm-elastic`` (a rigid job)
+        or is a satellite's (``slurm-elastic satellite-of=JOBID``, set by the daemon: fixed load
+        unless folded into its job).
 
     Raises:
         SlurmJsonError: the comment starts with ``slurm-elastic`` but breaks a rule (the message names
             the job id, the value and the rule).
     """
     tokens = admin_comment.split()
-    if not tokens or tokens[0] != ELASTIC_TAG:
+    if not tokens or tokens[0] != ELASTIC_TAG or (len(tokens) == 2 and tokens[1].startswith(SATELLITE_KEY)):
         return None
 
     def bad(value: str, rule: str) -> SlurmJsonError:
@@ -1236,6 +1238,7 @@ def parse_elastic_request(admin_comment: str, *, job_id: str = "?") -> ElasticRe
 # --------------------------------------------------------------------------------------------------
 # Snapshot
 
+SATELLITE_KEY = "satellite-of="
 _FALLBACK_MODEL_DEFAULTS = (32, 10_000)
 _DEFAULT_LR = 0.1
 

@@ -7,7 +7,8 @@ new GPUs of one node, running the job's own join script (``<secret>.join``, writ
 at a step boundary once the daemon's signed order names them. One satellite per node, so every
 allocation the daemon may later release is a whole (allocation, node) pair.
 
-This module owns the pure parts of that: naming new workers, the ``sbatch`` argv of a satellite,
+This module owns the pure parts of that: naming new workers, the ``sbatch`` argv of a satellite
+and the AdminComment that marks it as its job's,
 choosing which workers leave on a shrink (so that only whole (allocation, node) pairs are freed:
 Slurm frees GPUs of a node only with the allocation's whole node), and folding satellites into
 their parent job's record so the planner sees one job. It runs no command itself.
@@ -26,7 +27,7 @@ from slurm_elastic.core.model import JobState, Placement
 from slurm_elastic.errors import ElasticError
 from slurm_elastic.slurm.parse import JobRecord
 
-SATELLITE_COMMENT = "slurm-elastic-satellite-of="
+SATELLITE_ADMIN_COMMENT = "slurm-elastic satellite-of="
 
 
 class NotExpressible(ElasticError):  # noqa: N818 (an outcome, not a failure of ours)
@@ -88,17 +89,24 @@ def new_satellites(before: Placement, after: Placement, layout: Layout) -> list[
 def sbatch_argv(parent: JobRecord, sat: Satellite, join_script: Path, *, as_user: Sequence[str] = ()) -> list[str]:
     """``sbatch`` argv of one satellite: the parent's user (via ``as_user``), account and partition.
 
-    The comment names the parent, for the allocation report; ``--kill-on-invalid-dep`` is not
-    used: a satellite whose parent ends is cancelled by the daemon.
+    A satellite whose parent ends is cancelled by the daemon (:meth:`SlurmActuator.tend`).
     """
     argv = [*as_user, "sbatch", "--parsable", "--nodes=1", f"--nodelist={sat.node}",
-            f"--ntasks-per-node={len(sat.workers)}", f"--gres=gpu:{len(sat.workers)}",
-            f"--comment={SATELLITE_COMMENT}{parent.job_id}"]
+            f"--ntasks-per-node={len(sat.workers)}", f"--gres=gpu:{len(sat.workers)}"]
     if parent.account:
         argv.append(f"--account={parent.account}")
     if parent.partition:
         argv.append(f"--partition={parent.partition.split(',')[0]}")
     return [*argv, str(join_script), parent.job_id, *sat.workers]
+
+
+def mark_argv(sat_id: str, parent: str) -> list[str]:
+    """``scontrol`` argv that records, where users cannot forge it, whose satellite a job is.
+
+    The AdminComment ``slurm-elastic satellite-of=<job>`` is what the allocation report joins on
+    (a satellite's GPU-hours are its job's).
+    """
+    return ["scontrol", "update", f"JobId={sat_id}", f"AdminComment={SATELLITE_ADMIN_COMMENT}{parent}"]
 
 
 def as_user(user: str, me: str) -> list[str]:

@@ -58,7 +58,7 @@ def test_launcher_job_grows_onto_a_satellite_and_shrinks_back(cluster: DevCluste
     (outcome,) = act.apply(snap, (Action(ActionKind.GROW, JobId(job), held, grown, 64, 32, 1, 0.1),))
     assert outcome.ok, outcome.message
     (sat,) = store.satellites()
-    assert cluster.job(int(sat))["comment"] == f"slurm-elastic-satellite-of={job}"
+    assert cluster.job(int(sat))["admin_comment"] == f"slurm-elastic satellite-of={job}"
 
     def world(n: int) -> bool:
         obs.observe()

@@ -15,7 +15,7 @@ from slurm_elastic.core.model import JobId, JobState, NodeName, Placement
 from slurm_elastic.jobreports import ingest, runtime_of
 from slurm_elastic.orders import Channel, verify
 from slurm_elastic.slurm.actions import SlurmActuator
-from slurm_elastic.slurm.parse import GpuRequest, JobRecord
+from slurm_elastic.slurm.parse import GpuRequest, JobRecord, parse_elastic_request
 from slurm_elastic.slurm.satellites import NotExpressible, fold, initial_workers, leaving, new_satellites, sbatch_argv
 from slurm_elastic.store import Store
 from slurm_elastic.testing import make_job, make_nodes, make_snapshot
@@ -54,8 +54,8 @@ def test_satellite_sbatch_runs_as_the_user_on_the_account_and_partition(tmp_path
     (sat,) = new_satellites(place({"n0": 2}), place({"n0": 2, "n3": 2}), {"w0": ("n0", "7"), "w1": ("n0", "7")})
     argv = sbatch_argv(rec("7", {"n0": 2}), sat, tmp_path / "job.join", as_user=["runuser", "-u", "alice", "--"])
     assert argv == ["runuser", "-u", "alice", "--", "sbatch", "--parsable", "--nodes=1", "--nodelist=n3",
-                    "--ntasks-per-node=2", "--gres=gpu:2", "--comment=slurm-elastic-satellite-of=7",
-                    "--account=acct", "--partition=gpu", str(tmp_path / "job.join"), "7", "w2", "w3"]
+                    "--ntasks-per-node=2", "--gres=gpu:2", "--account=acct", "--partition=gpu",
+                    str(tmp_path / "job.join"), "7", "w2", "w3"]
 
 
 def test_leaving_frees_whole_allocations_per_node_satellites_first() -> None:
@@ -126,14 +126,14 @@ def test_grow_then_shrink_a_launcher_job_in_place(tmp_path: Path) -> None:
     (out,) = act.apply(snap, (grow,))
     assert out.ok, out.message
     assert ran == [["sbatch", "--parsable", "--nodes=1", "--nodelist=n001", "--ntasks-per-node=2", "--gres=gpu:2",
-                    "--comment=slurm-elastic-satellite-of=7", "--account=acct", "--partition=gpu",
-                    str(tmp_path / "job-1.join"), "7", "w2", "w3"]]
+                    "--account=acct", "--partition=gpu", str(tmp_path / "job-1.join"), "7", "w2", "w3"],
+                   ["scontrol", "update", "JobId=100", "AdminComment=slurm-elastic satellite-of=7"]]
     (order,) = _orders(tmp_path / "job-1.orders", "7", secret)
     assert order.kind == "resize" and order.workers == ("w0", "w1", "w2", "w3") and order.local_batch == 0
     assert act.store.satellites() == {"100": "7"}
 
     # the satellite runs; the planner shrinks the job back: the satellite's workers leave, nothing else
-    records["100"] = rec("100", {"n001": 2}, admin="", comment="slurm-elastic-satellite-of=7")
+    records["100"] = rec("100", {"n001": 2}, admin="slurm-elastic satellite-of=7")
     ran.clear()
     shrink = Action(ActionKind.SHRINK, JobId("7"), place({"n000": 2, "n001": 2}), place({"n000": 2}), 64, 32, 1, 0.1)
     (out,) = act.apply(snap, (shrink,))
@@ -162,6 +162,7 @@ def test_tend_cancels_satellites_of_ended_jobs_and_withdraws_ones_that_never_sta
     ran.clear()
     assert act.tend() == ["satellite 101 of job 7 did not start in 120 s: cancelled, its workers withdrawn"]
     assert ran == [["scancel", "101"]]
+    assert parse_elastic_request("slurm-elastic satellite-of=7") is None  # fixed load, never an elastic job
     assert _orders(tmp_path / "job-1.orders", "7", secret)[-1].workers == ("w0", "w1", "w2")
     records["7"] = rec("7", {"n000": 2}, state=JobState.FINISHED, comment=comment)
     assert act.tend() == ["satellite 100 cancelled: job 7 is not running"]
