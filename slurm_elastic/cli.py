@@ -14,6 +14,9 @@ Subcommands:
 * ``check-config`` -- validate an elastic.toml without starting anything.
 * ``report``    -- the center's GPU allocation report from ``sacct`` (HTML, CSV or JSON).
 * ``what-if``   -- replay a window of the cluster's history under policies in the simulator.
+* ``submit``    -- render an sbatch template for an elastic launcher job and submit it.
+* ``train-drl`` -- train the DL2 ``drl`` policy in the simulator and write its model file.
+* ``demo``      -- end to end on the dev cluster: daemon, elastic jobs resized in place, report.
 
 Bad input exits with status 2 and one line naming the value and the rule.
 """
@@ -167,6 +170,20 @@ def _parser() -> argparse.ArgumentParser:
     sb.add_argument("--dry-run", action="store_true", help="print the script instead of submitting it")
     sb.add_argument("train_command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
                     help="the training command and its arguments")
+
+    from slurm_elastic.drl import command as drl_command
+
+    td = sub.add_parser("train-drl", help="train the drl (DL2) policy in the simulator and write its model file")
+    drl_command.add_arguments(td)
+
+    dm = sub.add_parser("demo", help="end to end on a real local Slurm cluster: daemon, elastic jobs resized "
+                        "in place while they train, allocation report (root; a few minutes)")
+    dm.add_argument("--out", type=Path, default=Path("out/demo"), help="folder for logs, store and report")
+    dm.add_argument("--policy", default="dp")
+    dm.add_argument("--nodes", type=_positive_int, default=3)
+    dm.add_argument("--gpus-per-node", type=_positive_int, default=2)
+    dm.add_argument("--timeout", type=float, default=600.0, help="seconds before the demo gives up waiting")
+    dm.add_argument("--keep", action="store_true", help="leave the dev cluster running afterwards")
 
     cc = sub.add_parser("check-config", help="validate an elastic.toml; prints the effective settings")
     cc.add_argument("file", type=Path)
@@ -468,43 +485,40 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_submit(args: argparse.Namespace) -> int:
-    import os
-    import secrets
-    import subprocess
-
-    from slurm_elastic.templates import JobRequest, command_words, job_files, render
+    from slurm_elastic.submit import new_secret_file, submit
+    from slurm_elastic.templates import JobRequest, command_words, render
 
     lo, sep, hi = args.elastic.partition(":")
     if not sep or not lo.isdigit() or not hi.isdigit():
         raise ConfigError(f"--elastic {args.elastic!r}: expected MIN:MAX with 1 <= MIN <= MAX (e.g. --elastic 2:8)")
-    secret_dir = Path.home() / ".slurm-elastic" / "secrets"
-    secret_file = secret_dir / f"job-{secrets.token_hex(8)}"
     req = JobRequest(command=command_words(args.train_command), min_gpus=int(lo), max_gpus=int(hi),
                      gpus_per_node=args.gpus_per_node, batch=args.batch, mode=args.mode,
                      local_batch=args.local_batch, epochs=args.epochs, name=args.job_name, time=args.time,
                      account=args.account, partition=args.partition, output=args.output,
-                     secret_file=str(secret_file))
-    script = render(args.template, req)
-    join_script = render(args.template, req, part="join")
+                     secret_file=str(new_secret_file(Path.home() / ".slurm-elastic" / "secrets")))
     if args.dry_run:
-        print(script, end="")
+        print(render(args.template, req), end="")
         return 0
-    secret_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(secrets.token_hex(32))
-    files = job_files(str(secret_file))
-    for key in ("orders_file", "reports_file"):  # the order and report channels: private, created empty
-        os.close(os.open(files[key], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-    fd = os.open(files["join_file"], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
-    with os.fdopen(fd, "w") as fh:  # the script the daemon submits, as this user, to grow the job
-        fh.write(join_script)
-    proc = subprocess.run(["sbatch", "--parsable"], input=script, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        secret_file.unlink(missing_ok=True)
-        raise ConfigError(f"sbatch refused the job: {proc.stderr.strip()}")
-    print(proc.stdout.strip().split(";")[0])
+    print(submit(args.template, req))
     return 0
+
+
+def _cmd_train_drl(args: argparse.Namespace) -> int:
+    from slurm_elastic.drl.command import run
+
+    return run(args)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from slurm_elastic.demo import run_demo
+
+    logging.getLogger().setLevel(logging.INFO)
+    summary = run_demo(args.out, nodes=args.nodes, gpus_per_node=args.gpus_per_node, policy=args.policy,
+                       timeout_s=args.timeout, keep=args.keep, say=lambda line: print(line, flush=True))
+    exact = all(j["exact"] for j in summary["jobs"])
+    print("every job trained each sample of each epoch exactly once" if exact else
+          "NOT every job finished with the exact sample count: see summary.json", flush=True)
+    return 0 if exact else 1
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
@@ -620,7 +634,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "profiles": _cmd_profiles, "bench": _cmd_bench, "devcluster": _cmd_devcluster,
                 "install-plugin": _cmd_install_plugin, "daemon": _cmd_daemon, "status": _cmd_status,
                 "check-config": _cmd_check_config, "report": _cmd_report, "what-if": _cmd_what_if,
-                "submit": _cmd_submit}
+                "submit": _cmd_submit, "demo": _cmd_demo,
+                "train-drl": _cmd_train_drl}
     try:
         return handlers[args.command](args)
     except ElasticError as exc:

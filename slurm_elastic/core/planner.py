@@ -93,8 +93,10 @@ def create(name: str, **params: Any) -> Planner:
 
 def _load_builtin() -> None:
     # Importing the modules registers their planners; kept here so the registry is complete
-    # whichever module a caller imported first.
+    # whichever module a caller imported first. ``drl`` is registered by slurm_elastic.drl.weights
+    # (outside the core, torch-free): its factory reads the model file, which the core must not.
     from slurm_elastic.core import baselines, dynprog, efq, evolutionary  # noqa: F401
+    from slurm_elastic.drl import weights  # noqa: F401
 
 
 def build_plan(

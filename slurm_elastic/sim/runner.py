@@ -127,7 +127,7 @@ def reproduce(seeds: Sequence[int], *, quick: bool = False,
         quick: only the first seed everywhere and only 40 GPUs for IBM (for tests and smoke runs).
     """
     ones_pols = [PolicySpec("ones"), PolicySpec("tiresias"), PolicySpec("optimus"), PolicySpec("dp"),
-                 PolicySpec("fifo"),
+                 PolicySpec("fifo"), *([PolicySpec("drl")] if "drl" in registry.available() else []),
                  PolicySpec("ones", {"sigma": 0.0, "gate": False}, "ones (sigma=0, no gate)")]
     seeds = list(seeds)[:1] if quick else list(seeds)
     ones_res = run_comparison(ones_pols, seeds, workload="ones-longhorn", gpus=64, progress=progress)

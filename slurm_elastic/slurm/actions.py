@@ -156,7 +156,10 @@ class SlurmActuator:
         if a.kind is ActionKind.SHRINK:
             return self._shrink(a, rec, channel)
         if a.kind is ActionKind.REBATCH:
-            seq = channel.send("resize", channel.workers(self._initial(rec, channel)), self._batch(a, rec))
+            batch = self._batch(a, rec)
+            if not batch:
+                return "nothing sent: the job declared no batch range, it keeps its own batch policy"
+            seq = channel.send("resize", channel.workers(self._initial(rec, channel)), batch)
             return f"order {seq}"
         raise NotExpressible(f"job {a.job_id}: moving a launcher job is a shrink then a grow; plan them apart")
 

@@ -1271,7 +1271,9 @@ def build_snapshot(
       ``max_local_batch``) and epoch size, and learning rate 0.1. The batch range is the request's,
       else ``b * min_gpus : b * max_gpus``; the base batch is ``b * requested_gpus`` clamped into it.
       A running job's per-GPU batch is the reported one, else ``ceil(global / gpus)`` capped by
-      ``max_local_batch`` (global = base batch). Run time is the reported one, else ``now - start``.
+      ``max_local_batch`` (global = base batch). A job that reports its per-GPU batch and declared
+      no batch range keeps that per-GPU batch: it is ``b`` and the job's ``max_local_batch``.
+      Run time is the reported one, else ``now - start``.
 
     Args:
         nodes: from :func:`parse_nodes` (already filtered to the managed partitions).
@@ -1356,6 +1358,10 @@ def _elastic_job(rec: JobRecord, req: ElasticRequest, slots: list[tuple[str, int
     b_default, epoch_default = MODEL_DEFAULTS.get(model, _FALLBACK_MODEL_DEFAULTS)
     max_local = max(1, profiles[model].max_local_batch)
     b = max(1, min(b_default, max_local))
+    if req.min_batch is None and rt.local_batch:
+        # A launcher job that declared no batch range keeps its own per-GPU batch (the launcher's
+        # policy): the planner sees it as both the job's per-GPU batch and its limit.
+        b = max_local = rt.local_batch
     min_gpus = req.min_gpus
     max_gpus = max(min_gpus, min(req.max_gpus or total_gpus, total_gpus) if total_gpus else min_gpus)
     k = len(slots)

@@ -178,6 +178,17 @@ def test_a_launcher_job_without_a_join_script_cannot_grow_in_place(tmp_path: Pat
     assert not out.ok and "cannot grow in place" in out.message and "job-1.join" in out.message
 
 
+def test_rebatch_of_a_job_without_a_batch_range_sends_nothing(tmp_path: Path) -> None:
+    comment, _ = _job_files(tmp_path)
+    act = _actuator(tmp_path, {"7": rec("7", {"n000": 2}, comment=comment)}, [])
+    snap = make_snapshot(make_nodes(1), [make_job("7", state=JobState.RUNNING, max_gpus=8,
+                                                  placement=[("n000", 0), ("n000", 1)])])
+    rebatch = Action(ActionKind.REBATCH, JobId("7"), place({"n000": 2}), place({"n000": 2}), 256, 64, 2, 0.2)
+    (out,) = act.apply(snap, (rebatch,))
+    assert out.ok and "nothing sent" in out.message
+    assert (tmp_path / "job-1.orders").read_text() == ""
+
+
 def test_a_declared_batch_range_sends_the_planned_batch(tmp_path: Path) -> None:
     comment, secret = _job_files(tmp_path)
     parent = rec("7", {"n000": 2}, comment=comment, admin="slurm-elastic gpus=1:8 batch=32:512 mode=exo")
