@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup lint test demo reproduce bench clean
+.PHONY: system setup lint test demo demo-sim reproduce bench clean
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -12,6 +12,9 @@ $(STAMP): setup.cfg pyproject.toml
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+system:
+	scripts/install-system-packages
 
 lint: setup
 	$(BIN)/ruff check .
@@ -23,10 +26,15 @@ test: lint
 	$(BIN)/python -m pytest --junitxml=build/junit.xml
 	$(BIN)/python .ci/check_junit.py build/junit.xml
 
-demo: setup
+# The main job: a real local Slurm cluster, the acting daemon, elastic CNN jobs resized in place
+# while they train, and the allocation report (root; a few minutes on 2 cores).
+demo: system setup
+	$(BIN)/slurm-elastic demo --out out/demo
+
+demo-sim: setup
 	$(BIN)/slurm-elastic simulate --workload ones-longhorn --gpus 64 --policy ones,dp,optimus,tiresias \
-		--seeds 1 --json out/demo/results.json --report out/demo
-	@echo "report: out/demo/index.html"
+		--seeds 1 --json out/demo-sim/results.json --report out/demo-sim
+	@echo "report: out/demo-sim/index.html"
 
 reproduce: setup
 	$(BIN)/slurm-elastic reproduce --seeds 1-5 --out out/reproduce
