@@ -11,6 +11,10 @@ know them. Pure: its state (when each job last changed) lives in its memo.
 * **Cooldown** (``cooldown_s``) and **rate** (``max_resizes_per_hour``): a running job whose
   allocation changed less than ``cooldown_s`` ago, or changed ``max_resizes_per_hour`` times in
   the last hour (as seen by this planner: each new ``last_change_time``), keeps its current size.
+* **Whole blocks**: a running job whose GPUs are released only in whole blocks
+  (``Job.shrink_sizes``: a launcher job on Slurm frees a node of its own allocation or a whole
+  satellite, never part of one) is never planned to a size in between: its shrink is rounded up
+  to the next size it can reach.
 * **Per-user and per-account caps** (``max_gpus_per_user``, ``max_gpus_per_account``): if the
   plan gives a user or account more, its jobs are cut back, largest first, down to their minimum,
   then its most recently submitted jobs wait.
@@ -148,9 +152,41 @@ class GuardedPlanner:
                 if not counts[job.job_id]:
                     counts.pop(job.job_id)
                 del frozen[job.job_id]
-        notes = (*inner.plan.notes, *frozen.values())
+        blocks = self._whole_blocks(snapshot, counts, reasons, total)
+        notes = (*inner.plan.notes, *frozen.values(), *blocks)
         plan = self._rebuild(snapshot, inner.plan, counts, reasons, notes)
         return PlanResult(plan, GuardMemo(inner.memo, changes))
+
+    @staticmethod
+    def _whole_blocks(snapshot: ClusterSnapshot, counts: dict[JobId, int], reasons: dict[JobId, str],
+                      total: int) -> list[str]:
+        """Round each shrink up to a size the job can really be shrunk to (``Job.shrink_sizes``).
+
+        Rounding up may overbook: then waiting jobs give way, newest first, and other jobs' growth
+        is trimmed, newest first.
+        """
+        notes = []
+        for job in snapshot.elastic_jobs():
+            k = counts.get(job.job_id, 0)
+            if job.state is not JobState.RUNNING or not job.shrink_sizes or not 0 < k < job.num_gpus \
+                    or k in job.shrink_sizes:
+                continue
+            up = min([s for s in job.shrink_sizes if s >= k] + [job.num_gpus])
+            counts[job.job_id] = up
+            notes.append(f"job {job.job_id} kept at {up} GPUs, not {k}: its GPUs are released only in whole "
+                         f"blocks (it can shrink to {', '.join(map(str, job.shrink_sizes))})")
+        if notes:
+            for job in sorted(snapshot.elastic_jobs(), key=lambda j: (-j.submit_time, j.job_id)):
+                over = sum(counts.values()) - total
+                if over <= 0:
+                    break
+                k = counts.get(job.job_id, 0)
+                if job.state is not JobState.RUNNING and k:
+                    counts.pop(job.job_id)
+                    reasons[job.job_id] = "waiting: a running job can only shrink by whole blocks"
+                elif job.state is JobState.RUNNING and k > job.num_gpus:
+                    counts[job.job_id] = max(job.num_gpus, k - over)
+        return notes
 
     def _changes(self, snapshot: ClusterSnapshot, m: GuardMemo) -> dict[JobId, tuple[float, ...]]:
         out: dict[JobId, tuple[float, ...]] = {}

@@ -180,6 +180,8 @@ class Job:
         samples_at_last_change: ``samples_processed`` at ``last_change_time``.
         model: key of the job's throughput profile in ``ClusterSnapshot.profiles``.
         progress: latest progress report.
+        shrink_sizes: GPU counts below the current one that the job can be shrunk to, when its
+            GPUs are released only in whole blocks (empty: any count).
     """
 
     job_id: JobId
@@ -209,6 +211,7 @@ class Job:
     samples_at_last_change: int = 0
     model: str = ""
     progress: ProgressReport = field(default_factory=ProgressReport)
+    shrink_sizes: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         def rule(ok: bool, what: str) -> None:
@@ -230,6 +233,9 @@ class Job:
         rule(running == (self.placement.num_gpus > 0),
              f"state {self.state.value} does not match placement of {self.placement.num_gpus} GPUs")
         rule((self.local_batch > 0) == running, f"local batch {self.local_batch} must be > 0 exactly when running")
+        rule(all(0 < k < self.placement.num_gpus for k in self.shrink_sizes),
+             f"shrink sizes {self.shrink_sizes} must lie strictly between 0 and the GPUs held "
+             f"({self.placement.num_gpus})")
 
     @property
     def num_gpus(self) -> int:

@@ -255,6 +255,9 @@ class JobRecord:
         restart_count: times the job was requeued.
         array_job_id, array_task_id: array ids (``None`` if not an array task).
         het_job_id, het_job_offset: heterogeneous-job ids (``None`` if not a het job).
+        release_blocks: for a running launcher job, the GPU counts Slurm can free one at a time
+            (a node of its own allocation other than the batch host, a whole satellite); ``None``
+            when any count can go (set by :func:`slurm_elastic.slurm.satellites.fold`).
     """
 
     job_id: JobId
@@ -281,6 +284,7 @@ class JobRecord:
     array_task_id: int | None = None
     het_job_id: int | None = None
     het_job_offset: int | None = None
+    release_blocks: tuple[int, ...] | None = None
 
     @property
     def placement(self) -> Placement:
@@ -1392,4 +1396,15 @@ def _elastic_job(rec: JobRecord, req: ElasticRequest, slots: list[tuple[str, int
         observed_throughput=rt.observed_throughput, placement=Placement.of(slots), local_batch=local,
         start_time=start, run_time=run_time, last_change_time=last_change,
         samples_at_last_change=rt.samples_at_last_change, model=model, progress=rt.progress,
+        shrink_sizes=_shrink_sizes(k, rec.release_blocks) if running else (),
     )
+
+
+def _shrink_sizes(k: int, blocks: tuple[int, ...] | None) -> tuple[int, ...]:
+    """The counts below ``k`` reachable by freeing whole blocks (none: any count)."""
+    if blocks is None:
+        return ()
+    sums = {0}
+    for b in blocks:
+        sums |= {s + b for s in sums}
+    return tuple(sorted(k - s for s in sums if 0 < s < k))

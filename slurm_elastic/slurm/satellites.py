@@ -16,7 +16,6 @@ their parent job's record so the planner sees one job. It runs no command itself
 
 from __future__ import annotations
 
-import itertools
 import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -25,6 +24,7 @@ from pathlib import Path
 
 from slurm_elastic.core.model import JobState, Placement
 from slurm_elastic.errors import ElasticError
+from slurm_elastic.orders import COMMENT_KEY
 from slurm_elastic.slurm.parse import JobRecord
 
 SATELLITE_ADMIN_COMMENT = "slurm-elastic satellite-of="
@@ -130,59 +130,71 @@ class Leave:
 
 
 def leaving(parent: JobRecord, current: Sequence[str], layout: Layout, before: Placement, after: Placement) -> Leave:
-    """Choose the workers that leave so that exactly whole (allocation, node) pairs are freed.
+    """Choose the workers that leave so that only whole (allocation, node) blocks are freed.
 
-    On each node the GPUs to free must equal the GPUs of some set of allocations there (satellites
-    preferred, the parent's part of the node only if it is not the batch host): Slurm frees a
-    job's GPUs on a node only with the whole node, and cannot take the batch host from a job.
+    Slurm frees a job's GPUs on a node only with the whole node, never the batch host, and a
+    satellite only whole. The planned placement is followed when its per-node removals are whole
+    blocks; otherwise blocks totalling the planned number of GPUs are chosen (satellites first,
+    then the job's own nodes, last first): the next observation shows the job where it really is.
 
     Raises:
-        NotExpressible: no such set on some node (the message names it), or a worker of the
-            current world has no known node.
+        NotExpressible: no set of blocks frees exactly the planned number of GPUs (the message
+            names the blocks), or a worker of the current world has no known node.
     """
-    b = dict((n, len(g)) for n, g in before.slots)
-    a = dict((n, len(g)) for n, g in after.slots)
-    groups: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))  # node -> alloc -> workers
+    groups: dict[tuple[str, str], list[str]] = defaultdict(list)  # (node, alloc) -> workers
     for w in current:
         if w not in layout:
             raise NotExpressible(f"job {parent.job_id}: worker {w} has no known node")
-        node, alloc = layout[w]
-        groups[node][alloc].append(w)
-    out: list[str] = []
-    freed: set[tuple[str, str]] = set()
-    for node in sorted(b):
-        free = b[node] - a.get(node, 0)
-        if free <= 0:
-            continue
-        allocs = sorted(groups[node].items(), key=lambda kv: (kv[0] == parent.job_id, kv[0]))
-        choice = _subset(allocs, free, parent, node)
-        if choice is None:
-            sizes = ", ".join(f"{al}: {len(ws)}" for al, ws in allocs)
-            raise NotExpressible(f"job {parent.job_id}: freeing {free} GPU(s) on {node} would leave GPUs allocated "
-                                 f"but idle (its allocations there: {sizes}; Slurm frees whole allocations per "
-                                 "node and never the batch host)")
-        for alloc in choice:
-            out.extend(groups[node][alloc])
-            freed.add((node, alloc))
-    kept_parent = tuple(sorted(n for n, allocs in groups.items()
-                               if parent.job_id in allocs and (n, parent.job_id) not in freed))
-    sat_ids = {al for n in groups for al in groups[n] if al != parent.job_id}
-    ended = tuple(sorted(s for s in sat_ids if all((n, s) in freed for n in groups if s in groups[n])))
+        groups[layout[w]].append(w)
+    movable = sorted((key for key in groups if key != (parent.batch_host, parent.job_id)),
+                     key=lambda key: (key[1] == parent.job_id, [-ord(c) for c in key[0]], key[1]))
+    b = dict((n, len(g)) for n, g in before.slots)
+    a = dict((n, len(g)) for n, g in after.slots)
+    wanted = {n: b[n] - a.get(n, 0) for n in b if b[n] > a.get(n, 0)}
+    chosen = _per_node(movable, groups, wanted) or _by_count(movable, groups, sum(wanted.values()))
+    if chosen is None:
+        sizes = ", ".join(f"{alloc}@{node}: {len(groups[(node, alloc)])}" for node, alloc in movable) or "none"
+        raise NotExpressible(f"job {parent.job_id}: no whole blocks free exactly {sum(wanted.values())} GPU(s) "
+                             f"(blocks Slurm can free: {sizes}; never the batch host)")
+    out = [w for key in chosen for w in groups[key]]
+    freed = set(chosen)
+    kept_parent = tuple(sorted(n for n, alloc in groups if alloc == parent.job_id and (n, alloc) not in freed))
+    ended = tuple(sorted({alloc for n, alloc in freed if alloc != parent.job_id}
+                         - {alloc for key in groups if key not in freed for alloc in (key[1],)}))
     return Leave(tuple(out), kept_parent, ended)
 
 
-def _subset(allocs: list[tuple[str, list[str]]], free: int, parent: JobRecord, node: str) -> tuple[str, ...] | None:
-    names = [al for al, _ in allocs if al != parent.job_id or node != parent.batch_host]
-    size = {al: len(ws) for al, ws in allocs}
-    for r in range(1, len(names) + 1):
-        for combo in itertools.combinations(names, r):
-            if sum(size[al] for al in combo) == free:
-                return combo
-    return None
+Block = tuple[str, str]
+
+
+def _per_node(movable: list[Block], groups: Mapping[Block, list[str]], wanted: Mapping[str, int]) -> list[Block] | None:
+    """Blocks that free exactly the planned GPUs on each node, if such blocks exist."""
+    out: list[Block] = []
+    for node, free in sorted(wanted.items()):
+        here = [key for key in movable if key[0] == node]
+        pick = _by_count(here, groups, free)
+        if pick is None:
+            return None
+        out += pick
+    return out
+
+
+def _by_count(blocks: list[Block], groups: Mapping[Block, list[str]], free: int) -> list[Block] | None:
+    """Blocks (preferring earlier ones) whose GPUs sum to exactly ``free``; a subset-sum search."""
+    reach: dict[int, list[Block]] = {0: []}
+    for key in blocks:
+        size = len(groups[key])
+        for total in sorted(reach, reverse=True):
+            if total + size <= free and total + size not in reach:
+                reach[total + size] = [*reach[total], key]
+    return reach.get(free) if free > 0 else None
 
 
 def fold(records: Sequence[JobRecord], satellites: Mapping[str, str]) -> list[JobRecord]:
     """Records with each running satellite's GPUs added to its running parent's, satellites left out.
+
+    A running launcher job also gets its ``release_blocks``: what Slurm can free of it, one whole
+    block at a time (a node of its own allocation but the batch host, a whole satellite).
 
     A satellite whose parent is not running (gone, or requeued) stays as its own record, so its
     GPUs count as busy until the daemon cancels it; a pending satellite is left out (the grow is
@@ -198,6 +210,15 @@ def fold(records: Sequence[JobRecord], satellites: Mapping[str, str]) -> list[Jo
                 extra[parent.job_id].append(r)
             continue
         out.append(r)
-    return [replace(r, nodes=tuple(dict.fromkeys([*r.nodes, *(n for s in extra[r.job_id] for n in s.nodes)])),
-                    gpus=r.gpus + tuple(g for s in extra[r.job_id] for g in s.gpus))
-            if r.job_id in extra else r for r in out]
+    return [_folded(r, extra.get(r.job_id, [])) for r in out]
+
+
+def _folded(r: JobRecord, sats: list[JobRecord]) -> JobRecord:
+    blocks = None
+    if r.state is JobState.RUNNING and COMMENT_KEY in r.comment:
+        own = [len(g) for n, g in r.gpus if n != r.batch_host]
+        blocks = tuple(own + [sum(len(g) for _, g in s.gpus) for s in sats])
+    if not sats:
+        return r if blocks is None else replace(r, release_blocks=blocks)
+    return replace(r, nodes=tuple(dict.fromkeys([*r.nodes, *(n for s in sats for n in s.nodes)])),
+                   gpus=r.gpus + tuple(g for s in sats for g in s.gpus), release_blocks=blocks)

@@ -76,3 +76,22 @@ def test_guarded_plans_are_valid(snap, policy: str, per_job: int, per_user: int,
             if job.num_gpus != p.num_gpus or not cooldown:  # jobs frozen by the cooldown keep their size
                 users[job.user] = users.get(job.user, 0) + p.num_gpus
         assert all(v <= per_user for v in users.values()) or cooldown
+
+
+def test_a_job_released_in_whole_blocks_is_never_planned_in_between() -> None:
+    from dataclasses import replace
+
+    from slurm_elastic.core.model import JobState
+
+    a = make_job("a", state=JobState.RUNNING, max_gpus=4,
+                 placement=[("n000", 0), ("n000", 1), ("n001", 0), ("n001", 1)])
+    b = make_job("b", state=JobState.RUNNING, max_gpus=4, placement=[("n002", 0), ("n002", 1)], submit_time=1)
+    c = make_job("c", max_gpus=2, submit_time=2)
+    free_any = make_snapshot(make_nodes(3, 2), [a, b, c], now=100.0)
+    assert _plan(free_any, Guards(protect_rigid=False)).plan.by_job()[JobId("a")].num_gpus == 3  # dp's choice
+    blocks = make_snapshot(make_nodes(3, 2), [replace(a, shrink_sizes=(2,)), b, c], now=100.0)
+    res = _plan(blocks, Guards(protect_rigid=False)).plan
+    got = {p.job_id: p.num_gpus for p in res.jobs}
+    assert got[JobId("a")] == 4 and JobId("c") not in got  # 3 is not reachable: a keeps 4, c waits
+    assert any("released only in whole blocks" in n for n in res.notes)
+    assert plan_violations(blocks, res) == ()

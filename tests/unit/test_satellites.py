@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 from slurm_elastic.core.actions import Action, ActionKind
-from slurm_elastic.core.model import JobId, JobState, NodeName, Placement
+from slurm_elastic.core.model import JobId, JobState, NodeName, NodeState, Placement
 from slurm_elastic.jobreports import ingest, runtime_of
 from slurm_elastic.orders import Channel, verify
 from slurm_elastic.slurm.actions import SlurmActuator
-from slurm_elastic.slurm.parse import GpuRequest, JobRecord, parse_elastic_request
+from slurm_elastic.slurm.parse import GpuRequest, JobRecord, NodeRecord, build_snapshot, parse_elastic_request
 from slurm_elastic.slurm.satellites import NotExpressible, fold, initial_workers, leaving, new_satellites, sbatch_argv
 from slurm_elastic.store import Store
-from slurm_elastic.testing import make_job, make_nodes, make_snapshot
+from slurm_elastic.testing import make_job, make_nodes, make_snapshot, shipped_profiles
 from slurm_elastic_launcher.agent import Order
 from slurm_elastic_launcher.reports import Reporter
 
@@ -68,10 +68,28 @@ def test_leaving_frees_whole_allocations_per_node_satellites_first() -> None:
     assert out.workers == ("w4", "w5", "w6") and out.satellites == ("10", "9") and out.parent_nodes == ("n0", "n1")
     out = leaving(parent, current, layout, before, place({"n0": 2, "n2": 2}))
     assert set(out.workers) == {"w2", "w3", "w4"} and out.parent_nodes == ("n0",)
-    with pytest.raises(NotExpressible, match="freeing 1 GPU"):  # part of the parent's node would stay idle
-        leaving(parent, current, layout, before, place({"n0": 1, "n1": 3, "n2": 2}))
+    # one GPU fewer on n0 is not a whole block, but the 1-GPU satellite on n1 is: it leaves instead
+    out = leaving(parent, current, layout, before, place({"n0": 1, "n1": 3, "n2": 2}))
+    assert out.workers == ("w4",) and out.satellites == ("9",) and out.parent_nodes == ("n0", "n1")
+    no_small = {w: v for w, v in layout.items() if w != "w4"}
+    two = place({"n0": 2, "n1": 2, "n2": 2})
+    with pytest.raises(NotExpressible, match="no whole blocks free exactly 1 GPU"):  # part of a block would idle
+        leaving(parent, list(no_small), no_small, two, place({"n0": 2, "n1": 1, "n2": 2}))
     with pytest.raises(NotExpressible, match="never the batch host"):
-        leaving(parent, current, layout, before, place({"n1": 3, "n2": 2}))
+        leaving(parent, list(no_small), no_small, two, place({"n0": 1}))
+
+
+def test_shrink_sizes_follow_the_blocks_slurm_can_free() -> None:
+    comment = "slurm-elastic-orders=/x/job-1.orders"
+    job = rec("7", {"n0": 2, "n1": 2}, batch_host="n0", comment=comment)
+    sat = rec("9", {"n2": 1}, admin="slurm-elastic satellite-of=7")
+    (folded,) = fold([job, sat], {"9": "7"})
+    assert folded.release_blocks == (2, 1)
+    nodes = [NodeRecord(NodeName(n), NodeState.UP, ("MIXED",), 2, (), (), ("gpu",)) for n in ("n0", "n1", "n2")]
+    snap = build_snapshot(nodes, [folded], now=10.0, profiles=shipped_profiles())
+    assert snap.job(JobId("7")).shrink_sizes == (2, 3, 4)  # 5 GPUs: free the satellite, a node, or both
+    (plain,) = fold([rec("8", {"n0": 2, "n1": 2})], {})
+    assert plain.release_blocks is None  # not a launcher job: requeued at any size
 
 
 def test_fold_adds_running_satellites_to_their_running_job() -> None:
