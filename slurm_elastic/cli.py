@@ -179,7 +179,7 @@ def _parser() -> argparse.ArgumentParser:
     dm = sub.add_parser("demo", help="end to end on a real local Slurm cluster: daemon, elastic jobs resized "
                         "in place while they train, allocation report (root; a few minutes)")
     dm.add_argument("--out", type=Path, default=Path("out/demo"), help="folder for logs, store and report")
-    dm.add_argument("--policy", default="dp")
+    dm.add_argument("--policy", default="efq", help="planner (default efq: fair sharing makes resizes visible)")
     dm.add_argument("--nodes", type=_positive_int, default=3)
     dm.add_argument("--gpus-per-node", type=_positive_int, default=2)
     dm.add_argument("--timeout", type=float, default=600.0, help="seconds before the demo gives up waiting")
@@ -194,7 +194,8 @@ def _parser() -> argparse.ArgumentParser:
     ar.add_argument("--account", help="only this Slurm account (sacct -A)")
     ar.add_argument("--format", choices=("html", "csv", "json"), default="html", help="output format (default html)")
     ar.add_argument("--out", type=Path, required=True, metavar="DIR", help="report folder")
-    ar.add_argument("--store", type=Path, metavar="FILE", help="the daemon's state database (journaled resizes)")
+    ar.add_argument("--store", type=Path, metavar="FILE",
+                    help="the daemon's state database (journaled resizes, launcher reports, satellites)")
 
     wi = sub.add_parser("what-if", help="replay a window of the cluster's history under policies (simulated)")
     wi.add_argument("--since", required=True, metavar="DATE", help="YYYY-MM-DD[THH:MM[:SS]], today, now-7d ...")
@@ -561,17 +562,23 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
     since, until = _window(args)
     records = read_accounting(since, until, account=args.account)
-    journal = None
+    journal = progress = satellites = None
     if args.store:
         from slurm_elastic.store import Store
 
         if not args.store.is_file():
             raise ConfigError(f"--store {args.store}: no such file (rule: the daemon's existing state database)")
         store = Store(args.store)
-        journal = {j: store.actions_of(j) for j in {str(r.job_id) for r in records}}
-        store.close()
+        try:
+            satellites = store.satellites(include_ended=True)
+            ids = {str(r.job_id) for r in records} | set(satellites.values())
+            journal = {j: store.actions_of(j) for j in ids}
+            progress = {j: store.progress_of(j) for j in ids}
+        finally:
+            store.close()
     tables = allocation.allocation_tables(records, since=since.timestamp(), until=until.timestamp(),
-                                          total_gpus=cluster_gpus() or None, journal=journal)
+                                          total_gpus=cluster_gpus() or None, journal=journal, progress=progress,
+                                          satellites=satellites)
     if args.format == "html":
         paths = allocation.write_html(tables, args.out)
     else:

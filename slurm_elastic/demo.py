@@ -52,13 +52,13 @@ class DemoJob:
 
 DEFAULT_JOBS = (
     DemoJob("cnn-a", 1, 4, at=0.0, epochs=4, dataset_size=32768),
-    DemoJob("cnn-b", 1, 4, at=15.0, epochs=3, dataset_size=32768),
+    DemoJob("cnn-b", 1, 2, at=15.0, epochs=2, dataset_size=32768),
     DemoJob("cnn-c", 1, 2, at=30.0, epochs=2, dataset_size=32768),
 )
 
 
 def run_demo(out: Path, *, jobs: Sequence[DemoJob] = DEFAULT_JOBS, nodes: int = 3, gpus_per_node: int = 2,
-             policy: str = "dp", timeout_s: float = 600.0, keep: bool = False,
+             policy: str = "efq", timeout_s: float = 600.0, keep: bool = False,
              say: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the demo; returns its summary (also written to ``out/summary.json``).
 
@@ -182,8 +182,11 @@ def _finish(out: Path, started: dt.datetime, runner: Callable[[Sequence[str]], s
     time.sleep(2.0)  # let slurmctld hand the last job ends to slurmdbd
     records = read_accounting(started - dt.timedelta(minutes=1), dt.datetime.now() + dt.timedelta(minutes=1),
                               runner=runner)
-    journal = {j: store.actions_of(j) for j in {str(r.job_id) for r in records}}
-    tables = allocation.allocation_tables(records, total_gpus=total_gpus, journal=journal)
+    ids = {str(r.job_id) for r in records}
+    journal = {j: store.actions_of(j) for j in ids}
+    progress = {j: store.progress_of(j) for j in ids}
+    tables = allocation.allocation_tables(records, total_gpus=total_gpus, journal=journal, progress=progress,
+                                          satellites=store.satellites(include_ended=True))
     paths = allocation.write_html(tables, out / "report")
     summary = {"seconds": round(elapsed, 1), "jobs": per_job, "report": str(paths[0]),
                "allocation": tables["summary"]}

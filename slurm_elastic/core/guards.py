@@ -168,13 +168,14 @@ class GuardedPlanner:
         notes = []
         for job in snapshot.elastic_jobs():
             k = counts.get(job.job_id, 0)
-            if job.state is not JobState.RUNNING or not job.shrink_sizes or not 0 < k < job.num_gpus \
-                    or k in job.shrink_sizes:
+            sizes = job.shrink_sizes
+            if job.state is not JobState.RUNNING or sizes is None or not 0 < k < job.num_gpus or k in sizes:
                 continue
-            up = min([s for s in job.shrink_sizes if s >= k] + [job.num_gpus])
+            up = min([s for s in sizes if s >= k] + [job.num_gpus])
             counts[job.job_id] = up
+            reach = f"it can shrink to {', '.join(map(str, sizes))}" if sizes else "it cannot shrink"
             notes.append(f"job {job.job_id} kept at {up} GPUs, not {k}: its GPUs are released only in whole "
-                         f"blocks (it can shrink to {', '.join(map(str, job.shrink_sizes))})")
+                         f"blocks ({reach})")
         if notes:
             for job in sorted(snapshot.elastic_jobs(), key=lambda j: (-j.submit_time, j.job_id)):
                 over = sum(counts.values()) - total

@@ -181,7 +181,7 @@ class Job:
         model: key of the job's throughput profile in ``ClusterSnapshot.profiles``.
         progress: latest progress report.
         shrink_sizes: GPU counts below the current one that the job can be shrunk to, when its
-            GPUs are released only in whole blocks (empty: any count).
+            GPUs are released only in whole blocks (``()``: none, it cannot shrink; ``None``: any).
     """
 
     job_id: JobId
@@ -211,7 +211,7 @@ class Job:
     samples_at_last_change: int = 0
     model: str = ""
     progress: ProgressReport = field(default_factory=ProgressReport)
-    shrink_sizes: tuple[int, ...] = ()
+    shrink_sizes: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         def rule(ok: bool, what: str) -> None:
@@ -233,7 +233,7 @@ class Job:
         rule(running == (self.placement.num_gpus > 0),
              f"state {self.state.value} does not match placement of {self.placement.num_gpus} GPUs")
         rule((self.local_batch > 0) == running, f"local batch {self.local_batch} must be > 0 exactly when running")
-        rule(all(0 < k < self.placement.num_gpus for k in self.shrink_sizes),
+        rule(all(0 < k < self.placement.num_gpus for k in self.shrink_sizes or ()),
              f"shrink sizes {self.shrink_sizes} must lie strictly between 0 and the GPUs held "
              f"({self.placement.num_gpus})")
 

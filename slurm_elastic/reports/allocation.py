@@ -2,23 +2,30 @@
 
 This module owns two layers:
 
-* pure tables (:func:`group_jobs`, :func:`allocation_tables`): from :class:`AccountingRecord` lists
-  (``sacct --json``), optionally the daemon's action journal, to one JSON-ready dict of tables;
+* pure tables (:func:`group_jobs`, :func:`job_scaling`, :func:`allocation_tables`): from
+  :class:`AccountingRecord` lists (``sacct --json``), optionally the daemon's action journal, the
+  launchers' progress rows and the daemon's satellite map (all three from the store), to one
+  JSON-ready dict of tables;
 * rendering (:func:`write_json`, :func:`write_csv`, :func:`write_html`): ``allocation.json``, one
   CSV per table, or ``index.html`` with PNG plots drawn on an explicit Agg canvas (the helpers and
   style of :mod:`slurm_elastic.reports.simulation`).
 
 It must not run Slurm commands, open the store or read the clock: the caller hands it the records,
-the journal and the window (``slurm-elastic report`` does that).
+the journal, the progress rows, the satellite map and the window (``slurm-elastic report`` does that).
 
 Definitions (times are seconds since the epoch, durations seconds):
 
 * **Job.** One Slurm job id. Slurm 22.05 lists a resized job once per shape under the same id; the
-  earlier shapes say ``RESIZING``. Those *segments* are one job. A *satellite* allocation (a job whose
-  AdminComment is ``slurm-elastic satellite-of=<jobid> ...``, a format reserved for grow-by-expander)
-  is counted as part of ``<jobid>``: its GPU-hours go to that job's account and user (and to the
-  satellite's own partition), and it counts as one resize of that job. A *GPU job* is one with a
-  segment that held at least one GPU; other jobs are counted in the summary and left out of the tables.
+  earlier shapes say ``RESIZING``. Those *segments* are one job. A *satellite* allocation is counted
+  as part of its parent job: its GPU-hours go to the parent's account and user (and to the
+  satellite's own partition), and it counts as one resize of that job. A record is a satellite of
+  ``<jobid>`` when its AdminComment is ``slurm-elastic satellite-of=<jobid> ...`` (what the daemon
+  sets with ``scontrol update JobId=<sat> AdminComment="slurm-elastic satellite-of=<jobid>"``, see
+  :func:`slurm_elastic.slurm.satellites.mark_argv`), or, failing that, when the daemon's store lists
+  its id as a satellite of ``<jobid>`` (``satellites``: the AdminComment can be missing from the
+  ``sacct`` record: 22.05 writes it to the database only when the job ends, and the ``scontrol``
+  that sets it may have failed). A *GPU job* is one with a segment that held at least one GPU;
+  other jobs are counted in the summary and left out of the tables.
 * **Elastic.** The primary job's AdminComment starts with the token ``slurm-elastic`` (22.05 writes
   the AdminComment to the database when the job ends; a still running elastic job may read as rigid).
 * **GPU-hours.** Sum over segments of ``allocated GPUs x elapsed``, clipped to the report window
@@ -30,10 +37,32 @@ Definitions (times are seconds since the epoch, durations seconds):
 * **JCT** = end of the last segment - submission of the first; **queue time** = first start - first
   submission; distributions (count, p50, p90, max; percentiles by linear interpolation, as numpy)
   over finished GPU jobs (JCT) and started GPU jobs (queue time).
-* **Resizes.** ``resizes_slurm`` = RESIZING segments + satellites (what Slurm saw);
-  ``resizes_journaled`` = SHRINK/GROW/MOVE actions the daemon journaled (with a store). Their measured
-  cost is the journaled action's wall time (``finished - started``: scontrol plus the launcher
-  handshake); without a store the cost is unknown and reported as null.
+* **Resizes.** Three counts that measure different things, side by side in the ``resizes`` table:
+  ``resizes_slurm`` = RESIZING segments + satellites (what Slurm saw); ``resizes_journaled`` =
+  SHRINK/GROW/MOVE actions the daemon journaled (with a store), whose cost (``mean_cost_s``,
+  ``max_cost_s``) is the journaled action's wall time (``finished - started``: the daemon's
+  ``scontrol``/``sbatch`` commands plus the order handshake, as the *daemon* timed them);
+  ``resizes_reported`` = the job's own ``resize`` reports (in-place resizes and recoveries from a
+  lost worker, as the launcher's rank 0 saw them), whose cost (``mean_pause_s``, ``max_pause_s``)
+  is the report's ``pause_s``: seconds from the step boundary where the job switched to training
+  again at the new size, the pause the *training* saw. Without a store the journaled and reported figures are
+  unknown (null); a job without launcher reports has null reported figures.
+* **Scaled-job efficiency** (from the launcher's progress rows, over the job's whole life, not
+  clipped to the window). A row of kind ``progress`` or ``end`` with a positive ``throughput``
+  measures the window since the job's previous row (of any kind), ``dt = t - t_prev``, all at the
+  row's ``gpus`` (= workers: every resize writes a row, which starts a new window, so a window
+  never spans two sizes; ``resize`` rows, whose window includes the pause, measure nothing). At
+  each measured size ``k``: ``T(k)`` = summed ``dt`` (training seconds), and the throughput
+  ``X(k) = sum(throughput x dt) / T(k)`` (samples/s: samples trained at ``k`` over seconds trained
+  at ``k``). With ``k0`` the smallest measured size, the efficiency at ``k`` is
+  ``E(k) = (X(k) / k) / (X(k0) / k0)``, the throughput per GPU relative to that at ``k0`` (1 at
+  ``k0``; 1 everywhere is linear scaling). The job's mean efficiency is GPU-seconds weighted over
+  its measured sizes: ``sum(k T(k) E(k)) / sum(k T(k))``; an account's (and the summary's) is the
+  same weighting over the sizes of all its jobs that ran at two or more measured sizes. It is
+  null, with a note, for a job without launcher reports (no store, or a job not run by the
+  launcher), without a measured window, or measured at one size only. The efficiency is what the
+  training saw: where the global batch changed with the size it includes the batch's effect on
+  throughput, not the communication cost alone.
 * **Finish-time fairness** (Themis, as the simulator's metric): ``FTF = JCT / JCT_fair`` with
   ``JCT_fair = exec x max(1, N_avg x g / G)``, ``exec`` the job's summed elapsed, ``g`` its mean GPUs
   held (GPU-seconds / exec), ``G`` the cluster's GPUs and ``N_avg`` the time-average number of GPU jobs
@@ -80,12 +109,15 @@ if TYPE_CHECKING:
 __all__ = [
     "CSV_TABLES",
     "SATELLITE_KEY",
+    "JobScaling",
     "JobUsage",
     "ReportDataError",
     "Segment",
+    "SizeThroughput",
     "allocation_tables",
     "group_jobs",
     "is_elastic",
+    "job_scaling",
     "satellite_parent",
     "write_csv",
     "write_html",
@@ -98,11 +130,14 @@ SATELLITE_KEY = "satellite-of"
 RESIZE_KINDS = frozenset({ActionKind.SHRINK, ActionKind.GROW, ActionKind.MOVE})
 """Journaled action kinds that change a job's GPUs."""
 
+MEASURED_KINDS = frozenset({"progress", "end"})
+"""Progress row kinds whose ``throughput`` measures a window at one size (a ``resize`` row's includes its pause)."""
+
 # Tables written as CSV (one file each, <name>.csv), in this order, with their columns.
 CSV_TABLES: dict[str, tuple[str, ...]] = {
     "summary": ("since", "until", "total_gpus", "jobs", "gpu_jobs", "elastic_jobs", "jobs_without_gpus",
                 "gpu_hours", "elastic_gpu_hours", "rigid_gpu_hours", "mean_gpus_held", "mean_utilization",
-                "resizes_slurm", "resizes_journaled"),
+                "resizes_slurm", "resizes_journaled", "resizes_reported", "mean_efficiency"),
     "by_account": ("account", "jobs", "elastic_jobs", "gpu_hours", "elastic_gpu_hours", "rigid_gpu_hours", "share"),
     "by_user": ("user", "jobs", "elastic_jobs", "gpu_hours", "elastic_gpu_hours", "rigid_gpu_hours", "share"),
     "by_partition": ("partition", "jobs", "elastic_jobs", "gpu_hours", "elastic_gpu_hours", "rigid_gpu_hours",
@@ -110,11 +145,15 @@ CSV_TABLES: dict[str, tuple[str, ...]] = {
     "utilization": ("t", "gpus_held", "total_gpus", "utilization"),
     "distributions": ("metric", "jobs", "n", "p50", "p90", "max"),
     "resizes": ("job_id", "account", "elastic", "resizes_slurm", "satellites", "resizes_journaled",
-                "journaled_failed", "mean_cost_s", "max_cost_s"),
+                "journaled_failed", "mean_cost_s", "max_cost_s", "resizes_reported", "mean_pause_s", "max_pause_s"),
+    "scaling": ("job_id", "user", "account", "elastic", "sizes", "measured_s", "throughput", "throughput_per_gpu",
+                "efficiency", "mean_efficiency", "note"),
+    "scaling_by_account": ("account", "jobs", "jobs_reporting", "jobs_scaled", "measured_gpu_hours",
+                           "mean_efficiency", "min_efficiency", "note"),
     "fairness": ("account", "jobs", "jobs_with_ftf", "mean_ftf", "max_ftf", "unfair_fraction", "note"),
     "jobs": ("job_id", "user", "account", "partition", "elastic", "state", "submit", "start", "end", "queue",
              "jct", "exec", "gpus_first", "gpu_hours", "segments", "resizes_slurm", "satellites",
-             "resizes_journaled", "ftf"),
+             "resizes_journaled", "resizes_reported", "efficiency", "ftf"),
 }
 
 PLOTS: tuple[str, ...] = ("utilization_over_time.png", "gpu_hours_by_account.png", "jct_queue_cdf.png")
@@ -281,19 +320,34 @@ def _order(seg: Segment) -> tuple[float, int, float]:
             seg.end if seg.end is not None else math.inf)
 
 
-def group_jobs(records: Iterable[AccountingRecord]) -> list[JobUsage]:
+def _parent_of(rec: AccountingRecord, satellites: Mapping[str, str]) -> str | None:
+    """The record's parent job: from its AdminComment, else from the daemon's satellite map."""
+    parent = satellite_parent(rec.admin_comment)
+    if parent is None:
+        parent = satellites.get(str(rec.job_id), satellites.get(str(rec.slurm_job_id)))
+    return parent if parent is not None and parent != str(rec.job_id) else None
+
+
+def group_jobs(records: Iterable[AccountingRecord], satellites: Mapping[str, str] | None = None) -> list[JobUsage]:
     """Group ``sacct`` records into jobs: a resized job's segments and its satellites become one job.
 
     Pure. Records of one id keep their order of time; satellites whose parent is not among the
     records form a job of the parent's id with the satellite's attributes.
 
+    Args:
+        records: ``sacct`` records.
+        satellites: the daemon's satellite map, satellite job id -> parent job id
+            (:meth:`Store.satellites` with ``include_ended=True``); it places a record whose
+            AdminComment names no parent. ``None``: AdminComments only.
+
     Returns:
         Jobs sorted by first submission, then id.
     """
+    sat_map: Mapping[str, str] = satellites if satellites is not None else {}
     own: dict[str, list[AccountingRecord]] = {}
     sats: dict[str, list[AccountingRecord]] = {}
     for rec in records:
-        parent = satellite_parent(rec.admin_comment)
+        parent = _parent_of(rec, sat_map)
         (sats.setdefault(parent, []) if parent is not None else own.setdefault(str(rec.job_id), [])).append(rec)
     jobs: list[JobUsage] = []
     for job_id in sorted(set(own) | set(sats), key=_id_key):
@@ -432,9 +486,171 @@ def _journal_stats(entries: Sequence[JournalEntry]) -> tuple[int, int, float | N
     return len(resizes), failed, (float(np.mean(costs)) if costs else None), (max(costs) if costs else None)
 
 
+@dataclass(frozen=True, slots=True)
+class SizeThroughput:
+    """What a job's progress rows measured at one size.
+
+    Attributes:
+        gpus: the size (GPUs = workers).
+        seconds: ``T(k)``, summed windows measured at this size (seconds of training, pauses excluded).
+        throughput: ``X(k)``, samples/s over those windows (window-length weighted).
+    """
+
+    gpus: int
+    seconds: float
+    throughput: float
+
+    @property
+    def per_gpu(self) -> float:
+        """Throughput per GPU (samples/s/GPU)."""
+        return self.throughput / self.gpus
+
+
+@dataclass(frozen=True, slots=True)
+class JobScaling:
+    """A job's scaling and resize pauses from its launcher's progress rows (definitions in the module docstring).
+
+    Attributes:
+        measured: one entry per measured size, smallest first.
+        seen: every size a row named (measured or not), smallest first.
+        resizes: ``resize`` rows (in-place resizes and recoveries from a lost worker).
+        pauses: their ``pause_s`` (seconds), where given.
+    """
+
+    measured: tuple[SizeThroughput, ...]
+    seen: tuple[int, ...]
+    resizes: int
+    pauses: tuple[float, ...]
+
+    @property
+    def efficiency(self) -> tuple[float, ...] | None:
+        """``E(k)`` at each measured size, ``None`` below two measured sizes."""
+        if len(self.measured) < 2:
+            return None
+        base = self.measured[0].per_gpu
+        return tuple(m.per_gpu / base for m in self.measured)
+
+    @property
+    def weight(self) -> float:
+        """Measured GPU-seconds, ``sum(k T(k))``: the weight of this job's mean efficiency."""
+        return float(sum(m.gpus * m.seconds for m in self.measured))
+
+    @property
+    def mean_efficiency(self) -> float | None:
+        """GPU-seconds-weighted mean of ``E(k)``, ``None`` below two measured sizes."""
+        eff = self.efficiency
+        if eff is None or self.weight <= 0:
+            return None
+        return float(sum(m.gpus * m.seconds * e for m, e in zip(self.measured, eff, strict=True)) / self.weight)
+
+    @property
+    def note(self) -> str:
+        """Why the efficiency is unknown, or which sizes were seen without a measurement; ``""`` if nothing to say."""
+        unmeasured = sorted(set(self.seen) - {m.gpus for m in self.measured})
+        gap = f"no throughput measured at {', '.join(map(str, unmeasured))} GPUs" if unmeasured else ""
+        if not self.measured:
+            return "no throughput measured (reports without a measured window)"
+        if len(self.measured) == 1:
+            k = self.measured[0].gpus
+            one = f"ran at one measured size ({k} GPU{'' if k == 1 else 's'})"
+            return f"{one}; {gap}" if gap else one
+        return gap
+
+
+def job_scaling(rows: Sequence[Mapping[str, Any]]) -> JobScaling:
+    """Measure a job's throughput per size and its resize pauses from its progress rows. Pure.
+
+    Args:
+        rows: the job's progress rows (:meth:`Store.progress_of`: ``t``, ``kind``, ``gpus``,
+            ``throughput`` (samples/s or ``None``), ``pause_s``), in any order; sorted by ``t`` here.
+
+    Returns:
+        The per-size throughput (see the module docstring), sizes seen, and resize reports.
+    """
+    ordered = sorted(rows, key=lambda r: float(r["t"]))
+    seconds: dict[int, float] = {}
+    samples: dict[int, float] = {}
+    seen: set[int] = set()
+    resizes = 0
+    pauses: list[float] = []
+    prev: float | None = None
+    for r in ordered:
+        t, k, kind = float(r["t"]), int(r["gpus"]), str(r["kind"])
+        if k > 0:
+            seen.add(k)
+        if kind == "resize":
+            resizes += 1
+            if r.get("pause_s") is not None:
+                pauses.append(float(r["pause_s"]))
+        elif kind in MEASURED_KINDS and prev is not None and t > prev and k > 0:
+            thr = r.get("throughput")
+            if thr is not None and float(thr) > 0:
+                seconds[k] = seconds.get(k, 0.0) + (t - prev)
+                samples[k] = samples.get(k, 0.0) + float(thr) * (t - prev)
+        prev = t
+    measured = tuple(SizeThroughput(k, seconds[k], samples[k] / seconds[k]) for k in sorted(seconds))
+    return JobScaling(measured, tuple(sorted(seen)), resizes, tuple(pauses))
+
+
+def _weighted_efficiency(scalings: Iterable[JobScaling]) -> float | None:
+    scaled = [s for s in scalings if s.mean_efficiency is not None]
+    weight = sum(s.weight for s in scaled)
+    if weight <= 0:
+        return None
+    return float(sum(s.weight * (s.mean_efficiency or 0.0) for s in scaled) / weight)
+
+
+def _scaling_rows(jobs: Sequence[JobUsage], scaling: Mapping[str, JobScaling | None],
+                  progress_known: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The ``scaling`` rows (elastic jobs and jobs with reports) and the ``scaling_by_account`` rows."""
+    no_reports = "no launcher reports" if progress_known else "no store given: launcher reports unknown"
+    rows = []
+    members: dict[str, list[JobScaling | None]] = {}
+    for j in jobs:
+        sc = scaling.get(j.job_id)
+        if sc is None and not j.elastic:
+            continue
+        members.setdefault(j.account, []).append(sc)
+        eff = sc.efficiency if sc is not None else None
+        rows.append({
+            "job_id": j.job_id, "user": j.user, "account": j.account, "elastic": j.elastic,
+            "sizes": [m.gpus for m in sc.measured] if sc is not None else None,
+            "measured_s": [m.seconds for m in sc.measured] if sc is not None else None,
+            "throughput": [m.throughput for m in sc.measured] if sc is not None else None,
+            "throughput_per_gpu": [m.per_gpu for m in sc.measured] if sc is not None else None,
+            "efficiency": list(eff) if eff is not None else None,
+            "mean_efficiency": sc.mean_efficiency if sc is not None else None,
+            "note": sc.note if sc is not None else no_reports,
+        })
+    by_account = []
+    for account in sorted(members):
+        mine = members[account]
+        reporting = [s for s in mine if s is not None]
+        scaled = [e for s in reporting if (e := s.mean_efficiency) is not None]
+        if not progress_known:
+            note = "no store given"
+        elif not reporting:
+            note = "no job with launcher reports"
+        elif not scaled:
+            note = "no job measured at two or more sizes"
+        elif len(reporting) < len(mine):
+            note = f"{len(mine) - len(reporting)} job(s) without launcher reports"
+        else:
+            note = ""
+        by_account.append({
+            "account": account, "jobs": len(mine), "jobs_reporting": len(reporting), "jobs_scaled": len(scaled),
+            "measured_gpu_hours": _hours(sum(s.weight for s in reporting)) if progress_known else None,
+            "mean_efficiency": _weighted_efficiency(reporting), "min_efficiency": min(scaled) if scaled else None,
+            "note": note,
+        })
+    return rows, by_account
+
+
 def allocation_tables(records: Sequence[AccountingRecord], *, since: float | None = None,
                       until: float | None = None, total_gpus: int | None = None,
-                      journal: Mapping[str, Sequence[JournalEntry]] | None = None) -> dict[str, Any]:
+                      journal: Mapping[str, Sequence[JournalEntry]] | None = None,
+                      progress: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+                      satellites: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Every table of the allocation report (definitions in the module docstring). Pure.
 
     Args:
@@ -444,18 +660,24 @@ def allocation_tables(records: Sequence[AccountingRecord], *, since: float | Non
         total_gpus: GPUs in the cluster, ``None`` if unknown (utilization and FTF are then null).
         journal: the daemon's journaled actions by job id (:meth:`Store.actions_of`), ``None`` without
             a store.
+        progress: the launchers' progress rows by job id (:meth:`Store.progress_of`; a job absent or
+            with no rows has no launcher reports), ``None`` without a store.
+        satellites: satellite job id -> parent job id (:meth:`Store.satellites` with
+            ``include_ended=True``), for satellites whose AdminComment is missing; ``None`` without a store.
 
     Returns:
         A JSON-ready dict: ``summary`` (one dict), ``by_account``, ``by_user``, ``by_partition``,
-        ``utilization``, ``distributions``, ``resizes``, ``fairness``, ``jobs`` (lists of row dicts with
-        the columns of :data:`CSV_TABLES`), and ``notes`` (what could not be computed and why).
+        ``utilization``, ``distributions``, ``resizes``, ``fairness``, ``scaling``,
+        ``scaling_by_account``, ``jobs`` (lists of row dicts with the columns of :data:`CSV_TABLES`; in
+        ``scaling`` the per-size columns are lists, one entry per measured size), and ``notes`` (what
+        could not be computed and why).
 
     Raises:
         ReportDataError: ``until`` before ``since``, or ``total_gpus < 1``.
     """
     if total_gpus is not None and total_gpus < 1:
         raise ReportDataError(f"total_gpus {total_gpus}: must be >= 1 (or unknown)")
-    all_jobs = group_jobs(records)
+    all_jobs = group_jobs(records, satellites)
     jobs = [j for j in all_jobs if j.has_gpus]
     starts = [s.start for j in jobs for s in j.segments if s.start is not None]
     ends = [s.end for j in jobs for s in j.segments if s.end is not None]
@@ -478,6 +700,15 @@ def allocation_tables(records: Sequence[AccountingRecord], *, since: float | Non
     stats = {j.job_id: _journal_stats(journal.get(j.job_id, ())) for j in jobs} if journal is not None else {}
     if journal is None:
         notes.append("no store given: daemon-journaled resizes and their measured cost are unknown")
+    scaling: dict[str, JobScaling | None] = {
+        j.job_id: job_scaling(rows) if progress is not None and (rows := progress.get(j.job_id)) else None
+        for j in jobs}
+    if progress is None:
+        notes.append("no store given: launcher reports (scaled-job efficiency, resize pauses the jobs measured) "
+                     "are unknown")
+    elif silent := sum(1 for j in jobs if j.elastic and scaling[j.job_id] is None):
+        notes.append(f"{silent} elastic job(s) without launcher reports: their efficiency and measured resize "
+                     "pauses are null")
 
     summary = {
         "since": lo, "until": hi, "total_gpus": total_gpus, "jobs": len(all_jobs), "gpu_jobs": len(jobs),
@@ -487,6 +718,9 @@ def allocation_tables(records: Sequence[AccountingRecord], *, since: float | Non
         "mean_utilization": mean_held / total_gpus if mean_held is not None and total_gpus else None,
         "resizes_slurm": sum(j.resizes_slurm for j in jobs),
         "resizes_journaled": sum(s[0] for s in stats.values()) if journal is not None else None,
+        "resizes_reported": sum(sc.resizes for sc in scaling.values() if sc is not None)
+        if progress is not None else None,
+        "mean_efficiency": _weighted_efficiency(sc for sc in scaling.values() if sc is not None),
     }
     dists = []
     for cls, members in (("all", jobs), ("elastic", [j for j in jobs if j.elastic]),
@@ -498,12 +732,16 @@ def allocation_tables(records: Sequence[AccountingRecord], *, since: float | Non
     resizes = []
     for j in jobs:
         n_j, failed, mean_c, max_c = stats.get(j.job_id, (0, 0, None, None))
-        if j.resizes_slurm or n_j:
+        sc = scaling[j.job_id]
+        if j.resizes_slurm or n_j or (sc is not None and sc.resizes):
             resizes.append({"job_id": j.job_id, "account": j.account, "elastic": j.elastic,
                             "resizes_slurm": j.resizes_slurm, "satellites": j.satellites,
                             "resizes_journaled": n_j if journal is not None else None,
                             "journaled_failed": failed if journal is not None else None,
-                            "mean_cost_s": mean_c, "max_cost_s": max_c})
+                            "mean_cost_s": mean_c, "max_cost_s": max_c,
+                            "resizes_reported": sc.resizes if sc is not None else None,
+                            "mean_pause_s": float(np.mean(sc.pauses)) if sc is not None and sc.pauses else None,
+                            "max_pause_s": max(sc.pauses) if sc is not None and sc.pauses else None})
     fairness = []
     for account in sorted({j.account for j in jobs}):
         mine = [j for j in jobs if j.account == account]
@@ -529,8 +767,11 @@ def allocation_tables(records: Sequence[AccountingRecord], *, since: float | Non
             "queue": j.queue, "jct": j.jct, "exec": j.exec_seconds, "gpus_first": j.first_gpus,
             "gpu_hours": _hours(sum(seconds[j.job_id, k] for k in range(len(j.segments)))),
             "segments": len(j.segments), "resizes_slurm": j.resizes_slurm, "satellites": j.satellites,
-            "resizes_journaled": journaled, "ftf": ftf[j.job_id],
+            "resizes_journaled": journaled,
+            "resizes_reported": sc.resizes if (sc := scaling[j.job_id]) is not None else None,
+            "efficiency": sc.mean_efficiency if sc is not None else None, "ftf": ftf[j.job_id],
         })
+    scaling_rows, scaling_accounts = _scaling_rows(jobs, scaling, progress is not None)
     return {
         "summary": summary,
         "by_account": _group_rows("account", jobs, seconds, "account", total_s),
@@ -540,6 +781,8 @@ def allocation_tables(records: Sequence[AccountingRecord], *, since: float | Non
         "distributions": dists,
         "resizes": resizes,
         "fairness": fairness,
+        "scaling": scaling_rows,
+        "scaling_by_account": scaling_accounts,
         "jobs": job_rows,
         "notes": notes,
     }
@@ -651,7 +894,16 @@ def _fmt(value: Any, places: int) -> str:
         return f"{value:,}"
     if isinstance(value, float):
         return f"{value:,.{places}f}"
+    if isinstance(value, list | tuple):
+        return " / ".join(_fmt(v, places) for v in value)
     return str(value)
+
+
+def _numbers(value: Any) -> list[float]:
+    """The numbers of a cell (a list cell's entries), booleans excluded."""
+    if isinstance(value, list | tuple):
+        return [x for v in value for x in _numbers(v)]
+    return [float(value)] if isinstance(value, int | float) and not isinstance(value, bool) else []
 
 
 def _html_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], scale: Mapping[str, float]) -> list[str]:
@@ -659,8 +911,7 @@ def _html_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], scale
     out = ["<table>", "<thead><tr>" + "".join(f"<th>{esc(c)}</th>" for c in columns) + "</tr></thead>", "<tbody>"]
     places = {}
     for c in columns:
-        nums = [float(v) / scale.get(c, 1.0) for r in rows if isinstance(v := r.get(c), int | float)
-                and not isinstance(v, bool)]
+        nums = [v / scale.get(c, 1.0) for r in rows for v in _numbers(r.get(c))]
         places[c] = _decimals(nums) if nums else 0
     for r in rows:
         cells = []
@@ -724,6 +975,8 @@ def write_html(tables: Mapping[str, Any], out_dir: Path, *, title: str = "GPU al
         (f"JCT and queue time ({_UNIT_NAMES[dur[0]]})", "distributions", {"p50": dur[1], "p90": dur[1], "max": dur[1]}),
         ("Finish-time fairness per account", "fairness", {}),
         ("Resizes", "resizes", {}),
+        ("Scaled-job efficiency per job (sizes in GPUs, throughput in samples/s)", "scaling", {}),
+        ("Scaled-job efficiency per account", "scaling_by_account", {}),
     )
     for heading, name, scale in sections:
         lines.append(f"<h2>{esc(heading)}</h2>")
@@ -732,8 +985,11 @@ def write_html(tables: Mapping[str, Any], out_dir: Path, *, title: str = "GPU al
         else:
             lines.append('<p class="note">None in the window.</p>')
     lines.append('<p class="note">GPU-hours are clipped to the window; share is of all GPU-hours. FTF = JCT / '
-                 "JCT with a fair 1/N share of the cluster (&gt; 1 is unfair); resize cost is the daemon's "
-                 "journaled action time in seconds.</p>")
+                 "JCT with a fair 1/N share of the cluster (&gt; 1 is unfair). Resize cost is the daemon's "
+                 "journaled action time in seconds (its commands and the order handshake); resize pause is what "
+                 "the job's training measured (seconds from the switch to training again at the new size). "
+                 "Efficiency at k GPUs = (X(k)/k) / (X(k0)/k0), X the measured throughput and k0 the smallest "
+                 "measured size; the mean is weighted by the GPU-seconds measured at each size.</p>")
     lines.append("<h2>Plots</h2>")
     for name, png in images.items():
         data = base64.b64encode(png).decode("ascii")

@@ -1396,14 +1396,14 @@ def _elastic_job(rec: JobRecord, req: ElasticRequest, slots: list[tuple[str, int
         observed_throughput=rt.observed_throughput, placement=Placement.of(slots), local_batch=local,
         start_time=start, run_time=run_time, last_change_time=last_change,
         samples_at_last_change=rt.samples_at_last_change, model=model, progress=rt.progress,
-        shrink_sizes=_shrink_sizes(k, rec.release_blocks) if running else (),
+        shrink_sizes=_shrink_sizes(k, rec.release_blocks) if running else None,
     )
 
 
-def _shrink_sizes(k: int, blocks: tuple[int, ...] | None) -> tuple[int, ...]:
-    """The counts below ``k`` reachable by freeing whole blocks (none: any count)."""
+def _shrink_sizes(k: int, blocks: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    """The counts below ``k`` reachable by freeing whole blocks (``None`` when any count can go)."""
     if blocks is None:
-        return ()
+        return None
     sums = {0}
     for b in blocks:
         sums |= {s + b for s in sums}

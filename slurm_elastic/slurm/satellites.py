@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from slurm_elastic.core.model import JobState, Placement
+from slurm_elastic.core.model import JobState, NodeName, Placement
 from slurm_elastic.errors import ElasticError
 from slurm_elastic.orders import COMMENT_KEY
 from slurm_elastic.slurm.parse import JobRecord
@@ -167,7 +167,8 @@ def leaving(parent: JobRecord, current: Sequence[str], layout: Layout, before: P
 Block = tuple[str, str]
 
 
-def _per_node(movable: list[Block], groups: Mapping[Block, list[str]], wanted: Mapping[str, int]) -> list[Block] | None:
+def _per_node(movable: list[Block], groups: Mapping[Block, list[str]],
+              wanted: Mapping[NodeName, int]) -> list[Block] | None:
     """Blocks that free exactly the planned GPUs on each node, if such blocks exist."""
     out: list[Block] = []
     for node, free in sorted(wanted.items()):

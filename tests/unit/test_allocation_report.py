@@ -19,6 +19,7 @@ from slurm_elastic.reports.allocation import (
     ReportDataError,
     allocation_tables,
     group_jobs,
+    job_scaling,
     satellite_parent,
     write_csv,
     write_html,
@@ -27,6 +28,7 @@ from slurm_elastic.reports.allocation import (
 from slurm_elastic.sim.runner import PolicySpec
 from slurm_elastic.sim.workload import load_trace
 from slurm_elastic.slurm.parse import AccountingRecord, parse_sacct
+from slurm_elastic.slurm.satellites import mark_argv
 from slurm_elastic.store import JournalEntry
 from slurm_elastic.whatif import (
     TRACE_COLUMNS,
@@ -204,6 +206,117 @@ def test_journal_resizes_and_cost() -> None:
     assert rows_by(allocation_tables(synthetic()), "resizes", "job_id")["11"]["resizes_journaled"] is None
 
 
+def row(t: float, kind: str, gpus: int, throughput: float | None = None,
+        pause_s: float | None = None) -> dict[str, Any]:
+    """A progress row as :meth:`Store.progress_of` returns it."""
+    return {"t": t, "samples": 0, "gpus": gpus, "global_batch": 32 * gpus, "throughput": throughput, "loss": None,
+            "metric": None, "kind": kind, "pause_s": pause_s, "epoch_size": 1000}
+
+
+def progress() -> dict[str, list[dict[str, Any]]]:
+    """Hand-computed launcher reports (throughput in samples/s, windows = time since the previous row)."""
+    return {
+        # job 11: X(2) = (200 x 100 + 230 x 200) / 300 = 220 over 300 s; X(4) = 352 over 100 s (the resize row's
+        # 150 covers its pause and is not a measurement); X(8) = 528 over 100 s (the end row measures).
+        # Per GPU 110, 88, 66 -> efficiency 1, 0.8, 0.6; weights 2 x 300, 4 x 100, 8 x 100 GPU-s -> 1400 / 1800.
+        "11": [row(1000, "progress", 2), row(1100, "progress", 2, 200), row(1300, "progress", 2, 230),
+               row(1310, "resize", 4, 150, 6.0), row(1410, "progress", 4, 352), row(1420, "resize", 8, 80, 10.0),
+               row(1520, "end", 8, 528)],
+        # job 10 (rigid in sacct, yet it reported): X(1) = 100 over 100 s, X(2) = 190 over 100 s -> 1, 0.95;
+        # weights 100, 200 -> 290 / 300
+        "10": [row(0, "progress", 1), row(100, "progress", 1, 100), row(110, "resize", 2, None, 2.0),
+               row(210, "progress", 2, 190)],
+        # job 14: one size only
+        "14": [row(0, "progress", 1), row(50, "progress", 1, 40)],
+    }
+
+
+def test_job_scaling_by_hand() -> None:
+    sc = job_scaling(list(reversed(progress()["11"])))  # any order: sorted by t
+    assert [(m.gpus, m.seconds, m.throughput) for m in sc.measured] == [(2, 300, 220), (4, 100, 352), (8, 100, 528)]
+    assert sc.efficiency == pytest.approx((1.0, 0.8, 0.6))
+    assert sc.weight == pytest.approx(1800)
+    assert sc.mean_efficiency == pytest.approx(1400 / 1800)
+    assert sc.resizes == 2 and sc.pauses == (6.0, 10.0) and sc.note == ""
+    one = job_scaling(progress()["14"])
+    assert one.efficiency is None and one.mean_efficiency is None and "one measured size (1 GPU)" in one.note
+    gap = job_scaling([*progress()["11"], row(1530, "resize", 16, None, 3.0)])
+    assert gap.mean_efficiency == pytest.approx(1400 / 1800) and gap.note == "no throughput measured at 16 GPUs"
+    silent = job_scaling([row(0, "progress", 2), row(10, "resize", 4, None, 1.0)])
+    assert silent.measured == () and silent.mean_efficiency is None and "no throughput measured" in silent.note
+
+
+def test_scaling_tables_and_reported_resizes() -> None:
+    t = allocation_tables(synthetic(), total_gpus=8, progress=progress())
+    sc = rows_by(t, "scaling", "job_id")
+    assert set(sc) == {"10", "11", "14"}  # elastic jobs and jobs with reports
+    assert sc["11"]["sizes"] == [2, 4, 8] and sc["11"]["throughput"] == pytest.approx([220, 352, 528])
+    assert sc["11"]["throughput_per_gpu"] == pytest.approx([110, 88, 66])
+    assert sc["11"]["efficiency"] == pytest.approx([1.0, 0.8, 0.6])
+    assert sc["11"]["mean_efficiency"] == pytest.approx(1400 / 1800)
+    assert sc["10"]["mean_efficiency"] == pytest.approx(290 / 300) and sc["10"]["elastic"] is False
+    assert sc["14"]["efficiency"] is None and sc["14"]["mean_efficiency"] is None
+    assert "one measured size" in sc["14"]["note"]
+    jobs = rows_by(t, "jobs", "job_id")
+    assert jobs["11"]["efficiency"] == pytest.approx(1400 / 1800) and jobs["11"]["resizes_reported"] == 2
+    assert jobs["14"]["efficiency"] is None and jobs["14"]["resizes_reported"] == 0
+    acc = rows_by(t, "scaling_by_account", "account")
+    assert acc["A"]["mean_efficiency"] == pytest.approx((1400 + 290) / (1800 + 300))
+    assert acc["A"]["min_efficiency"] == pytest.approx(1400 / 1800)
+    assert (acc["A"]["jobs"], acc["A"]["jobs_reporting"], acc["A"]["jobs_scaled"]) == (2, 2, 2)
+    assert acc["A"]["measured_gpu_hours"] == pytest.approx(2100 / 3600)
+    assert acc["B"]["mean_efficiency"] is None and acc["B"]["note"] == "no job measured at two or more sizes"
+    assert t["summary"]["mean_efficiency"] == pytest.approx(1690 / 2100)
+    assert t["summary"]["resizes_reported"] == 3
+    r = rows_by(t, "resizes", "job_id")
+    assert r["11"]["resizes_reported"] == 2
+    assert r["11"]["mean_pause_s"] == pytest.approx(8.0) and r["11"]["max_pause_s"] == pytest.approx(10.0)
+    assert r["11"]["mean_cost_s"] is None  # journal-based cost: no journal given
+    assert r["10"]["resizes_reported"] == 1 and r["10"]["resizes_slurm"] == 0  # only the job saw it
+
+
+def test_jobs_without_reports_are_null_with_a_note() -> None:
+    t = allocation_tables(synthetic(), progress={"11": []})  # the store has no rows of job 11
+    sc = rows_by(t, "scaling", "job_id")
+    assert set(sc) == {"11"}  # the elastic job; rigid jobs without reports are not listed
+    assert sc["11"]["sizes"] is None and sc["11"]["efficiency"] is None and sc["11"]["mean_efficiency"] is None
+    assert sc["11"]["note"] == "no launcher reports"
+    assert rows_by(t, "jobs", "job_id")["11"]["efficiency"] is None
+    r = rows_by(t, "resizes", "job_id")["11"]
+    assert r["resizes_reported"] is None and r["mean_pause_s"] is None
+    assert rows_by(t, "scaling_by_account", "account")["A"]["note"] == "no job with launcher reports"
+    assert t["summary"]["mean_efficiency"] is None and t["summary"]["resizes_reported"] == 0
+    assert any("1 elastic job(s) without launcher reports" in n for n in t["notes"])
+    no_store = allocation_tables(synthetic())
+    assert rows_by(no_store, "scaling", "job_id")["11"]["note"].startswith("no store given")
+    assert no_store["summary"]["resizes_reported"] is None
+    assert any("launcher reports" in n and "no store" in n for n in no_store["notes"])
+
+
+def test_satellite_from_the_store_map_counts_as_its_parent() -> None:
+    # satellite 21 of job 11 whose sacct record lost its AdminComment: 2 GPUs x 900 s = 0.5 GPU-h
+    lost = rec(21, gpus=2, start=3000, elapsed=900, submit=2950, account="Z", user="zed")
+    alone = allocation_tables([*synthetic(), lost])
+    assert "21" in rows_by(alone, "jobs", "job_id") and "Z" in rows_by(alone, "by_account", "account")
+    t = allocation_tables([*synthetic(), lost], satellites={"21": "11", "99": "11"})
+    jobs = rows_by(t, "jobs", "job_id")
+    assert set(jobs) == {"10", "11", "14"}
+    assert jobs["11"]["gpu_hours"] == pytest.approx(4.5 + 0.5)
+    assert jobs["11"]["satellites"] == 2 and jobs["11"]["resizes_slurm"] == 3
+    acc = rows_by(t, "by_account", "account")
+    assert set(acc) == {"A", "B"} and acc["A"]["gpu_hours"] == pytest.approx(6.0)
+    assert acc["A"]["elastic_gpu_hours"] == pytest.approx(5.0)
+    assert t["summary"]["gpu_hours"] == pytest.approx(7.0)
+
+
+def test_satellite_mark_set_by_the_daemon_is_read_back() -> None:
+    key, _, value = mark_argv("21", "11")[-1].partition("=")  # scontrol update ... AdminComment=<value>
+    assert key == "AdminComment" and satellite_parent(value) == "11"
+    marked = rec(21, gpus=2, start=3000, elapsed=900, submit=2950, comment=value)
+    jobs = {j.job_id: j for j in group_jobs([*synthetic(), marked])}
+    assert "21" not in jobs and jobs["11"].satellites == 2
+
+
 def test_rendering_writes_every_format(tmp_path: Path) -> None:
     t = allocation_tables(synthetic(), total_gpus=8)
     paths = write_csv(t, tmp_path / "csv")
@@ -211,12 +324,21 @@ def test_rendering_writes_every_format(tmp_path: Path) -> None:
     with (tmp_path / "csv" / "by_account.csv").open() as fh:
         rows = list(csv.DictReader(fh))
     assert [r["account"] for r in rows] == ["A", "B"] and float(rows[0]["gpu_hours"]) == pytest.approx(5.5)
+    scaled = allocation_tables(synthetic(), total_gpus=8, progress=progress())
+    write_csv(scaled, tmp_path / "csv2")
+    with (tmp_path / "csv2" / "scaling.csv").open() as fh:
+        sc = {r["job_id"]: r for r in csv.DictReader(fh)}
+    assert json.loads(sc["11"]["sizes"]) == [2, 4, 8] and float(sc["11"]["mean_efficiency"]) == pytest.approx(7 / 9)
+    assert sc["14"]["mean_efficiency"] == ""
+    page = write_html(scaled, tmp_path / "html2")[-1].read_text()
+    assert "2 / 4 / 8" in page and "1.00 / 0.80 / 0.60" in page
     (js,) = write_json(t, tmp_path / "json")
     assert json.loads(js.read_text())["summary"]["gpu_hours"] == pytest.approx(6.5)
     html_paths = write_html(t, tmp_path / "html", title="<report>")
     assert [p.name for p in html_paths] == [*PLOTS, "index.html"]
     page = (tmp_path / "html" / "index.html").read_text()
     assert "&lt;report&gt;" in page and "data:image/png;base64," in page
+    assert "Scaled-job efficiency per job" in page and "no store given: launcher reports unknown" in page
     assert all(p.read_bytes()[:4] == b"\x89PNG" for p in html_paths[:-1])
 
 

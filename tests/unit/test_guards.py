@@ -95,3 +95,5 @@ def test_a_job_released_in_whole_blocks_is_never_planned_in_between() -> None:
     assert got[JobId("a")] == 4 and JobId("c") not in got  # 3 is not reachable: a keeps 4, c waits
     assert any("released only in whole blocks" in n for n in res.notes)
     assert plan_violations(blocks, res) == ()
+    stuck = make_snapshot(make_nodes(3, 2), [replace(a, shrink_sizes=()), b, c], now=100.0)
+    assert _plan(stuck, Guards(protect_rigid=False)).plan.by_job()[JobId("a")].num_gpus == 4  # cannot shrink

@@ -90,6 +90,8 @@ def test_shrink_sizes_follow_the_blocks_slurm_can_free() -> None:
     assert snap.job(JobId("7")).shrink_sizes == (2, 3, 4)  # 5 GPUs: free the satellite, a node, or both
     (plain,) = fold([rec("8", {"n0": 2, "n1": 2})], {})
     assert plain.release_blocks is None  # not a launcher job: requeued at any size
+    (alone,) = fold([rec("6", {"n0": 2}, comment=comment)], {})
+    assert alone.release_blocks == ()  # only the batch host: it cannot shrink at all
 
 
 def test_fold_adds_running_satellites_to_their_running_job() -> None:
