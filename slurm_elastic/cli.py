@@ -514,6 +514,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from slurm_elastic.demo import run_demo
 
     logging.getLogger().setLevel(logging.INFO)
+    logging.getLogger("slurm_elastic.daemon").setLevel(logging.WARNING)  # the demo narrates; no round lines
     summary = run_demo(args.out, nodes=args.nodes, gpus_per_node=args.gpus_per_node, policy=args.policy,
                        timeout_s=args.timeout, keep=args.keep, say=lambda line: print(line, flush=True))
     exact = all(j["exact"] for j in summary["jobs"])

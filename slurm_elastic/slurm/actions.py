@@ -198,6 +198,11 @@ class SlurmActuator:
             raise NotExpressible(f"job {a.job_id}: cannot grow in place: {exc}") from exc
         current = channel.workers(self._initial(rec, channel))
         sats = new_satellites(a.before, a.after, self.store.workers_of(a.job_id))
+        joiners = [w for sat in sats for w in sat.workers]
+        # The order first: the job keeps training until the joiners are ready, so a daemon that dies
+        # before the satellites are submitted leaves no allocation behind, only an order a later
+        # one supersedes.
+        seq = channel.send("resize", [*current, *joiners], self._batch(a, rec))
         submitted: list[str] = []
         try:
             for sat in sats:
@@ -209,9 +214,8 @@ class SlurmActuator:
         except ElasticError:
             for sat_id in submitted:
                 self._cancel(sat_id)
+            channel.send("resize", current)  # withdraw the joiners
             raise
-        joiners = [w for s in sats for w in s.workers]
-        seq = channel.send("resize", [*current, *joiners], self._batch(a, rec))
         return f"order {seq}; satellites {','.join(submitted)} with workers {','.join(joiners)}"
 
     def _shrink(self, a: Action, rec: JobRecord, channel: Channel) -> str:

@@ -272,3 +272,23 @@ def test_channel_refuses_a_join_script_others_can_write(tmp_path: Path) -> None:
 
     with pytest.raises(ChannelError, match="must not be writable by group or others"):
         channel.join_script()
+
+
+def test_a_refused_satellite_withdraws_the_joiners_it_ordered(tmp_path: Path) -> None:
+    from slurm_elastic.slurm.cli import SlurmCommandError
+
+    comment, secret = _job_files(tmp_path)
+
+    def runner(argv: Sequence[str]) -> str:
+        raise SlurmCommandError("sbatch: error: Requested node configuration is not available")
+
+    act = SlurmActuator(runner, Store(tmp_path / "s.db"), clock=lambda: 5.0,
+                        records=lambda: {"7": rec("7", {"n000": 2}, comment=comment)}, sleep=lambda s: None)
+    snap = make_snapshot(make_nodes(2), [make_job("7", state=JobState.RUNNING, max_gpus=8,
+                                                  placement=[("n000", 0), ("n000", 1)])])
+    grow = Action(ActionKind.GROW, JobId("7"), place({"n000": 2}), place({"n000": 2, "n001": 2}), 128, 32, 1, 0.1)
+    (out,) = act.apply(snap, (grow,))
+    assert not out.ok and "Requested node configuration" in out.message
+    orders = _orders(tmp_path / "job-1.orders", "7", secret)
+    assert [o.workers for o in orders] == [("w0", "w1", "w2", "w3"), ("w0", "w1")]  # the latest order wins
+    assert act.store.satellites() == {}
