@@ -11,9 +11,10 @@ This module owns the database file and its schema. Its contract with the daemon:
 * progress reports from jobs' launchers (samples, loss, metric, throughput at a configuration,
   resize pauses) are appended, never updated, together with how far the job's report file has
   been read, in one transaction, so a restarted daemon neither loses nor repeats a report;
-* the workers of each launcher job (which node and which Slurm allocation each runs in) and the
-  satellite allocations the daemon submitted to grow jobs, so that a satellite is counted as part
-  of its job and a shrink knows which workers to order out.
+* the workers of each launcher job (which node and which Slurm allocation each runs in), the
+  satellite allocations the daemon submitted to grow jobs, and the node releases it still owes,
+  so that a satellite is counted as part of its job and a shrink knows which workers to order
+  out and when to give their nodes back.
 
 It must not talk to Slurm or decide anything; it stores and returns. Times are seconds since the
 epoch, passed in by the caller (the store reads no clock).
@@ -80,6 +81,12 @@ CREATE TABLE IF NOT EXISTS workers (
     node TEXT NOT NULL,
     alloc TEXT NOT NULL,
     PRIMARY KEY (job_id, worker)
+);
+CREATE TABLE IF NOT EXISTS releases (
+    job_id TEXT PRIMARY KEY,
+    nodes TEXT NOT NULL,
+    world INTEGER NOT NULL,
+    ordered REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS satellites (
     sat_id TEXT PRIMARY KEY,
@@ -335,6 +342,23 @@ class Store:
         """Satellite job id -> parent job id (by default only those not yet seen ended)."""
         where = "" if include_ended else " WHERE ended IS NULL"
         return {r[0]: r[1] for r in self._db.execute(f"SELECT sat_id, parent FROM satellites{where}").fetchall()}
+
+    def add_release(self, job_id: str, nodes: list[str], world: int, t: float) -> None:
+        """Record that ``job_id`` keeps only ``nodes`` once its ``world`` remaining workers run without the others."""
+        with self._tx():
+            self._db.execute("INSERT INTO releases(job_id, nodes, world, ordered) VALUES (?, ?, ?, ?) "
+                             "ON CONFLICT(job_id) DO UPDATE SET nodes=excluded.nodes, world=excluded.world, "
+                             "ordered=excluded.ordered", (job_id, json.dumps(nodes), world, t))
+
+    def releases(self) -> list[dict[str, Any]]:
+        """Node releases ordered and not yet done: ``job_id``, ``nodes``, ``world``, ``ordered``."""
+        rows = self._db.execute("SELECT job_id, nodes, world, ordered FROM releases ORDER BY ordered").fetchall()
+        return [{"job_id": r[0], "nodes": json.loads(r[1]), "world": r[2], "ordered": r[3]} for r in rows]
+
+    def drop_release(self, job_id: str) -> None:
+        """Forget a node release (done, or its job ended)."""
+        with self._tx():
+            self._db.execute("DELETE FROM releases WHERE job_id = ?", (job_id,))
 
     def satellite_times(self) -> dict[str, float]:
         """Satellite job id -> when it was submitted (all satellites)."""

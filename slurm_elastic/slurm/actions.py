@@ -17,9 +17,12 @@ resizes happen in place, without a restart:
 * **GROW**: one satellite allocation per node with new GPUs, submitted as the job's user with the
   job's own join script (:mod:`slurm_elastic.slurm.satellites`), then a signed order naming the
   new world; the old workers keep training until the joiners are ready.
-* **SHRINK**: the workers on the GPUs to free are ordered out (a step boundary); ``leave_grace_s``
-  later Slurm is told: ``scontrol update JobId=J NodeList=<kept nodes>`` when the job's own
-  allocation loses nodes; satellites whose workers all left end by themselves.
+* **SHRINK**: the workers on the GPUs to free are ordered out (a step boundary); once the job
+  reports training in its new world (plus ``EXIT_GRACE_S`` for the leavers to exit, at most
+  ``RELEASE_TIMEOUT_S`` after the order), Slurm is told: ``scontrol update JobId=J NodeList=<kept
+  nodes>`` when the job's own allocation loses nodes (a durable, deferred release done by
+  :meth:`SlurmActuator.tend`, so the daemon never blocks and a killed leaver never fails the
+  job); satellites whose workers all left end by themselves.
 * **REBATCH**: an order with the same workers and the new batch (only for jobs that declared a
   batch range; others keep their own batch policy).
 
@@ -39,7 +42,6 @@ from __future__ import annotations
 
 import getpass
 import logging
-import time
 from collections.abc import Callable, Mapping, Sequence
 
 from slurm_elastic.core.actions import Action, ActionKind
@@ -64,6 +66,8 @@ log = logging.getLogger(__name__)
 Runner = Callable[[Sequence[str]], str]
 NEEDS_LAUNCHER = "needs the in-job launcher"
 SATELLITE_START_TIMEOUT_S = 120.0
+EXIT_GRACE_S = 3.0
+RELEASE_TIMEOUT_S = 60.0
 
 __all__ = ["NotExpressible", "SlurmActuator", "commands", "reconcile"]
 
@@ -110,17 +114,13 @@ class SlurmActuator:
         store: the action journal, and the jobs' workers and satellites.
         clock: seconds since the epoch.
         records: the raw Slurm records of the last observation, by job id (satellites not folded).
-        sleep: waits (tests pass a fake).
-        leave_grace_s: seconds between ordering workers out and releasing their GPUs.
         me: the user the daemon runs as (satellites of other users' jobs go through ``runuser``).
     """
 
     def __init__(self, runner: Runner, store: Store, clock: Callable[[], float],
-                 records: Callable[[], Mapping[str, JobRecord]] | None = None,
-                 sleep: Callable[[float], None] = time.sleep, leave_grace_s: float = 3.0, me: str = "") -> None:
+                 records: Callable[[], Mapping[str, JobRecord]] | None = None, me: str = "") -> None:
         self.runner, self.store, self.clock = runner, store, clock
         self.records: Callable[[], Mapping[str, JobRecord]] = records or dict
-        self.sleep, self.leave_grace_s = sleep, leave_grace_s
         self.me = me or getpass.getuser()
 
     def apply(self, snapshot: ClusterSnapshot, actions: tuple[Action, ...]) -> tuple[ActionOutcome, ...]:
@@ -223,12 +223,11 @@ class SlurmActuator:
         plan = leaving(rec, current, self.store.workers_of(a.job_id), a.before, a.after)
         stay = [w for w in current if w not in plan.workers]
         seq = channel.send("resize", stay, self._batch(a, rec))
-        self.sleep(self.leave_grace_s)
-        own = [n for n, _ in rec.gpus]
-        if tuple(sorted(own)) != plan.parent_nodes:
-            self.runner(["scontrol", "update", f"JobId={a.job_id}", f"NodeList={','.join(plan.parent_nodes)}"])
-        return f"order {seq}: {','.join(plan.workers)} leave" + (
-            f"; satellites {','.join(plan.satellites)} end" if plan.satellites else "")
+        note = f"order {seq}: {','.join(plan.workers)} leave"
+        if tuple(sorted(n for n, _ in rec.gpus)) != plan.parent_nodes:
+            self.store.add_release(a.job_id, list(plan.parent_nodes), len(stay), self.clock())
+            note += f"; the job keeps {','.join(plan.parent_nodes)} once they have left"
+        return note + (f"; satellites {','.join(plan.satellites)} end" if plan.satellites else "")
 
     # -- satellites -------------------------------------------------------------------------------
 
@@ -244,16 +243,40 @@ class SlurmActuator:
             if p == parent:
                 self._cancel(sat_id)
 
-    def tend(self) -> list[str]:
-        """Settle satellites by what the last observation shows; returns one line per change.
+    def _release(self, records: Mapping[str, JobRecord], now: float) -> list[str]:
+        """Give Slurm back the nodes of finished shrinks (see the module docstring)."""
+        lines = []
+        for r in self.store.releases():
+            jid = r["job_id"]
+            rec = records.get(jid)
+            if rec is None or rec.state is not JobState.RUNNING:
+                self.store.drop_release(jid)
+                continue
+            switched = [float(p["t"]) for p in self.store.progress_of(jid)
+                        if p["kind"] in ("resize", "progress") and p["gpus"] == r["world"] and p["t"] >= r["ordered"]]
+            due = (switched and now >= switched[0] + EXIT_GRACE_S) or now - r["ordered"] >= RELEASE_TIMEOUT_S
+            if not due:
+                continue
+            try:
+                self.runner(["scontrol", "update", f"JobId={jid}", f"NodeList={','.join(r['nodes'])}"])
+                lines.append(f"job {jid} released its other nodes: keeps {','.join(r['nodes'])}")
+            except ElasticError as exc:
+                lines.append(f"job {jid}: releasing nodes failed: {exc}")
+            self.store.drop_release(jid)
+        return lines
 
+    def tend(self) -> list[str]:
+        """Settle releases and satellites by what the last observation shows; one line per change.
+
+        A shrink's node release is done once the job trains in its new world (see the module
+        docstring).
         A satellite gone from the queue is recorded as ended; one whose job is gone or not
         running is cancelled; one still waiting after ``SATELLITE_START_TIMEOUT_S`` is cancelled
         and its workers are taken out of its job's world by a new order (the latest order wins).
         """
         records = self.records()
-        lines = []
         now = self.clock()
+        lines = self._release(records, now)
         submitted = self.store.satellite_times()
         for sat_id, parent in self.store.satellites().items():
             sat, job = records.get(sat_id), records.get(parent)

@@ -36,7 +36,7 @@ def _wait(what: str, ok: Any, timeout: float = 90.0) -> None:
 def test_launcher_job_grows_onto_a_satellite_and_shrinks_back(cluster: DevCluster, tmp_path: Path,
                                                               submit_example: Any) -> None:
     out = cluster.root / "jobs" / "grow-%j.out"
-    epochs, size = 3, 8192
+    epochs, size = 3, 32768
     job = str(submit_example(out, "--elastic", "1:4", "--gpus-per-node", "1", "--epochs", str(epochs),
                              dataset_size=size))
     cluster.wait_state(int(job), "RUNNING", timeout=40)

@@ -1,11 +1,12 @@
 """The acting path end to end on the real dev cluster: a launcher job on 2 nodes is shrunk to 1 by
 the Slurm actuator; its worker on the leaving node is ordered out at a step boundary, Slurm frees
-the node, and the remaining worker finishes the training."""
+the node once the job reports training without it, and the remaining worker finishes the training."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, Placement
+from slurm_elastic.jobreports import runtimes
 from slurm_elastic.slurm.actions import SlurmActuator
 from slurm_elastic.slurm.cli import SlurmObserver, run_command
 from slurm_elastic.store import Store
@@ -26,23 +28,31 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "launcher" / "examples" / "train
 
 def test_launcher_job_shrinks_in_place(cluster: DevCluster, tmp_path: Path, submit_example: Any) -> None:
     out = cluster.root / "jobs" / "shrink-%j.out"
-    job = str(submit_example(out, "--elastic", "2:4", "--gpus-per-node", "1", "--epochs", "3", dataset_size=16384))
+    job = str(submit_example(out, "--elastic", "2:4", "--gpus-per-node", "1", "--epochs", "3", dataset_size=65536))
     cluster.wait_state(int(job), "RUNNING", timeout=40)
     time.sleep(8)  # let both workers import torch, form and train (2 busy cores)
 
     def runner(argv: Sequence[str]) -> str:
         return run_command(argv, env=cluster.env)
 
-    obs = SlurmObserver(("gpu",), shipped_profiles(), time.time, runner)
+    store = Store(tmp_path / "s.db")
+    obs = SlurmObserver(("gpu",), shipped_profiles(), time.time, runner, satellites=store.satellites,
+                        runtimes=partial(runtimes, store))
     snap = obs.observe()
     held = snap.job(JobId(job)).placement
     assert held.num_nodes == 2
+    assert snap.job(JobId(job)).shrink_sizes == (1,)  # the batch host stays; the other node can go
     keep = held.slots[0]
     shrink = Action(ActionKind.SHRINK, JobId(job), held, Placement((keep,)), 32, 32, 1, 0.1)
-    act = SlurmActuator(runner, Store(tmp_path / "s.db"), time.time, records=obs.last_jobs.get)
+    act = SlurmActuator(runner, store, time.time, records=lambda: obs.last_jobs)
     (outcome,) = act.apply(snap, (shrink,))
     assert outcome.ok, outcome.message
-    assert cluster.job(int(job))["nodes"] == keep[0]
+    deadline = time.monotonic() + 60
+    while cluster.job(int(job))["nodes"] != keep[0]:  # released once the job trains without the leaver
+        assert time.monotonic() < deadline, "the node was not released"
+        obs.observe()
+        act.tend()
+        time.sleep(0.5)
     deadline = time.monotonic() + 120
     while cluster.job(int(job))["job_state"] in ("RUNNING", "COMPLETING"):
         assert time.monotonic() < deadline, "job did not finish"

@@ -19,10 +19,12 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "launcher" / "examples" / "train
 def test_submitted_job_trains_with_the_launcher(cluster: DevCluster, tmp_path: Path, submit_example: Any) -> None:
     out = cluster.root / "jobs" / "submit-%j.out"
     job = submit_example(out, "--elastic", "2:4", "--gpus-per-node", "2")
-    files = sorted((tmp_path / ".slurm-elastic" / "secrets").iterdir())
-    secrets = [f for f in files if f.suffix != ".orders"]
-    assert len(files) == 2 and len(secrets) == 1  # the secret and its order channel
-    assert all((f.stat().st_mode & 0o777) == 0o600 for f in files)
+    files = {f.suffix: f for f in (tmp_path / ".slurm-elastic" / "secrets").iterdir()}
+    secrets = [f for suffix, f in files.items() if suffix == ""]
+    # the secret, the order and report channels, the join script; the job adds its TCPStore address
+    assert {".orders", ".reports", ".join"} <= set(files) and len(secrets) == 1, files
+    assert all((files[k].stat().st_mode & 0o777) == 0o600 for k in ("", ".orders", ".reports"))
+    assert files[".join"].stat().st_mode & 0o777 == 0o700
     deadline = time.monotonic() + 90
     while cluster.job(job)["job_state"] in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"):
         assert time.monotonic() < deadline, f"job {job} still {cluster.job(job)['job_state']}"

@@ -126,8 +126,7 @@ def _actuator(tmp_path: Path, records: dict[str, JobRecord], ran: list[list[str]
         ran.append(list(argv))
         return f"{next(next_id)}\n" if "sbatch" in argv else ""
 
-    return SlurmActuator(runner, Store(tmp_path / "s.db"), clock=lambda: 5.0, records=lambda: records,
-                         sleep=lambda s: None)
+    return SlurmActuator(runner, Store(tmp_path / "s.db"), clock=lambda: 5.0, records=lambda: records)
 
 
 def _orders(path: Path, job_id: str, secret: bytes) -> list[Order]:
@@ -283,7 +282,7 @@ def test_a_refused_satellite_withdraws_the_joiners_it_ordered(tmp_path: Path) ->
         raise SlurmCommandError("sbatch: error: Requested node configuration is not available")
 
     act = SlurmActuator(runner, Store(tmp_path / "s.db"), clock=lambda: 5.0,
-                        records=lambda: {"7": rec("7", {"n000": 2}, comment=comment)}, sleep=lambda s: None)
+                        records=lambda: {"7": rec("7", {"n000": 2}, comment=comment)})
     snap = make_snapshot(make_nodes(2), [make_job("7", state=JobState.RUNNING, max_gpus=8,
                                                   placement=[("n000", 0), ("n000", 1)])])
     grow = Action(ActionKind.GROW, JobId("7"), place({"n000": 2}), place({"n000": 2, "n001": 2}), 128, 32, 1, 0.1)
@@ -292,3 +291,23 @@ def test_a_refused_satellite_withdraws_the_joiners_it_ordered(tmp_path: Path) ->
     orders = _orders(tmp_path / "job-1.orders", "7", secret)
     assert [o.workers for o in orders] == [("w0", "w1", "w2", "w3"), ("w0", "w1")]  # the latest order wins
     assert act.store.satellites() == {}
+
+
+def test_a_shrink_gives_its_nodes_back_once_the_job_trains_without_them(tmp_path: Path) -> None:
+    comment, _ = _job_files(tmp_path)
+    records = {"7": rec("7", {"n000": 2, "n001": 2}, comment=comment, batch_host="n000")}
+    ran: list[list[str]] = []
+    act = _actuator(tmp_path, records, ran)
+    snap = make_snapshot(make_nodes(2), [make_job("7", state=JobState.RUNNING, max_gpus=8,
+                                                  placement=[("n000", 0), ("n000", 1), ("n001", 0), ("n001", 1)])])
+    shrink = Action(ActionKind.SHRINK, JobId("7"), place({"n000": 2, "n001": 2}), place({"n000": 2}), 64, 32, 1, 0.1)
+    (out,) = act.apply(snap, (shrink,))
+    assert out.ok and "w2,w3 leave" in out.message and "keeps n000 once they have left" in out.message
+    assert ran == [] and act.tend() == []  # not before the job trains in its new world
+    act.store.add_progress("7", 6.0, samples=640, gpus=2, global_batch=64, kind="resize", pause_s=0.1)
+    act.clock = lambda: 7.0
+    assert act.tend() == [] and ran == []  # the leavers get EXIT_GRACE_S to exit
+    act.clock = lambda: 9.5
+    assert act.tend() == ["job 7 released its other nodes: keeps n000"]
+    assert ran == [["scontrol", "update", "JobId=7", "NodeList=n000"]]
+    assert act.store.releases() == [] and act.tend() == []  # done once
