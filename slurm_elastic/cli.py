@@ -35,30 +35,14 @@ from typing import Any
 import numpy as np
 
 from slurm_elastic import __version__
+from slurm_elastic.argtypes import int_at_least, param
 from slurm_elastic.errors import ConfigError, ElasticError
 
 log = logging.getLogger(__name__)
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
-    return value
-
-
-def _param(text: str) -> tuple[str, Any]:
-    key, sep, raw = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"{text!r} must look like KEY=VALUE")
-    try:
-        value: Any = json.loads(raw)
-    except json.JSONDecodeError:
-        value = raw
-    return key.replace("-", "_"), value
+_positive_int = int_at_least(1)
+_param = param
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -121,7 +105,8 @@ def _parser() -> argparse.ArgumentParser:
     bz.add_argument("--from", dest="from_", type=_positive_int, default=2)
     bz.add_argument("--to", type=_positive_int, default=4)
     bz.add_argument("--json", action="store_true", help="print JSON (the default)")
-    br = bsub.add_parser("reaction", help="submit -> planned latency of the daemon on a running dev cluster")
+    br = bsub.add_parser("reaction", help="submit -> planned and -> running latency of the acting daemon "
+                         "on a running dev cluster")
     br.add_argument("--root", type=Path, default=Path("/tmp/slurm-elastic-dev"), help="the dev cluster's root")
     br.add_argument("--repeat", type=_positive_int, default=5)
     br.add_argument("--json", action="store_true", help="print JSON (the default)")

@@ -16,28 +16,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from slurm_elastic.argtypes import int_at_least, param
 from slurm_elastic.errors import ConfigError
 
-
-def _nonneg_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 0")
-    return value
-
-
-def _param(text: str) -> tuple[str, Any]:
-    key, sep, raw = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"{text!r} must look like KEY=VALUE")
-    try:
-        value: Any = json.loads(raw)
-    except json.JSONDecodeError:
-        value = raw
-    return key.replace("-", "_"), value
+_nonneg_int = int_at_least(0)
+_param = param
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

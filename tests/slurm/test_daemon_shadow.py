@@ -74,5 +74,5 @@ def test_bench_reaction_on_the_real_cluster(cluster: DevCluster) -> None:
     from slurm_elastic.bench import bench_reaction
 
     out = bench_reaction(root=cluster.root, repeat=2, poll_interval=0.1)
-    assert out["repeat"] == 2 and 0 < out["median_ms"] < 60_000
+    assert out["repeat"] == 2 and 0 < out["planned"]["median_ms"] <= out["running"]["median_ms"] < 60_000
     cluster.cancel_all()
