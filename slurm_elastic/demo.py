@@ -188,7 +188,8 @@ def _finish(out: Path, started: dt.datetime, runner: Callable[[Sequence[str]], s
     tables = allocation.allocation_tables(records, total_gpus=total_gpus, journal=journal, progress=progress,
                                           satellites=store.satellites(include_ended=True))
     paths = allocation.write_html(tables, out / "report")
-    summary = {"seconds": round(elapsed, 1), "jobs": per_job, "report": str(paths[0]),
+    html = next((p for p in paths if p.suffix == ".html"), paths[0])
+    summary = {"seconds": round(elapsed, 1), "jobs": per_job, "report": str(html),
                "allocation": tables["summary"]}
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     say("")
@@ -197,5 +198,5 @@ def _finish(out: Path, started: dt.datetime, runner: Callable[[Sequence[str]], s
         mean = "-" if j["pause_s_mean"] is None else f"{j['pause_s_mean']:.2f} s"
         say(f"{j['job_id']:>5} {j['name']:<7} {j['state']:<10} {j['samples']!s:>6}/{j['expected_samples']:<7} "
             f"{j['in_place_resizes']:>7} {mean:>11}  {' '.join(j['actions'])}")
-    say(f"allocation report: {paths[0]}")
+    say(f"allocation report: {html}")
     return summary
