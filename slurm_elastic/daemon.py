@@ -53,6 +53,10 @@ class Actuator(Protocol):
         """Settle what earlier actions left running (satellites) after an observation; one line each."""
         ...
 
+    def on_the_way(self, snapshot: ClusterSnapshot) -> tuple[InFlightResize, ...]:
+        """Resizes the actuator knows are still under way (they survive a daemon restart)."""
+        ...
+
 
 class QueueObserver(Protocol):
     """An observer with a cheap change fingerprint (:class:`~slurm_elastic.slurm.cli.SlurmObserver`)."""
@@ -79,6 +83,10 @@ class ShadowActuator:
     def tend(self) -> list[str]:
         """Nothing to settle: shadow mode starts nothing."""
         return []
+
+    def on_the_way(self, snapshot: ClusterSnapshot) -> tuple[InFlightResize, ...]:
+        """Nothing under way: shadow mode starts nothing."""
+        return ()
 
 
 @dataclass
@@ -133,7 +141,9 @@ class Daemon:
         """The observer's snapshot, with the actions still on their way (the round's observer).
 
         An action is on its way until the job shows its target (a START until the job runs at the
-        new size, a DROP until it is gone) or for at most ``IN_FLIGHT_TIMEOUT_S`` seconds.
+        new size, a DROP until it is gone) or for at most ``IN_FLIGHT_TIMEOUT_S`` seconds; and for
+        as long as the actuator says so (a satellite still waiting to start, a node release not
+        done yet: these come from the store, so a restarted daemon does not repeat them).
         """
         snap = self.observer.observe()
         for line in self.act.tend():
@@ -145,7 +155,8 @@ class Daemon:
                 job is not None and job.state is JobState.RUNNING and job.num_gpus == fl.target_gpus)
             if arrived or snap.now - fl.since > IN_FLIGHT_TIMEOUT_S:
                 del self.in_flight[jid]
-        return replace(snap, in_flight=tuple(self.in_flight.values())) if self.in_flight else snap
+        under_way = {**{fl.job_id: fl for fl in self.act.on_the_way(snap)}, **self.in_flight}
+        return replace(snap, in_flight=tuple(under_way.values())) if under_way else snap
 
     def due(self) -> bool:
         """Whether the queue changed since the last round, or the last round is too old."""

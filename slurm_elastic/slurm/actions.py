@@ -45,7 +45,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 
 from slurm_elastic.core.actions import Action, ActionKind
-from slurm_elastic.core.model import ClusterSnapshot, JobState, Placement
+from slurm_elastic.core.model import ClusterSnapshot, InFlightResize, JobId, JobState, Placement
 from slurm_elastic.core.rounds import ActionOutcome
 from slurm_elastic.errors import ElasticError
 from slurm_elastic.orders import Channel, ChannelError
@@ -264,6 +264,28 @@ class SlurmActuator:
                 lines.append(f"job {jid}: releasing nodes failed: {exc}")
             self.store.drop_release(jid)
         return lines
+
+    def on_the_way(self, snapshot: ClusterSnapshot) -> tuple[InFlightResize, ...]:
+        """Resizes still under way by the store: node releases not done, satellites not started.
+
+        A job with a waiting satellite is on its way to its GPUs plus the satellite's; a job with
+        a node release owed is on its way to its new world. The daemon keeps such jobs out of the
+        plan's actions, also after a restart.
+        """
+        out = {r["job_id"]: InFlightResize(JobId(r["job_id"]), int(r["world"]), float(r["ordered"]))
+               for r in self.store.releases()}
+        records = self.records()
+        jobs = {j.job_id: j for j in snapshot.jobs}
+        times = self.store.satellite_times()
+        waiting: dict[str, tuple[int, float]] = {}
+        for sat_id, parent in self.store.satellites().items():
+            sat = records.get(sat_id)
+            if sat is not None and sat.state is JobState.PENDING and parent in jobs:
+                gpus, since = waiting.get(parent, (0, times.get(sat_id, snapshot.now)))
+                waiting[parent] = (gpus + sat.requested_gpus, min(since, times.get(sat_id, snapshot.now)))
+        for parent, (gpus, since) in waiting.items():
+            out.setdefault(parent, InFlightResize(JobId(parent), jobs[JobId(parent)].num_gpus + gpus, since))
+        return tuple(out.values())
 
     def tend(self) -> list[str]:
         """Settle releases and satellites by what the last observation shows; one line per change.

@@ -97,6 +97,7 @@ def test_every_shipped_site_config_loads(path: Path) -> None:
 
 def test_acting_daemon_does_not_repeat_an_action_on_its_way(tmp_path: Path) -> None:
     from slurm_elastic.core.actions import Action
+    from slurm_elastic.core.model import InFlightResize
     from slurm_elastic.core.rounds import ActionOutcome
 
     applied: list[Action] = []
@@ -108,6 +109,9 @@ def test_acting_daemon_does_not_repeat_an_action_on_its_way(tmp_path: Path) -> N
 
         def tend(self) -> list[str]:
             return []
+
+        def on_the_way(self, snapshot: ClusterSnapshot) -> tuple[InFlightResize, ...]:
+            return ()
 
     snap = make_snapshot(make_nodes(1), [make_job("1", max_gpus=4)], now=0.0)
     obs = FakeObserver(snap)

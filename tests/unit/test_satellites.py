@@ -106,9 +106,9 @@ def test_fold_adds_running_satellites_to_their_running_job() -> None:
 # -- the actuator on a launcher job --------------------------------------------------------------
 
 
-def _job_files(tmp_path: Path, join: bool = True) -> tuple[str, bytes]:
+def _job_files(tmp_path: Path, join: bool = True, name: str = "job-1") -> tuple[str, bytes]:
     secret = b"s" * 32
-    base = tmp_path / "job-1"
+    base = tmp_path / name
     for suffix, data, mode in (("", secret, 0o600), (".orders", b"", 0o600), (".reports", b"", 0o600),
                                (".join", b"#!/bin/bash\n", 0o700)):
         if suffix == ".join" and not join:
@@ -311,3 +311,23 @@ def test_a_shrink_gives_its_nodes_back_once_the_job_trains_without_them(tmp_path
     assert act.tend() == ["job 7 released its other nodes: keeps n000"]
     assert ran == [["scontrol", "update", "JobId=7", "NodeList=n000"]]
     assert act.store.releases() == [] and act.tend() == []  # done once
+
+
+def test_resizes_under_way_come_from_the_store_and_survive_a_restart(tmp_path: Path) -> None:
+    from slurm_elastic.core.model import InFlightResize
+
+    comment, _ = _job_files(tmp_path)
+    other, _ = _job_files(tmp_path, name="job-2")
+    records = {"7": rec("7", {"n000": 2}, comment=comment),
+               "8": rec("8", {"n001": 2, "n002": 2}, comment=other, batch_host="n001")}
+    act = _actuator(tmp_path, records, [])
+    snap = make_snapshot(make_nodes(4), [
+        make_job("7", state=JobState.RUNNING, max_gpus=8, placement=[("n000", 0), ("n000", 1)]),
+        make_job("8", state=JobState.RUNNING, max_gpus=8, submit_time=1,
+                 placement=[("n001", 0), ("n001", 1), ("n002", 0), ("n002", 1)])])
+    grow = Action(ActionKind.GROW, JobId("7"), place({"n000": 2}), place({"n000": 2, "n003": 2}), 128, 32, 1, 0.1)
+    shrink = Action(ActionKind.SHRINK, JobId("8"), place({"n001": 2, "n002": 2}), place({"n001": 2}), 64, 32, 1, 0.1)
+    assert all(o.ok for o in act.apply(snap, (grow, shrink)))
+    records["100"] = rec("100", {}, state=JobState.PENDING, admin="slurm-elastic satellite-of=7")
+    fresh = SlurmActuator(act.runner, Store(tmp_path / "s.db"), clock=lambda: 6.0, records=lambda: records)
+    assert set(fresh.on_the_way(snap)) == {InFlightResize(JobId("7"), 4, 5.0), InFlightResize(JobId("8"), 2, 5.0)}
