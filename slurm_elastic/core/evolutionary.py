@@ -8,6 +8,12 @@ its number of genes and its global batch follows (``B = c * b_local``, within ``
 Score (Eq. 8, smaller is better) of a candidate under a draw of progress ``rho_j ~ Be(a_j, b_j)``::
 
     sum over jobs running in it of  c_j / X_j(c_j, placement) * Y_j,   Y_j = Yp_j (1/rho_j - 1)
+    + sum over jobs it leaves waiting of  kmin_j / X_j(kmin_j) * Y_j
+
+The second sum is ours: Eq. 8 sums over running jobs only, so without it a candidate that
+preempts a job would drop that job's remaining work from its score and selection would favour
+preempting the jobs with the most work left; a waiting job is charged its remaining GPU time at
+its start size.
 
 ``X_j`` is predicted throughput (samples/s) at the candidate's GPU count, with the inter-node
 penalty when the genome spreads the job over more nodes than needed, corrected by the job's
@@ -43,10 +49,10 @@ One call of :meth:`OnesPlanner.plan`:
    score (elitism).
 3. **Update**: ``S*`` is chosen by Algorithm 1 (one ``rho`` draw, smallest score) among members
    whose expected score is no worse than the refreshed warm start (the previous ``S*``), so a
-   call never returns a plan worse in expectation than its warm start. ONES executes ``S*`` only
-   when every running job has completed an epoch since its allocation last changed; until then
-   running jobs keep their allocation, and waiting jobs that ``S*`` runs may still start on GPUs
-   that are idle now (that reconfigures no running job; the paper's gate exists to protect them).
+   call never returns a plan worse in expectation than its warm start. The one-epoch gate is per
+   job (the paper's reason: "each job can finish one epoch"): a running job that has not completed
+   an epoch since its allocation last changed keeps it; every other job gets its ``S*`` count as
+   far as the remaining GPUs allow (see :func:`_gated_counts`).
 
 The executed placement comes from :func:`~slurm_elastic.core.placement.place` with ``S*``'s GPU
 counts, which keeps running workers where they are; the genome's layout is used for scoring.
@@ -120,6 +126,7 @@ class _Ctx:
     beta: FloatArr
     rng: np.random.Generator
     new: list[int] = field(default_factory=list)  # jobs arrived since the last executed update
+    wait_cost: FloatArr = field(default_factory=lambda: np.zeros(0))  # c/X of a waiting job
 
     @property
     def n_jobs(self) -> int:
@@ -186,7 +193,7 @@ def _scores(ctx: _Ctx, genomes: IntArr, *ys: FloatArr) -> list[FloatArr]:
     counts = _counts(ctx, genomes)
     x = _throughput(ctx, counts, _spans(ctx, genomes))
     with np.errstate(divide="ignore", invalid="ignore"):
-        per_gpu_time = np.where(counts > 0, counts / x, 0.0)
+        per_gpu_time = np.where(counts > 0, counts / x, ctx.wait_cost[None, :])
     return [per_gpu_time @ y for y in ys]
 
 
@@ -328,6 +335,58 @@ def _refresh(ctx: _Ctx, genomes: IntArr) -> IntArr:
     return _reorder(ctx, _fill(ctx, _new_jobs(ctx, _repair(ctx, genomes), ctx.new)))
 
 
+def _gated_counts(ctx: _Ctx, star: IntArr, held: set[JobId],
+                  gpus: tuple[tuple[NodeName, int], ...]) -> dict[JobId, int]:
+    """The executed GPU counts: ``S*``'s, except that ``held`` jobs keep their allocation.
+
+    The update gate is per job (§3.2.2: "each job can finish one epoch"): a running job that has
+    not finished an epoch since its allocation last changed keeps it; every other job gets its
+    count in ``S*`` as far as the GPUs the held jobs leave allow. Held jobs are kept first (those
+    that must leave unschedulable GPUs only while capacity lasts); then every other job gets what
+    ``S*`` keeps of its current allocation (shrinks and preemptions always fit); then ``S*``'s
+    starts and growths, new arrivals first (in arrival order, as refresh step 3 prefers them), then
+    by smallest expected utilization increase ``delta(c/X) * E[Y]`` (as the fill step), each cut
+    to what is left, down to the largest feasible count. With no held job this is ``S*`` exactly.
+    """
+    sched = set(gpus)
+    idle = len(gpus)
+    counts: dict[JobId, int] = {}
+    jobs = ctx.jobs
+    for job in sorted((j for j in jobs if j.num_gpus and j.job_id in held),
+                      key=lambda j: (not j.placement.gpu_set() <= sched, j.job_id)):
+        if job.num_gpus <= idle:
+            counts[job.job_id] = job.num_gpus
+            idle -= job.num_gpus
+    free = [i for i, j in enumerate(jobs) if j.job_id not in held]
+    for i in free:
+        base = min(int(star[i]), jobs[i].num_gpus)
+        if base and base <= idle:
+            counts[jobs[i].job_id] = base
+            idle -= base
+    grow = [i for i in free if int(star[i]) > counts.get(jobs[i].job_id, 0)]
+    if not grow or idle <= 0:
+        return counts
+    ey = ctx.expected_y()
+    cur = np.array([counts.get(j.job_id, 0) for j in jobs], dtype=np.int64)
+    x_t = _throughput(ctx, star[None, :].astype(np.int64), None)[0]
+    x_c = _throughput(ctx, cur[None, :], None)[0]
+    new = {i: r for r, i in enumerate(ctx.new)}
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cost = (star / x_t - np.where(cur > 0, cur / x_c, 0.0)) * ey
+    grow.sort(key=lambda i: (i not in new, new.get(i, 0), float(cost[i]), i))
+    for i in grow:
+        have = int(cur[i])
+        c = min(int(star[i]), have + idle)
+        while c > have and not (c >= ctx.kmin[i] and ctx.xtab[i, min(c, ctx.xtab.shape[1] - 1), 0] > 0):
+            c -= 1
+        if c > have:
+            counts[jobs[i].job_id] = c
+            idle -= c - have
+        if idle <= 0:
+            break
+    return counts
+
+
 @register("ones")
 class OnesPlanner:
     """The ``ones`` policy.
@@ -391,10 +450,12 @@ class OnesPlanner:
 
     def _limits(self, snapshot: ClusterSnapshot, m: OnesMemo, jobs: list[Job]) -> dict[JobId, sp.LimitState]:
         sigma = snapshot.arrival_rate if self.sigma is None else self.sigma
+        # The convoy effect needs a queue: jobs that the last schedule left waiting and still wait.
+        contended = any(j.is_waiting and j.job_id in m.waiting_at_update for j in jobs)
         out = {}
         for job in jobs:
             rejected = job.is_waiting and job.job_id in m.waiting_at_update and job.state is JobState.PREEMPTED
-            out[job.job_id] = sp.advance(m.limits.get(job.job_id), job, sigma, rejected)
+            out[job.job_id] = sp.advance(m.limits.get(job.job_id), job, sigma, rejected, contended)
         return out
 
     def _context(self, snapshot: ClusterSnapshot, jobs: list[Job], limits: dict[JobId, sp.LimitState],
@@ -428,8 +489,13 @@ class OnesPlanner:
             n = min(len(grid), kc + 1)
             xtab[i, :n] = grid[:n]
         alpha, beta, yp = progress_shapes(snapshot, jobs, self.default_epochs_to_go)
-        return _Ctx(jobs, gnode, gpn, np.array(caps, dtype=np.int64), np.array(kmins, dtype=np.int64),
-                    xtab, yp, alpha, beta, rng)
+        kmin_a = np.array(kmins, dtype=np.int64)
+        ok = kmin_a <= kc
+        wait_cost = np.zeros(len(jobs))
+        if ok.any():
+            wait_cost[ok] = kmin_a[ok] / xtab[np.flatnonzero(ok), kmin_a[ok], 0]
+        return _Ctx(jobs, gnode, gpn, np.array(caps, dtype=np.int64), kmin_a,
+                    xtab, yp, alpha, beta, rng, wait_cost=wait_cost)
 
     # -- the call ------------------------------------------------------------------------------
 
@@ -472,32 +538,16 @@ class OnesPlanner:
         pop = np.concatenate([star[None, :], np.delete(pop, best, axis=0)])
         star_counts = _counts(ctx, star[None, :])[0]
 
-        held = [j for j in jobs if j.state is JobState.RUNNING and j.epochs_since_change < 1.0]
-        held += [j for j in jobs if snapshot.in_flight_for(j.job_id) is not None and j not in held]
-        gated = self.gate and bool(held)
-        counts: dict[JobId, int] = {}
+        held = {j.job_id for j in jobs if j.state is JobState.RUNNING and j.epochs_since_change < 1.0}
+        held |= {j.job_id for j in jobs if snapshot.in_flight_for(j.job_id) is not None}
+        if not self.gate:
+            held = set()
+        counts = _gated_counts(ctx, star_counts, held, gpus)
         notes: tuple[str, ...] = ()
-        if gated:
-            # Running jobs keep their allocation; one that must leave unschedulable GPUs (a
-            # draining or lost node) keeps its size only while capacity lasts.
-            sched = set(gpus)
-            idle = len(gpus)
-            for job in sorted((j for j in jobs if j.num_gpus),
-                              key=lambda j: (not j.placement.gpu_set() <= sched, j.job_id)):
-                if job.num_gpus <= idle:
-                    counts[job.job_id] = job.num_gpus
-                    idle -= job.num_gpus
-            for i in np.argsort(-star_counts, kind="stable"):
-                job = jobs[int(i)]
-                c = int(star_counts[i])
-                if c and job.is_waiting and c <= idle:
-                    counts[job.job_id] = c
-                    idle -= c
-            first = min(held, key=lambda j: j.job_id).job_id
-            notes = (f"update gated: {len(held)} running job(s) (e.g. {first}) have not finished an epoch "
-                     "since their last change",)
-        else:
-            counts = {jobs[i].job_id: int(c) for i, c in enumerate(star_counts) if c}
+        if held:
+            first = min(held)
+            notes = (f"update gated for {len(held)} running job(s) (e.g. {first}) that have not finished an epoch "
+                     "since their last change; they keep their allocation",)
         reasons = {
             j.job_id: f"waiting: ONES runs jobs with less remaining GPU time first (limit R={limits[j.job_id].limit})"
             for j in jobs if j.job_id not in counts
@@ -511,9 +561,10 @@ class OnesPlanner:
             job_ids=tuple(j.job_id for j in jobs),
             population=pop,
             limits=limits,
-            seen=m.seen if gated else frozenset(j.job_id for j in jobs),
-            waiting_at_update=m.waiting_at_update if gated else frozenset(
-                j.job_id for j in jobs if j.job_id not in running_now),
+            # A new job stays "new" (preferential start in refresh step 3) until it has run.
+            seen=frozenset(j.job_id for j in jobs
+                           if j.job_id in m.seen or j.job_id in running_now or j.state is not JobState.PENDING),
+            waiting_at_update=frozenset(j.job_id for j in jobs if j.job_id not in running_now),
             grids=grids,
             last_plan_time=snapshot.now,
             warm_score=warm_expected,

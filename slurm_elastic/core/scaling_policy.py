@@ -7,15 +7,23 @@ This module owns the four rules that move a job's batch-size limit ``R`` (global
   already running keeps the limit of its current size.
 * **Scale-up / scale-down**, applied once per training epoch a running job completes::
 
-      R' = ceil(2R / m),   m = floor(sigma * T_processed) + 1
+      scale-up (no job queued):   R' = 2R
+      scale-down (jobs queued):   R' = ceil(2R / m),   m = floor(sigma * T_processed) + 1
 
   ``T_processed`` is the job's executed time (s) and ``sigma`` the arrival rate (jobs/s). The
   paper prints ``m = ceil(sigma * T + 1)``, which is 2 for every ``T > 0`` and so would stop every
   job from ever growing, contradicting its own scale-up rule and its stated intent ("penalize
   jobs that are longer than the average arrival interval 1/lambda"). With ``floor`` the one
   formula does what the text says: a job younger than ``1/sigma`` doubles each epoch, one between
-  ``1/sigma`` and ``2/sigma`` keeps its limit, and older jobs shrink (convoy-effect protection).
-  With ``sigma = 0`` (no arrivals observed) jobs simply double.
+  ``1/sigma`` and ``2/sigma`` keeps its limit, and older jobs shrink. With ``sigma = 0`` (no
+  arrivals observed) jobs simply double.
+
+  The scale-down exists "to prevent the Convoy Effect", i.e. jobs queueing behind long ones, so it
+  applies only while some job is queued (``contended``: a job that the previous schedule left
+  waiting is still waiting). Without a queue a penalty frees GPUs nobody waits for: since
+  ``T_processed`` only grows, every job older than ``2/sigma`` would otherwise shrink to its start
+  size epoch after epoch and leave the cluster idle (on ``ones-longhorn``, 1/lambda = 60 s, every
+  job ran on one GPU at about 30 % utilization).
 * **Resume**: a waiting job that ran before may ask for up to the limit it had when it was
   preempted; each schedule update that leaves it waiting halves ``R`` (never below the start
   size), to cut its queueing time and prevent starvation.
@@ -67,14 +75,18 @@ def gpu_cap(job: Job, limit: int) -> int:
     return min(job.max_gpus, max(job.min_gpus, limit // job.base_local_batch))
 
 
-def epoch_update(limit: int, run_time: float, sigma: float) -> int:
-    """One epoch's scale-up/scale-down step: ``ceil(2R / (floor(sigma * T) + 1))``."""
+def epoch_update(limit: int, run_time: float, sigma: float, contended: bool = True) -> int:
+    """One epoch's step: ``2R`` (scale-up), or ``ceil(2R / (floor(sigma * T) + 1))`` while
+    ``contended`` (scale-down against the convoy effect)."""
     if sigma < 0 or run_time < 0:
         raise ValueError(f"sigma {sigma} and run time {run_time} must be >= 0")
+    if not contended:
+        return 2 * limit
     return math.ceil(2 * limit / (math.floor(sigma * run_time) + 1))
 
 
-def advance(state: LimitState | None, job: Job, sigma: float, rejected: bool) -> LimitState:
+def advance(state: LimitState | None, job: Job, sigma: float, rejected: bool,
+            contended: bool = True) -> LimitState:
     """Apply the rules to one job for this round.
 
     Args:
@@ -82,6 +94,7 @@ def advance(state: LimitState | None, job: Job, sigma: float, rejected: bool) ->
         job: the job now.
         sigma: ONES sigma (jobs/s).
         rejected: the job waited through the previous schedule update (Resume halving).
+        contended: some job is queued, so the scale-down applies (else a running job doubles).
 
     Returns:
         The job's new limit state.
@@ -97,7 +110,7 @@ def advance(state: LimitState | None, job: Job, sigma: float, rejected: bool) ->
     limit = state.limit
     if job.state is JobState.RUNNING:
         for _ in range(max(0, epochs - state.epochs_seen)):
-            limit = clamp(job, epoch_update(limit, job.run_time, sigma))
+            limit = clamp(job, epoch_update(limit, job.run_time, sigma, contended))
         return LimitState(limit, epochs, limit)
     if rejected:
         limit = clamp(job, min(limit, state.limit_at_preemption) // 2)

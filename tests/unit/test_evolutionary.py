@@ -7,7 +7,7 @@ import numpy as np
 from slurm_elastic.core import planner
 from slurm_elastic.core import scaling_policy as sp
 from slurm_elastic.core.constraints import validate_plan
-from slurm_elastic.core.evolutionary import OnesMemo, OnesPlanner, _Ctx, _fill, _reorder
+from slurm_elastic.core.evolutionary import OnesMemo, OnesPlanner, _Ctx, _fill, _reorder, _scores
 from slurm_elastic.core.model import JobId, JobState
 from slurm_elastic.testing import make_job, make_nodes, make_snapshot, random_snapshot
 
@@ -125,3 +125,54 @@ def test_periodic_ones_keeps_allocation_between_searches() -> None:
     later = make_snapshot(make_nodes(1), [run, make_job("w", submit_time=5)], now=700.0)
     res2 = OnesPlanner(interval=600).plan(later, res.memo, np.random.default_rng(0))
     assert "w" in {p.job_id for p in res2.plan.jobs}
+
+
+def test_gate_is_per_job_a_slow_job_mid_epoch_does_not_freeze_the_others() -> None:
+    # "slow" has not finished an epoch since its last change; "ready" has. The gate protects only
+    # "slow": "ready" may still grow into the idle GPUs (before: the whole update was held).
+    slow = make_job("slow", max_gpus=8, placement=[("n000", 0)], epochs_done=5, epochs_since_change=0.1)
+    ready = make_job("ready", max_gpus=8, placement=[("n000", 1)], epochs_done=5, epochs_since_change=3)
+    snap = make_snapshot(make_nodes(2), [slow, ready])
+    memo = OnesMemo(limits={JobId("slow"): sp.LimitState(128, 5, 128), JobId("ready"): sp.LimitState(1024, 5, 1024)},
+                    seen=frozenset({JobId("slow"), JobId("ready")}))
+    res = _plan(snap, memo)
+    validate_plan(snap, res.plan)
+    got = res.plan.by_job()
+    assert got[JobId("slow")].placement == slow.placement
+    assert got[JobId("ready")].num_gpus == 7  # every GPU "slow" does not hold (before: 1)
+    assert res.plan.notes and "gated" in res.plan.notes[0]
+
+
+def test_no_scale_down_without_a_queue() -> None:
+    # Two old jobs (run time 100x the arrival interval), nothing waiting: their limits double per
+    # epoch instead of collapsing to one GPU and leaving the cluster idle.
+    jobs = [make_job(i, max_gpus=8, placement=[("n000", i)], epochs_done=3.0, epochs_since_change=3.0,
+                     run_time=6000.0) for i in range(2)]
+    snap = make_snapshot(make_nodes(2), jobs, arrival_rate=1 / 60)
+    memo = OnesMemo(limits={JobId(str(i)): sp.LimitState(128, 0, 128) for i in range(2)},
+                    seen=frozenset({JobId("0"), JobId("1")}))
+    res = _plan(snap, memo)
+    assert sum(p.num_gpus for p in res.plan.jobs) == 8
+    # With a queued job (left waiting by the last update) the scale-down applies.
+    queued = make_job("q", state=JobState.PREEMPTED, epochs_done=1.0, max_gpus=8)
+    snap2 = make_snapshot(make_nodes(2), [*jobs, queued], arrival_rate=1 / 60)
+    memo2 = OnesMemo(limits={**memo.limits, JobId("q"): sp.LimitState(128, 1, 128)},
+                     seen=frozenset({JobId("0"), JobId("1"), JobId("q")}), waiting_at_update=frozenset({JobId("q")}))
+    res2 = _plan(snap2, memo2)
+    assert all(res2.memo.limits[JobId(str(i))].limit == 128 for i in range(2))
+
+
+def test_a_waiting_job_still_counts_in_the_score() -> None:
+    # Eq. 8 over running jobs only would make preempting a job lower the score by its whole
+    # remaining utilization; a waiting job is charged at its start size, so leaving a job out is
+    # never free.
+    ctx = _ctx(2, [4, 4])
+    ctx.wait_cost = np.array([0.15, 0.15])
+    both = np.array([[0, 0, 1, 1, -1, -1, -1, -1]])
+    one = np.array([[0, 0, 0, 0, -1, -1, -1, -1]])
+    y = np.array([1000.0, 1000.0])
+    s_both, = _scores(ctx, both, y)
+    s_one, = _scores(ctx, one, y)
+    # c/X = 0.1 s/sample for a running job at any size; without the charge the one-job schedule
+    # would score 100 against 200, as if job 1's 1000 remaining samples had vanished.
+    assert s_both[0] == 200.0 and s_one[0] == 100.0 + 150.0

@@ -51,3 +51,17 @@ def test_job_first_seen_running_keeps_its_size() -> None:
     job = make_job(1, max_gpus=16, placement=[("n000", g) for g in range(4)])
     st = sp.advance(None, job, 0.0, False)
     assert sp.gpu_cap(job, st.limit) == 4
+
+
+def test_old_running_job_doubles_when_no_job_is_queued() -> None:
+    # Scale-down fights the convoy effect: without a queue an old job keeps doubling (sigma*T = 10).
+    job = make_job(1, max_gpus=64, placement=[("n000", 0)], run_time=6000.0)
+    st = sp.LimitState(512, 2, 512)
+    later = replace(job, samples_processed=3 * job.epoch_size)
+    assert sp.advance(st, later, 1 / 600, False, contended=False).limit == 1024
+    # With a queue it is penalised: ceil(2 * 512 / 11) = 94 -> clamped to the start size 128.
+    assert sp.advance(st, later, 1 / 600, False, contended=True).limit == 128
+
+
+def test_epoch_update_without_contention_is_plain_doubling() -> None:
+    assert sp.epoch_update(128, 1e6, 1 / 60, contended=False) == 256
