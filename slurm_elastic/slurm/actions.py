@@ -27,7 +27,8 @@ resizes happen in place, without a restart:
   batch range; others keep their own batch policy).
 
 For a job without the launcher, any resize (GROW, SHRINK, MOVE) is the checkpoint-restart
-fallback: ``scontrol requeuehold J``, ``scontrol update JobId=J NumNodes=N-N TresPerNode=... NodeList=...``,
+fallback: ``scontrol requeuehold J`` (then wait until ``squeue`` shows it PENDING),
+``scontrol update JobId=J NumNodes=N-N TresPerNode=... NodeList=...``,
 ``scontrol release J``, ``scontrol update JobId=J StartTime=now`` (the job restarts from its own
 checkpoint). MOVE of a launcher job is refused (the planner sees the reason next round).
 
@@ -42,6 +43,7 @@ from __future__ import annotations
 
 import getpass
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 
 from slurm_elastic.core.actions import Action, ActionKind
@@ -68,6 +70,7 @@ NEEDS_LAUNCHER = "needs the in-job launcher"
 SATELLITE_START_TIMEOUT_S = 120.0
 EXIT_GRACE_S = 3.0
 RELEASE_TIMEOUT_S = 60.0
+REQUEUE_WAIT_S = 30.0
 
 __all__ = ["NotExpressible", "SlurmActuator", "commands", "reconcile"]
 
@@ -148,6 +151,8 @@ class SlurmActuator:
         if channel is None or rec is None:
             for argv in commands(snapshot, a):
                 self.runner(argv)
+                if argv[:2] == ["scontrol", "requeuehold"]:
+                    self._wait_requeued(a.job_id)
             if a.kind is ActionKind.DROP:
                 self._cancel_satellites(a.job_id)
             return "requeued at the new size" if a.kind in (ActionKind.GROW, ActionKind.SHRINK, ActionKind.MOVE) else ""
@@ -162,6 +167,17 @@ class SlurmActuator:
             seq = channel.send("resize", channel.workers(self._initial(rec, channel)), batch)
             return f"order {seq}"
         raise NotExpressible(f"job {a.job_id}: moving a launcher job is a shrink then a grow; plan them apart")
+
+    def _wait_requeued(self, jid: str) -> None:
+        """Wait until a requeued job is back in the queue (``squeue -h -j J -o %T`` shows PENDING).
+
+        Its update, release and start are ignored while it is still COMPLETING.
+        """
+        deadline = time.monotonic() + REQUEUE_WAIT_S
+        while (state := self.runner(["squeue", "-h", "-j", jid, "-o", "%T"]).strip()) != "PENDING":
+            if time.monotonic() > deadline:
+                raise NotExpressible(f"job {jid}: still {state or 'gone'} {REQUEUE_WAIT_S:.0f} s after requeuehold")
+            time.sleep(0.2)
 
     # -- launcher jobs ----------------------------------------------------------------------------
 

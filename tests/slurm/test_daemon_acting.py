@@ -75,3 +75,33 @@ def test_restarted_daemon_settles_the_action_it_was_killed_in(cluster: DevCluste
     assert lines == [f"start job {job}: found done after a restart", "drop job 999999: found done after a restart"]
     assert store.unfinished_actions() == []
     cluster.cancel_all()
+
+
+def test_a_job_without_the_launcher_is_requeued_at_its_new_size(cluster: DevCluster, tmp_path: Path) -> None:
+    cluster.cancel_all()
+    job = cluster.sbatch("--elastic=1:4", "--gres=gpu:1", "-N1", "--wrap", "sleep 120")
+    cluster.wait_state(job, "RUNNING")  # started by Slurm after the hold (no daemon ran)
+
+    def runner(argv: Sequence[str]) -> str:
+        return run_command(argv, env=cluster.env)
+
+    obs = SlurmObserver(("gpu",), shipped_profiles(), time.time, runner)
+    snap = obs.observe()
+    held = snap.job(JobId(str(job))).placement
+    node = held.slots[0][0]
+    free = next(n for n in snap.nodes if n.name == node)
+    grown = Placement.of([(node, g) for g in sorted({*held.slots[0][1], *free.free_gpus})][:2])
+    store = Store(tmp_path / "s.db")
+    act = SlurmActuator(runner, store, time.time, records=lambda: obs.last_jobs)
+    (outcome,) = act.apply(snap, (Action(ActionKind.GROW, JobId(str(job)), held, grown, 2, 1, 1, 0.1),))
+    assert outcome.ok and outcome.message == "requeued at the new size", outcome.message
+    deadline = time.monotonic() + 60
+    while True:
+        rec = cluster.job(job)
+        gpus = sum(int(d.split(":")[2].split("(")[0]) for d in rec.get("gres_detail", []))
+        if rec["job_state"] == "RUNNING" and gpus == 2:
+            break
+        assert time.monotonic() < deadline, f"job {job} not running on 2 GPUs: {rec['job_state']} {gpus}"
+        time.sleep(0.5)
+    assert rec["restart_cnt"] == 1
+    cluster.cancel_all()

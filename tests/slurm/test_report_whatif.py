@@ -42,7 +42,10 @@ def test_report_and_what_if_match_sacct(cluster: DevCluster, tmp_path: Path) -> 
     cluster.cancel_all()
     cluster.run(["sacctmgr", "-i", "add", "account", "rep-a,rep-b"], check=True)
     cluster.run(["sacctmgr", "-i", "add", "user", "root", "account=rep-a,rep-b"], check=True)
-    since = (dt.datetime.now() - dt.timedelta(seconds=2)).strftime("%Y-%m-%dT%H:%M:%S")
+    # The window opens after earlier tests' jobs have ended (cancel_all waits for that; sacct counts
+    # whole seconds), so that only this test's jobs fall in it.
+    time.sleep(1.1)
+    since = dt.datetime.now().strftime("%Y-%m-%dT%H:%M:%S")
 
     one = cluster.sbatch("-A", "rep-a", "--gres=gpu:2", "-N1", "--wrap", "sleep 3")
     two = cluster.sbatch("-A", "rep-b", "--gres=gpu:1", "-N2", "--wrap", "sleep 3")

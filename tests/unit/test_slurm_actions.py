@@ -90,3 +90,18 @@ def test_reconcile_settles_unfinished_actions_by_what_slurm_shows(tmp_path: Path
     assert lines == ["start job r: found done after a restart", "start job p: found not done after a restart"]
     assert store.unfinished_actions() == []
     assert SNAP.job(JobId("p")).state is JobState.PENDING
+
+
+def test_a_requeued_job_is_resized_only_once_it_is_back_in_the_queue(tmp_path: Path) -> None:
+    states = iter(["COMPLETING", "COMPLETING", "PENDING"])
+    ran: list[list[str]] = []
+
+    def runner(argv: Sequence[str]) -> str:
+        ran.append(list(argv))
+        return next(states) + "\n" if argv[0] == "squeue" else ""
+
+    act = SlurmActuator(runner, Store(tmp_path / "s.db"), clock=lambda: 5.0)
+    grow = _act(ActionKind.GROW, "r", [("n000", 0), ("n000", 1)], [("n000", 0), ("n000", 1), ("n000", 2)])
+    (out,) = act.apply(SNAP, (grow,))
+    assert out.ok and out.message == "requeued at the new size"
+    assert [a[1] for a in ran] == ["requeuehold", "-h", "-h", "-h", "update", "release", "update"]
