@@ -51,9 +51,9 @@ class DemoJob:
 
 
 DEFAULT_JOBS = (
-    DemoJob("cnn-a", 1, 4, at=0.0, epochs=4, dataset_size=32768),
-    DemoJob("cnn-b", 1, 2, at=10.0, epochs=2, dataset_size=32768),
-    DemoJob("cnn-c", 1, 4, at=20.0, epochs=3, dataset_size=32768),
+    DemoJob("cnn-a", 1, 4, at=0.0, epochs=6, dataset_size=65536),
+    DemoJob("cnn-b", 1, 2, at=10.0, epochs=2, dataset_size=65536),
+    DemoJob("cnn-c", 1, 4, at=20.0, epochs=4, dataset_size=65536),
 )
 
 

@@ -285,8 +285,9 @@ class SlurmActuator:
         """Resizes still under way by the store: node releases not done, satellites not started.
 
         A job with a waiting satellite is on its way to its GPUs plus the satellite's; a job with
-        a node release owed is on its way to its new world. The daemon keeps such jobs out of the
-        plan's actions, also after a restart.
+        a node release owed is on its way to its new world; a job that reported the end of its
+        training is on its way out. The daemon keeps such jobs out of the plan's actions, also
+        after a restart.
         """
         out = {r["job_id"]: InFlightResize(JobId(r["job_id"]), int(r["world"]), float(r["ordered"]))
                for r in self.store.releases()}
@@ -301,6 +302,10 @@ class SlurmActuator:
                 waiting[parent] = (gpus + sat.requested_gpus, min(since, times.get(sat_id, snapshot.now)))
         for parent, (gpus, since) in waiting.items():
             out.setdefault(parent, InFlightResize(JobId(parent), jobs[JobId(parent)].num_gpus + gpus, since))
+        for job in snapshot.jobs:  # trained to the end, its workers are exiting: nothing to resize any more
+            rows = self.store.progress_of(job.job_id) if job.state is JobState.RUNNING else []
+            if rows and rows[-1]["kind"] == "end":
+                out.setdefault(job.job_id, InFlightResize(job.job_id, job.num_gpus, float(rows[-1]["t"])))
         return tuple(out.values())
 
     def tend(self) -> list[str]:

@@ -331,3 +331,7 @@ def test_resizes_under_way_come_from_the_store_and_survive_a_restart(tmp_path: P
     records["100"] = rec("100", {}, state=JobState.PENDING, admin="slurm-elastic satellite-of=7")
     fresh = SlurmActuator(act.runner, Store(tmp_path / "s.db"), clock=lambda: 6.0, records=lambda: records)
     assert set(fresh.on_the_way(snap)) == {InFlightResize(JobId("7"), 4, 5.0), InFlightResize(JobId("8"), 2, 5.0)}
+    # a job that trained to the end is left alone while its workers exit
+    fresh.store.drop_release("8")
+    fresh.store.add_progress("8", 9.0, samples=100, gpus=4, global_batch=128, kind="end")
+    assert InFlightResize(JobId("8"), 4, 9.0) in fresh.on_the_way(snap)
