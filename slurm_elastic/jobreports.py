@@ -48,6 +48,7 @@ def runtime_of(rows: Sequence[Mapping[str, Any]]) -> JobRuntime | None:
     Throughput is the mean of the progress windows since the last resize (the current world);
     the last change is the last resize report.
     """
+    rows = [r for r in rows if r["kind"] != "left"]  # a dropped worker's farewell says nothing of the job now
     if not rows:
         return None
     last = rows[-1]

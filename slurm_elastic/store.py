@@ -86,6 +86,7 @@ CREATE TABLE IF NOT EXISTS releases (
     job_id TEXT PRIMARY KEY,
     nodes TEXT NOT NULL,
     world INTEGER NOT NULL,
+    leaving INTEGER NOT NULL,
     ordered REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS satellites (
@@ -343,17 +344,20 @@ class Store:
         where = "" if include_ended else " WHERE ended IS NULL"
         return {r[0]: r[1] for r in self._db.execute(f"SELECT sat_id, parent FROM satellites{where}").fetchall()}
 
-    def add_release(self, job_id: str, nodes: list[str], world: int, t: float) -> None:
-        """Record that ``job_id`` keeps only ``nodes`` once its ``world`` remaining workers run without the others."""
+    def add_release(self, job_id: str, nodes: list[str], world: int, leaving: int, t: float) -> None:
+        """Record that ``job_id`` keeps only ``nodes`` once ``leaving`` workers left its ``world``-worker group."""
         with self._tx():
-            self._db.execute("INSERT INTO releases(job_id, nodes, world, ordered) VALUES (?, ?, ?, ?) "
+            self._db.execute("INSERT INTO releases(job_id, nodes, world, leaving, ordered) VALUES (?, ?, ?, ?, ?) "
                              "ON CONFLICT(job_id) DO UPDATE SET nodes=excluded.nodes, world=excluded.world, "
-                             "ordered=excluded.ordered", (job_id, json.dumps(nodes), world, t))
+                             "leaving=excluded.leaving, ordered=excluded.ordered",
+                             (job_id, json.dumps(nodes), world, leaving, t))
 
     def releases(self) -> list[dict[str, Any]]:
-        """Node releases ordered and not yet done: ``job_id``, ``nodes``, ``world``, ``ordered``."""
-        rows = self._db.execute("SELECT job_id, nodes, world, ordered FROM releases ORDER BY ordered").fetchall()
-        return [{"job_id": r[0], "nodes": json.loads(r[1]), "world": r[2], "ordered": r[3]} for r in rows]
+        """Node releases ordered and not yet done: ``job_id``, ``nodes``, ``world``, ``leaving``, ``ordered``."""
+        rows = self._db.execute(
+            "SELECT job_id, nodes, world, leaving, ordered FROM releases ORDER BY ordered").fetchall()
+        return [{"job_id": r[0], "nodes": json.loads(r[1]), "world": r[2], "leaving": r[3], "ordered": r[4]}
+                for r in rows]
 
     def drop_release(self, job_id: str) -> None:
         """Forget a node release (done, or its job ended)."""

@@ -615,6 +615,18 @@ class Agent:
         except OSError as exc:
             log.warning("%s: progress report not written: %s", self.me, exc)
 
+    def _report_left(self) -> None:
+        """A dropped worker: say it has left the group (any rank; the daemon then frees its node)."""
+        if self._reporter is None:
+            return
+        try:
+            self._reporter.write("left", self.clock(), step=int(self.extra["step"]),
+                                 samples=int(self.extra.get("samples", 0)), epoch=self.sampler.state.epoch,
+                                 epoch_size=len(self.job.dataset), world=len(self.members),
+                                 local_batch=int(self.extra["local_batch"]), worker=self.me)
+        except OSError as exc:
+            log.warning("%s: left report not written: %s", self.me, exc)
+
     def _handle(self, interrupt: Interrupt) -> None:
         match interrupt:
             case Resize(seq):
@@ -655,6 +667,7 @@ class Agent:
         self.extra["applied_seq"] = seq
         self._pending = None
         if self.me not in order.workers:
+            self._report_left()
             self._transition(AgentState.LEFT)
             return
         joined = any(w not in self.members for w in order.workers)

@@ -11,7 +11,10 @@ compact JSON whose ``mac`` is the hex HMAC-SHA256, keyed with the job's secret, 
 without ``mac``. Every report names its job (``job_id``); the daemon refuses a report that names
 another job or whose MAC does not match, so a report can only speak for its own job.
 
-Fields: ``job_id``, ``kind`` (``"progress"``, ``"resize"`` or ``"end"``), ``t`` (seconds since
+A worker a resize drops writes one ``"left"`` report of its own (with its ``worker`` id) once it
+has left the group, just before it exits: the daemon gives its node back only after that.
+
+Fields: ``job_id``, ``kind`` (``"progress"``, ``"resize"``, ``"end"`` or ``"left"``), ``t`` (seconds since
 the epoch), ``step``, ``samples`` (samples trained since the start, all workers), ``epoch``,
 ``epoch_size``, ``world``, ``local_batch``, ``global_batch``, ``throughput`` (samples/s over the
 window since the previous report, 0 if none), ``loss`` (mean per-sample loss on rank 0 over that
@@ -28,7 +31,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-REPORT_KINDS = ("progress", "resize", "end")
+REPORT_KINDS = ("progress", "resize", "end", "left")
 
 
 def sign_report(body: dict[str, Any], secret: bytes) -> str:
@@ -68,7 +71,7 @@ class Reporter:
         return self._last_t is None or t - self._last_t >= self.every_s
 
     def write(self, kind: str, t: float, *, step: int, samples: int, epoch: int, epoch_size: int, world: int,
-              local_batch: int, pause_s: float = 0.0) -> None:
+              local_batch: int, pause_s: float = 0.0, worker: str = "") -> None:
         """Append one report and start a new window."""
         if kind not in REPORT_KINDS:
             raise ValueError(f"report kind {kind!r}: must be one of {', '.join(REPORT_KINDS)}")
@@ -81,6 +84,8 @@ class Reporter:
             "loss": round(self._loss_sum / self._loss_n, 6) if self._loss_n else None,
             "pause_s": round(pause_s, 4),
         }
+        if worker:
+            body["worker"] = worker
         line = sign_report(body, self.secret) + "\n"
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:

@@ -17,8 +17,9 @@ resizes happen in place, without a restart:
 * **GROW**: one satellite allocation per node with new GPUs, submitted as the job's user with the
   job's own join script (:mod:`slurm_elastic.slurm.satellites`), then a signed order naming the
   new world; the old workers keep training until the joiners are ready.
-* **SHRINK**: the workers on the GPUs to free are ordered out (a step boundary); once the job
-  reports training in its new world (plus ``EXIT_GRACE_S`` for the leavers to exit, at most
+* **SHRINK**: the workers on the GPUs to free are ordered out (a step boundary); once every
+  leaver reported it left the group (plus ``EXIT_GRACE_S`` for its process to exit; without such
+  reports ``SWITCH_GRACE_S`` after the job reports training in its new world; at most
   ``RELEASE_TIMEOUT_S`` after the order), Slurm is told: ``scontrol update JobId=J NodeList=<kept
   nodes>`` when the job's own allocation loses nodes (a durable, deferred release done by
   :meth:`SlurmActuator.tend`, so the daemon never blocks and a killed leaver never fails the
@@ -69,6 +70,7 @@ Runner = Callable[[Sequence[str]], str]
 NEEDS_LAUNCHER = "needs the in-job launcher"
 SATELLITE_START_TIMEOUT_S = 120.0
 EXIT_GRACE_S = 3.0
+SWITCH_GRACE_S = 20.0
 RELEASE_TIMEOUT_S = 60.0
 REQUEUE_WAIT_S = 30.0
 
@@ -241,7 +243,7 @@ class SlurmActuator:
         seq = channel.send("resize", stay, self._batch(a, rec))
         note = f"order {seq}: {','.join(plan.workers)} leave"
         if tuple(sorted(n for n, _ in rec.gpus)) != plan.parent_nodes:
-            self.store.add_release(a.job_id, list(plan.parent_nodes), len(stay), self.clock())
+            self.store.add_release(a.job_id, list(plan.parent_nodes), len(stay), len(plan.workers), self.clock())
             note += f"; the job keeps {','.join(plan.parent_nodes)} once they have left"
         return note + (f"; satellites {','.join(plan.satellites)} end" if plan.satellites else "")
 
@@ -268,9 +270,12 @@ class SlurmActuator:
             if rec is None or rec.state is not JobState.RUNNING:
                 self.store.drop_release(jid)
                 continue
-            switched = [float(p["t"]) for p in self.store.progress_of(jid)
-                        if p["kind"] in ("resize", "progress") and p["gpus"] == r["world"] and p["t"] >= r["ordered"]]
-            due = (switched and now >= switched[0] + EXIT_GRACE_S) or now - r["ordered"] >= RELEASE_TIMEOUT_S
+            rows = [p for p in self.store.progress_of(jid) if p["t"] >= r["ordered"]]
+            left = [float(p["t"]) for p in rows if p["kind"] == "left"]
+            switched = [float(p["t"]) for p in rows if p["kind"] in ("resize", "progress") and p["gpus"] == r["world"]]
+            due = ((len(left) >= r["leaving"] and now >= max(left) + EXIT_GRACE_S)
+                   or (switched and now >= switched[0] + SWITCH_GRACE_S)
+                   or now - r["ordered"] >= RELEASE_TIMEOUT_S)
             if not due:
                 continue
             try:

@@ -306,8 +306,12 @@ def test_a_shrink_gives_its_nodes_back_once_the_job_trains_without_them(tmp_path
     assert ran == [] and act.tend() == []  # not before the job trains in its new world
     act.store.add_progress("7", 6.0, samples=640, gpus=2, global_batch=64, kind="resize", pause_s=0.1)
     act.clock = lambda: 7.0
+    assert act.tend() == [] and ran == []  # the job trains without them, but they have not said they left
+    for t in (6.2, 6.5):
+        act.store.add_progress("7", t, samples=640, gpus=4, global_batch=128, kind="left")
+    act.clock = lambda: 9.0
     assert act.tend() == [] and ran == []  # the leavers get EXIT_GRACE_S to exit
-    act.clock = lambda: 9.5
+    act.clock = lambda: 9.6
     assert act.tend() == ["job 7 released its other nodes: keeps n000"]
     assert ran == [["scontrol", "update", "JobId=7", "NodeList=n000"]]
     assert act.store.releases() == [] and act.tend() == []  # done once
