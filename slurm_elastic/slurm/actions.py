@@ -158,6 +158,9 @@ class SlurmActuator:
             if a.kind is ActionKind.DROP:
                 self._cancel_satellites(a.job_id)
             return "requeued at the new size" if a.kind in (ActionKind.GROW, ActionKind.SHRINK, ActionKind.MOVE) else ""
+        rows = self.store.progress_of(a.job_id)
+        if rows and rows[-1]["kind"] == "end":
+            return "nothing done: the job finished training, its workers are exiting"
         if a.kind is ActionKind.GROW:
             return self._grow(a, rec, channel)
         if a.kind is ActionKind.SHRINK:

@@ -339,3 +339,7 @@ def test_resizes_under_way_come_from_the_store_and_survive_a_restart(tmp_path: P
     fresh.store.drop_release("8")
     fresh.store.add_progress("8", 9.0, samples=100, gpus=4, global_batch=128, kind="end")
     assert InFlightResize(JobId("8"), 4, 9.0) in fresh.on_the_way(snap)
+    late = Action(ActionKind.GROW, JobId("8"), place({"n001": 2, "n002": 2}), place({"n001": 2, "n002": 2, "n003": 2}),
+                  192, 32, 1, 0.1)
+    (out,) = fresh.apply(snap, (late,))
+    assert out.ok and "finished training" in out.message and fresh.store.satellites() == {"100": "7"}
