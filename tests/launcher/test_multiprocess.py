@@ -72,7 +72,8 @@ def test_resize_2_to_4_to_3_keeps_ranks_equal_and_accounting_exact(fake_job_fact
     for w in everyone[2:]:
         job.start(w)  # joiners import torch and initialise while w0, w1 keep training
     grow = job.order("resize", everyone)
-    job.wait_until("grown to 4", lambda: job.last_step("w3", f"o{grow}") >= 3)
+    # (steps are the job's global count; both joiners must have logged a step of the new world)
+    job.wait_until("grown to 4", lambda: all(job.last_step(w, f"o{grow}") for w in everyone[2:]))
     steps_before_grow = min(e["step"] for e in job.events("w2") if e["ev"] == "step") - 1
     assert steps_before_grow > 5  # the old workers trained while the joiners started
     shrink = job.order("resize", everyone[:3])
