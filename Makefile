@@ -21,7 +21,7 @@ lint: setup
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: lint
+test: system lint
 	mkdir -p build
 	$(BIN)/python -m pytest --junitxml=build/junit.xml
 	$(BIN)/python .ci/check_junit.py build/junit.xml
