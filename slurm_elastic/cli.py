@@ -548,7 +548,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
     since, until = _window(args)
     records = read_accounting(since, until, account=args.account)
-    journal = progress = satellites = None
+    from_store: dict[str, Any] = {}
     if args.store:
         from slurm_elastic.store import Store
 
@@ -556,15 +556,11 @@ def _cmd_report(args: argparse.Namespace) -> int:
             raise ConfigError(f"--store {args.store}: no such file (rule: the daemon's existing state database)")
         store = Store(args.store)
         try:
-            satellites = store.satellites(include_ended=True)
-            ids = {str(r.job_id) for r in records} | set(satellites.values())
-            journal = {j: store.actions_of(j) for j in ids}
-            progress = {j: store.progress_of(j) for j in ids}
+            from_store = store.report_inputs(str(r.job_id) for r in records)
         finally:
             store.close()
     tables = allocation.allocation_tables(records, since=since.timestamp(), until=until.timestamp(),
-                                          total_gpus=cluster_gpus() or None, journal=journal, progress=progress,
-                                          satellites=satellites)
+                                          total_gpus=cluster_gpus() or None, **from_store)
     if args.format == "html":
         paths = allocation.write_html(tables, args.out)
     else:

@@ -182,11 +182,8 @@ def _finish(out: Path, started: dt.datetime, runner: Callable[[Sequence[str]], s
     time.sleep(2.0)  # let slurmctld hand the last job ends to slurmdbd
     records = read_accounting(started - dt.timedelta(minutes=1), dt.datetime.now() + dt.timedelta(minutes=1),
                               runner=runner)
-    ids = {str(r.job_id) for r in records}
-    journal = {j: store.actions_of(j) for j in ids}
-    progress = {j: store.progress_of(j) for j in ids}
-    tables = allocation.allocation_tables(records, total_gpus=total_gpus, journal=journal, progress=progress,
-                                          satellites=store.satellites(include_ended=True))
+    tables = allocation.allocation_tables(records, total_gpus=total_gpus,
+                                          **store.report_inputs(str(r.job_id) for r in records))
     paths = allocation.write_html(tables, out / "report")
     html = next((p for p in paths if p.suffix == ".html"), paths[0])
     summary = {"seconds": round(elapsed, 1), "jobs": per_job, "report": str(html),

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -318,6 +318,15 @@ class Store:
         keys = ("t", "samples", "gpus", "global_batch", "throughput", "loss", "metric", "kind", "pause_s",
                 "epoch_size")
         return [dict(zip(keys, r, strict=True)) for r in rows]
+
+    def report_inputs(self, job_ids: Iterable[str]) -> dict[str, Any]:
+        """What the allocation report takes from the store for these jobs (and the jobs their
+        satellites belong to): ``journal``, ``progress`` and ``satellites``, as keyword arguments
+        of :func:`slurm_elastic.reports.allocation.allocation_tables`."""
+        satellites = self.satellites(include_ended=True)
+        ids = set(job_ids) | set(satellites.values())
+        return {"journal": {j: self.actions_of(j) for j in ids}, "progress": {j: self.progress_of(j) for j in ids},
+                "satellites": satellites}
 
     # -- workers and satellites -------------------------------------------------------------------
 

@@ -68,3 +68,13 @@ def test_refuses_a_database_of_another_schema_version(tmp_path: Path) -> None:
     con.close()
     with pytest.raises(StoreError, match="schema version 99"):
         Store(db)
+
+
+def test_report_inputs_cover_the_jobs_and_the_jobs_their_satellites_belong_to(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.db")
+    store.add_satellite("9", "7", 1.0, [("w2", "n1")])
+    store.add_progress("7", 2.0, samples=10, gpus=2, global_batch=64, kind="resize", pause_s=0.1)
+    got = store.report_inputs(["9", "8"])
+    assert got["satellites"] == {"9": "7"}
+    assert set(got["journal"]) == set(got["progress"]) == {"7", "8", "9"}
+    assert [r["kind"] for r in got["progress"]["7"]] == ["resize"] and got["progress"]["8"] == []
