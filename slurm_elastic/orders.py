@@ -52,17 +52,22 @@ def orders_path(comment: str) -> Path | None:
     return None
 
 
-def _check_private(path: Path, uid: int) -> None:
+def _check_file(path: Path, uid: int, forbidden: int, rule: str, missing: str = "") -> None:
+    """``path`` must be a regular file (no link) owned by ``uid`` with none of the ``forbidden`` mode bits."""
     try:
         st = os.lstat(path)
     except OSError as exc:
-        raise ChannelError(f"{path}: {exc.strerror}") from exc
+        raise ChannelError(f"{path}: {exc.strerror}{missing}") from exc
     if not stat.S_ISREG(st.st_mode):
         raise ChannelError(f"{path}: must be a regular file (not a link or anything else)")
     if st.st_uid != uid:
         raise ChannelError(f"{path}: owned by uid {st.st_uid}, not by the job's user (uid {uid})")
-    if st.st_mode & 0o077:
-        raise ChannelError(f"{path}: mode {stat.S_IMODE(st.st_mode):04o}, must be 0600 (readable by its owner only)")
+    if st.st_mode & forbidden:
+        raise ChannelError(f"{path}: mode {stat.S_IMODE(st.st_mode):04o}, {rule}")
+
+
+def _check_private(path: Path, uid: int) -> None:
+    _check_file(path, uid, 0o077, "must be 0600 (readable by its owner only)")
 
 
 def sign(job_id: str, seq: int, kind: str, workers: Sequence[str], local_batch: int, secret: bytes) -> str:
@@ -138,12 +143,9 @@ class Channel:
             (reports in file order, the offset after the last whole line, lines refused). A line
             with a bad MAC, naming another job or not JSON is refused and counted, never trusted.
         """
-        try:
-            st = os.lstat(self.reports_path)
-        except FileNotFoundError:
+        if not self.reports_path.exists() and not self.reports_path.is_symlink():
             return [], start, 0
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.lstat(self.path).st_uid:
-            raise ChannelError(f"{self.reports_path}: must be a regular file owned by the job's user")
+        _check_file(self.reports_path, os.lstat(self.path).st_uid, 0, "")
         fd = os.open(self.reports_path, os.O_RDONLY | os.O_NOFOLLOW)
         try:
             os.lseek(fd, start, os.SEEK_SET)
@@ -172,16 +174,8 @@ class Channel:
             ChannelError: it is missing or breaks a rule.
         """
         path = self.path.with_suffix(".join")
-        try:
-            st = os.lstat(path)
-        except OSError as exc:
-            raise ChannelError(f"{path}: {exc.strerror} (job not submitted with a join script)") from exc
-        if not stat.S_ISREG(st.st_mode):
-            raise ChannelError(f"{path}: must be a regular file (not a link or anything else)")
-        if st.st_uid != os.lstat(self.path).st_uid:
-            raise ChannelError(f"{path}: not owned by the job's user")
-        if st.st_mode & 0o022:
-            raise ChannelError(f"{path}: mode {stat.S_IMODE(st.st_mode):04o}, must not be writable by group or others")
+        _check_file(path, os.lstat(self.path).st_uid, 0o022, "must not be writable by group or others",
+                    missing=" (job not submitted with a join script)")
         return path
 
     def history(self) -> list[dict[str, Any]]:
