@@ -3,13 +3,15 @@
 This module owns the protocol of an in-place resize (ONES §3.3): orders arrive from a pluggable,
 authenticated :class:`OrderSource`; rank 0 reads them and announces a decision in the control words of
 the step's all-reduce, so every rank sees the same typed interrupt at the same step boundary. On grow,
-joiners start and initialise while the old workers keep training; when all joiners are ready, the old
-workers finish their step, everyone leaves the old group and forms the new one (generation ``o<seq>``,
-a fresh prefix on the long-lived store), the state is broadcast from an old worker, and leaving workers
-exit cleanly. A lost peer is a :class:`PeerLostError`: survivors roll back to the last commit, agree on
-the survivors through the store and re-form (generation ``<gen>.r``). It owns the batch and LR policy
-(exo: global batch and LR scale with the workers; endo: global batch kept, gradient accumulation above
-the per-GPU limit). It must not import torch or any communication library: the backend does that.
+joiners start, initialise and run one warm-up pass while the old workers keep training; when all
+joiners are ready, the old workers finish their step, everyone leaves the old group and forms the new
+one (generation ``o<seq>``, a fresh prefix on the long-lived store), and the staying workers send the
+state point-to-point to the joiners only (:func:`transfer_plan`). On shrink, the staying workers narrow
+the group they are in (no new world, no state moved) and the leaving workers exit cleanly. A lost peer
+is a :class:`PeerLostError`: survivors roll back to their last commit, agree on the survivors through
+the store, and one holding a commit broadcasts it (generation ``<gen>.r``). It owns the batch and LR
+policy (exo: global batch and LR scale with the workers; endo: global batch kept, gradient accumulation
+above the per-GPU limit). It must not import torch or any communication library: the backend does that.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ import hmac
 import json
 import logging
 import math
+import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -50,7 +53,8 @@ class AgentState(enum.Enum):
     * WAITING: the old workers keep training until every joiner is ready; then rank 0 announces the
       switch, and the joiner reads the go key → FORMING.
     * FORMING: init the group of the new generation → SYNCING.
-    * SYNCING: broadcast the state from an old worker (skipped when nobody new joined) → TRAINING.
+    * SYNCING: the staying workers send the state to the joiners (skipped when nobody joined); after a
+      lost peer, a survivor holding a commit broadcasts its rolled-back state → TRAINING.
     * TRAINING: steps; a step may end with an interrupt: Resize → SWITCHING, Stop → DONE, or a
       lost peer → RECOVERING.
     * SWITCHING: leave the old group; a worker the order drops → LEFT, others → FORMING.
@@ -271,6 +275,9 @@ class Backend(KeyValue, Protocol):
     def form(self, generation: str, rank: int, world_size: int) -> None:
         """Join a generation's group."""
 
+    def narrow(self, ranks: Sequence[int]) -> None:
+        """Make the group of these ranks of the current group (in this order) current; only they call it."""
+
     def leave(self) -> None:
         """Leave the current group."""
 
@@ -279,6 +286,18 @@ class Backend(KeyValue, Protocol):
 
     def broadcast_object(self, obj: Any, src: int) -> Any:
         """Broadcast a small object."""
+
+    def send(self, buffer: Any, dsts: Sequence[int]) -> None:
+        """Send a flat buffer to each of ``dsts``."""
+
+    def recv(self, buffer: Any, src: int) -> None:
+        """Receive a flat buffer from ``src``."""
+
+    def send_object(self, obj: Any, dsts: Sequence[int]) -> None:
+        """Send a small object to each of ``dsts``."""
+
+    def recv_object(self, src: int) -> Any:
+        """Receive a small object from ``src``."""
 
     def reduce_step(self, model: Any, n_global: int, control: Sequence[int], rank: int) -> list[int]:
         """All-reduce gradients (÷ n_global), buffers and control words; the summed control words."""
@@ -338,6 +357,29 @@ class AgentResult:
     steps: int
     epoch: int
     generations: list[str] = field(default_factory=list)
+
+
+def transfer_plan(old: Sequence[str], new: Sequence[str]) -> dict[int, int]:
+    """Who sends the state to whom on a grow: each joiner's new rank → a staying worker's new rank.
+
+    Only joiners need the state (the staying workers already hold it, equal on all of them), so the
+    joiners are spread round-robin over the staying workers, which send in parallel.
+
+    Args:
+        old: worker ids of the current world.
+        new: worker ids of the new world, in rank order.
+
+    Returns:
+        ``{joiner rank: sender rank}``; empty when nobody joins.
+
+    Raises:
+        ValueError: if nobody stays (the state would have no source).
+    """
+    stays = [i for i, w in enumerate(new) if w in old]
+    joiners = [i for i, w in enumerate(new) if w not in old]
+    if joiners and not stays:
+        raise ValueError(f"no worker of {list(old)} stays in {list(new)}: the state has no source")
+    return {j: stays[k % len(stays)] for k, j in enumerate(joiners)}
 
 
 class Agent:
@@ -473,13 +515,16 @@ class Agent:
         if self.env.join:
             self._transition(AgentState.JOINING)
             order = self._find_my_order()
+            self._warm_up()
             self.backend.store_set(f"o{order.seq}/ready/{self.me}", "1")
             self._transition(AgentState.WAITING)
             go = self._wait_key(f"o{order.seq}/go", self.env.join_timeout_s)
             if go is None:
                 raise TimeoutError(f"{self.me}: no go for order {order.seq} within {self.env.join_timeout_s} s")
-            self._form(f"o{order.seq}", order.workers, sync_src=int(json.loads(go)["src"]))
+            old = [str(w) for w in json.loads(go)["members"]]
+            self._form(f"o{order.seq}", order.workers, plan=transfer_plan(old, order.workers))
             self._apply_policy(order.local_batch)
+            # no commit yet: the first step's commit is this worker's first rollback point (see _recover)
         else:
             self.extra.update(
                 step=0,
@@ -493,9 +538,9 @@ class Agent:
             if self.env.resume:
                 self.state.apply(self.backend.load(self.env.resume))
             gen = f"resume{self.extra['applied_seq']}.{self.extra['step']}" if self.env.resume else "o0"
-            self._form(gen, self.env.workers, 0)
+            self._form(gen, self.env.workers, sync_src=0)
             self._apply_policy()
-        self.state.commit()
+            self.state.commit()
         self._transition(AgentState.TRAINING)
 
     def _find_my_order(self) -> Order:
@@ -511,6 +556,21 @@ class Agent:
             time.sleep(0.05)
         raise TimeoutError(f"{self.me}: no resize order names this worker within {self.env.join_timeout_s} s")
 
+    def _warm_up(self) -> None:
+        """Joiner: one forward and backward pass on real samples before it says it is ready.
+
+        The old workers are still training then, so the first-call costs of a fresh process (allocator,
+        kernel selection) are not paid in the first step of the new world. Parameters, buffers and
+        gradients it touches are replaced by the state the joiner receives; the optimizer is not stepped.
+        """
+        n = min(len(self.job.dataset), self.env.local_batch, self.env.max_local_batch)
+        if n < 1:
+            return
+        t0 = time.perf_counter()
+        self.job.loss_fn(self.job.model, self.job.dataset.batch(list(range(n)))).backward()
+        self.job.optimizer.zero_grad(set_to_none=True)
+        self._event("warmed", samples=n, s=round(time.perf_counter() - t0, 4))
+
     def _wait_key(self, key: str, timeout_s: float) -> str | None:
         deadline = time.monotonic() + timeout_s
         while True:
@@ -519,18 +579,50 @@ class Agent:
                 return value
             time.sleep(0.01)
 
-    def _form(self, generation: str, members: Sequence[str], sync_src: int | None) -> None:
+    def _form(
+        self,
+        generation: str,
+        members: Sequence[str],
+        *,
+        sync_src: int | None = None,
+        plan: Mapping[int, int] | None = None,
+        within: Sequence[int] | None = None,
+    ) -> None:
+        """Join ``generation``'s group of ``members`` and move the state if it must move.
+
+        Args:
+            generation: group name (a fresh store prefix).
+            members: worker ids in rank order.
+            sync_src: broadcast the state from this rank to all (start, recovery).
+            plan: grow: new rank of each joiner → rank that sends it the state (:func:`transfer_plan`).
+            within: shrink: narrow the current group to these of its ranks instead of forming a new one
+                (every member already holds the state).
+        """
         self._transition(AgentState.FORMING)
         self.generation = generation
         self.members = tuple(members)
         self.rank = self.members.index(self.me)
-        self.backend.form(generation, self.rank, len(self.members))
+        t0 = time.perf_counter()
+        if within is not None:
+            self.backend.narrow(within)
+        else:
+            self.backend.form(generation, self.rank, len(self.members))
+        t1 = time.perf_counter()
         self._generations.append(generation)
         moved = 0
-        if sync_src is not None:
+        if plan:
+            self._transition(AgentState.SYNCING)
+            if self.rank in plan:
+                moved = self.state.receive(self.backend.recv, self.backend.recv_object, plan[self.rank])
+            else:
+                dsts = sorted(dst for dst, src in plan.items() if src == self.rank)
+                moved = self.state.send(self.backend.send, self.backend.send_object, dsts)
+        elif sync_src is not None:
             self._transition(AgentState.SYNCING)
             moved = self.state.sync(self.backend.broadcast, self.backend.broadcast_object, sync_src, self.rank)
-        fields: dict[str, Any] = {"world": len(self.members), "synced_bytes": moved}
+        t2 = time.perf_counter()
+        fields: dict[str, Any] = {"world": len(self.members), "synced_bytes": moved,
+                                  "form_s": round(t1 - t0, 4), "sync_s": round(t2 - t1, 4)}
         if self.env.log_indices:
             fields["digest"] = self.backend.digest(self.job.model)
         self._event("formed", **fields)
@@ -630,7 +722,10 @@ class Agent:
     def _handle(self, interrupt: Interrupt) -> None:
         match interrupt:
             case Resize(seq):
-                self._switch(seq)
+                try:
+                    self._switch(seq)
+                except PeerLostError as exc:  # a peer died while the worlds switched: re-form as for a step
+                    self._recover(str(exc))
             case Stop(seq):
                 self._finish(seq)
             case WorkerLost(error):
@@ -654,55 +749,88 @@ class Agent:
             order = self._pending
             if order is None or order.seq != seq:
                 raise RuntimeError(f"rank 0 announced order {seq} it does not hold")
-            stays = [i for i, w in enumerate(order.workers) if w in self.members]
-            src = order.workers.index(self.me) if self.me in order.workers else stays[0]
-            self.backend.store_set(f"o{seq}/go", json.dumps({"src": src, "order": order.to_json()}))
+            self.backend.store_set(f"o{seq}/go", json.dumps({"members": list(self.members), "order": order.to_json()}))
         else:
-            go = self._wait_key(f"o{seq}/go", self.env.group_timeout_s * 3)
-            if go is None:
-                raise PeerLostError(f"{self.me}: rank 0 announced order {seq} but wrote no go key")
-            src = int(json.loads(go)["src"])
-            order = Order.parse(json.loads(go)["order"], self.env.job_id, self.env.secret)
-        self.backend.leave()
+            order = self._announced(seq)
+        t_go = self.clock()
         self.extra["applied_seq"] = seq
         self._pending = None
+        old = self.members
         if self.me not in order.workers:
-            self._report_left()
-            self._transition(AgentState.LEFT)
+            self._leave_job()
             return
-        joined = any(w not in self.members for w in order.workers)
-        self._form(f"o{seq}", order.workers, src if joined else None)
+        if all(w in old for w in order.workers):  # shrink: the stayers narrow the group they are in
+            self._form(f"o{seq}", order.workers, within=[old.index(w) for w in order.workers])
+        else:
+            self.backend.leave()
+            self._form(f"o{seq}", order.workers, plan=transfer_plan(old, order.workers))
+        t_formed = self.clock()
         self._apply_policy(order.local_batch)
-        self.state.commit()
+        # No commit here: the last one (taken at the end of the step that announced this switch when
+        # commit_every is 1) stays the rollback point; applied_seq survives a rollback (see _recover).
+        self._event("resumed", go_s=round(t_go - t0, 4), form_s=round(t_formed - t_go, 4))
         self._report("resize", self.clock() - t0)
         self._transition(AgentState.TRAINING)
+
+    def _leave_job(self) -> None:
+        """A worker the order drops: leave the group, say so, and exit at low CPU priority.
+
+        The lower priority keeps its teardown from slowing the workers that stay on a shared node.
+        """
+        self.backend.leave()
+        self._report_left()
+        self._transition(AgentState.LEFT)
+        try:
+            os.nice(19)
+        except OSError as exc:
+            log.debug("%s: could not lower priority: %s", self.me, exc)
+
+    def _announced(self, seq: int) -> Order:
+        """The order rank 0 announced as ``seq``: read from the source, else from rank 0's go key."""
+        matches = {o for o in self._valid_orders() if o.seq == seq}
+        if len(matches) == 1:
+            return matches.pop()
+        go = self._wait_key(f"o{seq}/go", self.env.group_timeout_s * 3)
+        if go is None:
+            raise PeerLostError(f"{self.me}: rank 0 announced order {seq} but wrote no go key")
+        return Order.parse(json.loads(go)["order"], self.env.job_id, self.env.secret)
 
     def _recover(self, error: str) -> None:
         t0 = self.clock()
         self._transition(AgentState.RECOVERING)
         log.warning("%s: peer lost in %s: %s", self.me, self.generation, error)
         self.backend.leave()
-        self.state.restore()
+        applied = int(self.extra.get("applied_seq", 0))
+        committed = self.state.has_commit
+        if committed:
+            self.state.restore()
+        self.extra["applied_seq"] = max(applied, int(self.extra.get("applied_seq", 0)))
         gen = f"{self.generation}.r"
+        # the key before the count, so whoever counts this worker can read it
+        self.backend.store_set(f"{gen}/who/{self.me}", json.dumps({"commit": committed}))
         idx = self.backend.store_add(f"{gen}/arrive", 1)
-        self.backend.store_set(f"{gen}/who/{idx}", self.me)
         if idx == 1:
             expected = len(self.members) - 1
             deadline = time.monotonic() + self.env.group_timeout_s + 2.0
             while self.backend.store_add(f"{gen}/arrive", 0) < expected and time.monotonic() < deadline:
                 time.sleep(0.02)
-            arrived = self.backend.store_add(f"{gen}/arrive", 0)
-            who = {self.backend.store_get(f"{gen}/who/{i}") for i in range(1, arrived + 1)}
-            survivors = [w for w in self.members if w in who]
-            self.backend.store_set(f"{gen}/members", json.dumps(survivors))
+            who = {w: self.backend.store_get(f"{gen}/who/{w}") for w in self.members}
+            survivors = [w for w in self.members if who[w] is not None]
+            src = next((w for w in survivors if json.loads(who[w] or "{}").get("commit")), None)
+            self.backend.store_set(f"{gen}/members", json.dumps({"members": survivors, "src": src}))
         else:
             raw = self._wait_key(f"{gen}/members", self.env.group_timeout_s * 2 + 5.0)
-            survivors = json.loads(raw) if raw is not None else []
+            decided = json.loads(raw) if raw is not None else {}
+            survivors, src = decided.get("members", []), decided.get("src")
         if self.me not in survivors:
             log.error("%s: declared lost by the survivors of %s", self.me, self.generation)
             self._transition(AgentState.FAILED)
             return
-        self._form(gen, survivors, 0)
+        if src is None:
+            log.error("%s: no survivor of %s holds a commit to roll back to", self.me, self.generation)
+            self._transition(AgentState.FAILED)
+            return
+        self._form(gen, survivors, sync_src=survivors.index(src))
         self._apply_policy()
         self.state.commit()
         self._event("recovered", world=len(survivors), since=self.clock() - t0)

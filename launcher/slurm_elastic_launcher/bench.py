@@ -65,6 +65,7 @@ class _Run:
             **extra,
         )
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # 2+ workers per core here: idle OpenMP threads must sleep
         argv = [sys.executable, str(EXAMPLE), "--model", self.model, "--dataset-size", str(self.dataset_size)]
         with open(self.tmp / f"{worker}.{tag}.out", "ab") as out:
             self.procs[f"{worker}.{tag}"] = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)

@@ -3,7 +3,8 @@
 This module owns what "the state of a training job" is and how it moves: an in-memory commit at a step
 boundary (the rollback point after a lost worker), a restore, and a sync that broadcasts the state from
 one rank to the others as one flat buffer per dtype plus a small picklable skeleton (faster than
-pickled state dicts). It must not import torch or any communication library: tensor operations come
+pickled state dicts), either as a broadcast to the whole group (recovery) or point-to-point to the
+ranks that need it (a grow's joiners). It must not import torch or any communication library: tensor operations come
 through a :class:`TensorOps` and the collectives are arguments, so it runs single-process in unit tests.
 """
 
@@ -20,6 +21,18 @@ Broadcast = Callable[[Any, int], None]
 
 BroadcastObject = Callable[[Any, int], Any]
 """Broadcast of a small picklable object from ``src``; returns the object on every rank."""
+
+Send = Callable[[Any, Sequence[int]], None]
+"""Send one flat buffer to each of the ranks ``dsts``."""
+
+SendObject = Callable[[Any, Sequence[int]], None]
+"""Send a small picklable object to each of the ranks ``dsts``."""
+
+Recv = Callable[[Any, int], None]
+"""Fill one flat buffer with what rank ``src`` sends."""
+
+RecvObject = Callable[[int], Any]
+"""The small picklable object rank ``src`` sends."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +60,9 @@ class TensorOps(Protocol):
 
     def empty_buffers(self, sizes: Mapping[str, int]) -> dict[str, Any]:
         """Flat buffers of the given number of elements per dtype key."""
+
+    def flat(self, tensor: Any) -> Any:
+        """``tensor`` as a flat contiguous buffer on the communication device (a view when it can be)."""
 
     def unpack(self, buffers: Mapping[str, Any], specs: Sequence[TensorSpec]) -> list[Any]:
         """Tensors of ``specs``, in order, cut from the per-dtype buffers."""
@@ -194,7 +210,9 @@ class TrainingState:
     def sync(self, broadcast: Broadcast, broadcast_object: BroadcastObject, src: int, rank: int) -> int:
         """Make every rank's state equal to ``src``'s (model, optimizer, scheduler, sampler, extra).
 
-        RNG states stay per rank. Every rank of the group must call this with the same ``src``.
+        RNG states stay per rank. Every rank of the group must call this with the same ``src``. This is
+        the recovery path, where every survivor may hold another commit; a grow sends the state only to
+        the joiners (:meth:`send` / :meth:`receive`).
 
         Args:
             broadcast: in-place broadcast of a flat buffer.
@@ -206,9 +224,7 @@ class TrainingState:
             Bytes of tensor data moved (as the buffers' element counts times item sizes, per ops).
         """
         if rank == src:
-            skeleton, tensors = split_tree(self.capture(rng=False), self.ops)
-            buffers = self.ops.pack(tensors)
-            sizes = {k: _numel(b) for k, b in buffers.items()}
+            skeleton, sizes, buffers = self._packed()
             broadcast_object((skeleton, sizes), src)
             for key in sorted(buffers):
                 broadcast(buffers[key], src)
@@ -217,6 +233,72 @@ class TrainingState:
         buffers = self.ops.empty_buffers(sizes)
         for key in sorted(buffers):
             broadcast(buffers[key], src)
+        return self._apply_packed(skeleton, buffers)
+
+    LARGE = 1 << 18
+    """Tensors of at least this many elements are sent from where they live, not packed first."""
+
+    def send(self, send: Send, send_object: SendObject, dsts: Sequence[int]) -> int:
+        """Send this rank's state to the ranks ``dsts`` (each calls :meth:`receive` with this rank).
+
+        Small tensors go packed in one flat buffer per dtype; large ones (≥ :attr:`LARGE` elements)
+        are sent from the live tensors, so the sender copies almost nothing.
+
+        Args:
+            send: sends one flat buffer to several ranks.
+            send_object: sends a small picklable object to several ranks.
+            dsts: receiving ranks; nothing is sent when empty.
+
+        Returns:
+            Bytes of tensor data sent to each receiver.
+        """
+        if not dsts:
+            return 0
+        skeleton, tensors = split_tree(self.capture(rng=False), self.ops)
+        large = [i for i, t in enumerate(tensors) if _numel(t) >= self.LARGE]
+        skip = set(large)
+        small = self.ops.pack([t for i, t in enumerate(tensors) if i not in skip])
+        send_object((skeleton, {k: _numel(b) for k, b in small.items()}, large), dsts)
+        flats = [*(small[k] for k in sorted(small)), *(self.ops.flat(tensors[i]) for i in large)]
+        for buffer in flats:
+            send(buffer, dsts)
+        return sum(_nbytes(b) for b in flats)
+
+    def receive(self, recv: Recv, recv_object: RecvObject, src: int) -> int:
+        """Replace this rank's state by the one rank ``src`` sends with :meth:`send`.
+
+        Returns:
+            Bytes of tensor data received.
+        """
+        skeleton, sizes, large = recv_object(src)
+        specs: list[TensorSpec] = []
+        _collect_specs(skeleton, specs)
+        skip = set(large)
+        small = self.ops.empty_buffers(sizes)
+        for key in sorted(small):
+            recv(small[key], src)
+        received = sum(_nbytes(b) for b in small.values())
+        tensors: list[Any] = [None] * len(specs)
+        small_slots = [i for i in range(len(specs)) if i not in skip]
+        for i, t in zip(small_slots, self.ops.unpack(small, [specs[i] for i in small_slots]), strict=True):
+            tensors[i] = t
+        for i in large:
+            spec = specs[i]
+            buffer = self.ops.empty_buffers({spec.dtype: _spec_numel(spec)})
+            recv(buffer[spec.dtype], src)
+            received += _nbytes(buffer[spec.dtype])
+            tensors[i] = self.ops.unpack(buffer, [spec])[0]
+        self.apply(join_tree(skeleton, tensors))
+        return received
+
+    def _packed(self) -> tuple[Any, dict[str, int], dict[str, Any]]:
+        """Skeleton, per-dtype sizes and flat buffers (copies) of the current state without RNG."""
+        skeleton, tensors = split_tree(self.capture(rng=False), self.ops)
+        buffers = self.ops.pack(tensors)
+        return skeleton, {k: _numel(b) for k, b in buffers.items()}, buffers
+
+    def _apply_packed(self, skeleton: Any, buffers: Mapping[str, Any]) -> int:
+        """Apply a state received as one flat buffer per dtype; its bytes."""
         specs: list[TensorSpec] = []
         _collect_specs(skeleton, specs)
         self.apply(join_tree(skeleton, self.ops.unpack(buffers, specs)))
@@ -238,6 +320,13 @@ def _collect_specs(skeleton: Any, out: list[TensorSpec]) -> None:
 
     walk(skeleton)
     out.extend(s.spec for s in sorted(slots, key=lambda s: s.index))
+
+
+def _spec_numel(spec: TensorSpec) -> int:
+    n = 1
+    for d in spec.shape:
+        n *= d
+    return n
 
 
 def _numel(buffer: Any) -> int:

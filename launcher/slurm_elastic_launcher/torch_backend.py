@@ -63,6 +63,10 @@ class TorchOps:
         """Uninitialised flat buffers."""
         return {k: torch.empty(n, dtype=getattr(torch, k), device=self.device) for k, n in sizes.items()}
 
+    def flat(self, tensor: Any) -> Any:
+        """A flat contiguous view of ``tensor`` on the device (a copy only if it is not contiguous)."""
+        return tensor.detach().reshape(-1).to(self.device)
+
     def unpack(self, buffers: Mapping[str, Any], specs: Sequence[TensorSpec]) -> list[Any]:
         """Views of the buffers shaped as ``specs``."""
         offsets = dict.fromkeys(buffers, 0)
@@ -122,6 +126,7 @@ class TorchBackend:
         self.cuda = torch.cuda.is_available()
         self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if self.cuda else torch.device("cpu")
         self.ops: TensorOps = TorchOps(self.device)
+        self.group: Any = None  # the current group: None is the whole world, else a group narrowed from it
 
     # -- groups ---------------------------------------------------------------------------------
     def form(self, generation: str, rank: int, world_size: int) -> None:
@@ -150,8 +155,28 @@ class TorchBackend:
             self.leave()
             raise PeerLostError(f"forming {generation} as rank {rank}/{world_size} failed: {exc}") from exc
 
+    def narrow(self, ranks: Sequence[int]) -> None:
+        """Make the group of these ranks of the current group, in this order, the current group.
+
+        A shrink needs no new world: the staying ranks carve their group out of the one they are in
+        (only they take part, ``use_local_synchronization``), and the old world stays open until the
+        next :meth:`leave`. Ranks not in ``ranks`` must not call this.
+
+        Raises:
+            PeerLostError: if the group cannot be formed within the group timeout.
+        """
+        glob = [r if self.group is None else dist.get_global_rank(self.group, r) for r in ranks]
+        try:
+            group = dist.new_group(glob, timeout=dt.timedelta(seconds=self.group_timeout_s),
+                                   use_local_synchronization=True, sort_ranks=False)
+        except (RuntimeError, dist.DistError) as exc:
+            self.leave()
+            raise PeerLostError(f"narrowing to ranks {list(ranks)} failed: {exc}") from exc
+        self.group = group
+
     def leave(self) -> None:
-        """Destroy the current group, if any."""
+        """Destroy the current world and every group narrowed from it, if any."""
+        self.group = None
         if dist.is_initialized():
             dist.destroy_process_group()
 
@@ -159,7 +184,7 @@ class TorchBackend:
     def broadcast(self, buffer: Any, src: int) -> None:
         """In-place broadcast of a flat buffer."""
         try:
-            dist.broadcast(buffer, src)
+            dist.broadcast(buffer, group=self.group, group_src=src)
         except (RuntimeError, dist.DistError) as exc:
             raise PeerLostError(f"broadcast failed: {exc}") from exc
 
@@ -167,9 +192,42 @@ class TorchBackend:
         """Broadcast of a small picklable object."""
         box = [obj]
         try:
-            dist.broadcast_object_list(box, src)
+            dist.broadcast_object_list(box, group=self.group, group_src=src)
         except (RuntimeError, dist.DistError) as exc:
             raise PeerLostError(f"broadcast_object failed: {exc}") from exc
+        return box[0]
+
+    def send(self, buffer: Any, dsts: Sequence[int]) -> None:
+        """Send a flat buffer to each rank of ``dsts`` (all sends in flight at once)."""
+        try:
+            for req in [dist.isend(buffer, group=self.group, group_dst=dst) for dst in dsts]:
+                if req is not None:  # None only on a rank outside the group
+                    req.wait()
+        except (RuntimeError, dist.DistError) as exc:
+            raise PeerLostError(f"send to {list(dsts)} failed: {exc}") from exc
+
+    def recv(self, buffer: Any, src: int) -> None:
+        """Fill a flat buffer with what rank ``src`` sends."""
+        try:
+            dist.recv(buffer, group=self.group, group_src=src)
+        except (RuntimeError, dist.DistError) as exc:
+            raise PeerLostError(f"recv from {src} failed: {exc}") from exc
+
+    def send_object(self, obj: Any, dsts: Sequence[int]) -> None:
+        """Send a small picklable object to each rank of ``dsts``."""
+        try:
+            for dst in dsts:
+                dist.send_object_list([obj], group=self.group, group_dst=dst)
+        except (RuntimeError, dist.DistError) as exc:
+            raise PeerLostError(f"send_object to {list(dsts)} failed: {exc}") from exc
+
+    def recv_object(self, src: int) -> Any:
+        """The small picklable object rank ``src`` sends."""
+        box: list[Any] = [None]
+        try:
+            dist.recv_object_list(box, group=self.group, group_src=src)
+        except (RuntimeError, dist.DistError) as exc:
+            raise PeerLostError(f"recv_object from {src} failed: {exc}") from exc
         return box[0]
 
     def reduce_step(self, model: torch.nn.Module, n_global: int, control: Sequence[int], rank: int) -> list[int]:
@@ -200,7 +258,7 @@ class TorchBackend:
         packed = self.ops.pack(tensors)
         try:
             for key in sorted(packed):
-                dist.all_reduce(packed[key])
+                dist.all_reduce(packed[key], group=self.group)
         except (RuntimeError, dist.DistError) as exc:
             raise PeerLostError(f"all_reduce failed: {exc}") from exc
         out = self.ops.unpack(packed, specs)

@@ -93,6 +93,10 @@ class FakeJob:
         steps = [e["step"] for e in self.events(worker) if e["ev"] == "step" and (gen is None or e["gen"] == gen)]
         return max(steps, default=0)
 
+    def steps_in(self, worker: str, gen: str) -> int:
+        """Steps ``worker`` logged in generation ``gen`` (step numbers are the job's global count)."""
+        return sum(1 for e in self.events(worker) if e["ev"] == "step" and e["gen"] == gen)
+
     def kill(self, worker: str) -> None:
         self.killed.add(worker)
         os.kill(self.procs[worker].pid, signal.SIGKILL)

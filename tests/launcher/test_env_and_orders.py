@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_elastic_launcher.agent import FileOrderSource, Order, OrderRejectedError
+from slurm_elastic_launcher.agent import FileOrderSource, Order, OrderRejectedError, transfer_plan
 from slurm_elastic_launcher.env import EnvError, LauncherEnv, ScalingMode
 
 SECRET = b"0123456789abcdef-secret"
@@ -92,3 +92,14 @@ def test_file_order_source_reads_lines(tmp_path: Path) -> None:
     assert source.read() == []
     path.write_text(Order("77", 1, "stop").signed(SECRET).to_json() + "\n\n")
     assert [Order.parse(r, "77", SECRET).kind for r in source.read()] == ["stop"]
+
+
+def test_transfer_plan_spreads_joiners_over_the_staying_workers() -> None:
+    assert transfer_plan(["a", "b"], ["a", "b", "c", "d", "e"]) == {2: 0, 3: 1, 4: 0}
+    assert transfer_plan(["a", "b"], ["c", "b", "d"]) == {0: 1, 2: 1}  # only b stays
+    assert transfer_plan(["a", "b", "c"], ["c", "a"]) == {}  # a shrink moves no state
+
+
+def test_transfer_plan_without_a_staying_worker_is_an_error() -> None:
+    with pytest.raises(ValueError, match="no worker of \\['a'\\] stays"):
+        transfer_plan(["a"], ["b", "c"])

@@ -1,4 +1,4 @@
-"""Real worker processes on gloo (CPU): an in-place 2→4→3 resize and a SIGKILLed worker."""
+"""Real worker processes on gloo (CPU): in-place grows and shrinks, and SIGKILLed workers."""
 
 from __future__ import annotations
 
@@ -62,35 +62,70 @@ def digests(job: Any, workers: list[str]) -> dict[str, set[str]]:
     return out
 
 
-def test_resize_2_to_4_to_3_keeps_ranks_equal_and_accounting_exact(fake_job_factory: Any) -> None:
+def test_resizes_2_4_3_2_3_keep_ranks_equal_and_accounting_exact(fake_job_factory: Any) -> None:
+    """Grow (state sent to the joiners), shrink twice (the group narrowed, the second time reordered so
+    the decider changes), then grow again from a narrowed group."""
     job = fake_job_factory(dataset_size=DATASET, SLURM_ELASTIC_LOG_INDICES="1")
-    old, everyone = ["w0", "w1"], ["w0", "w1", "w2", "w3"]
+    old, everyone = ["w0", "w1"], ["w0", "w1", "w2", "w3", "w4"]
     for w in old:
         job.start(w, old)
     job.wait_until("two workers training", lambda: job.last_step("w0") >= 5)
-    job.order("resize", everyone, secret="forged-secret-0123456789")  # refused: bad MAC
-    for w in everyone[2:]:
+    job.order("resize", everyone[:4], secret="forged-secret-0123456789")  # refused: bad MAC
+    for w in everyone[2:4]:
         job.start(w)  # joiners import torch and initialise while w0, w1 keep training
-    grow = job.order("resize", everyone)
+    grow = job.order("resize", everyone[:4])
     # (steps are the job's global count; both joiners must have logged a step of the new world)
-    job.wait_until("grown to 4", lambda: all(job.last_step(w, f"o{grow}") for w in everyone[2:]))
+    job.wait_until("grown to 4", lambda: all(job.last_step(w, f"o{grow}") for w in everyone[2:4]))
     steps_before_grow = min(e["step"] for e in job.events("w2") if e["ev"] == "step") - 1
     assert steps_before_grow > 5  # the old workers trained while the joiners started
+    assert any(e["ev"] == "warmed" for e in job.events("w2"))
     shrink = job.order("resize", everyone[:3])
-    job.wait_until("shrunk to 3", lambda: job.last_step("w0", f"o{shrink}") >= 3)
-    job.wait_until("an epoch boundary crossed at size 3", lambda: job.last_step("w0") * 24 > 3 * DATASET)
+    job.wait_until("shrunk to 3", lambda: job.steps_in("w0", f"o{shrink}") >= 3)
+    shrink2 = job.order("resize", ["w2", "w0"])  # w2 becomes rank 0 and reads the orders
+    job.wait_until("shrunk to 2", lambda: job.steps_in("w2", f"o{shrink2}") >= 3)
+    job.start("w4")
+    grow2 = job.order("resize", ["w2", "w0", "w4"])
+    job.wait_until("grown to 3", lambda: job.steps_in("w4", f"o{grow2}") >= 3)
+    job.wait_until("an epoch boundary crossed at size 3", lambda: job.last_step("w0") * 24 > 4 * DATASET)
     job.order("stop")
     rcs = job.wait_exit()
     assert rcs == {w: 0 for w in everyone}, {w: job.output(w)[-2000:] for w in everyone}
-    assert '"state": "left"' in job.output("w3") and '"state": "done"' in job.output("w0")
+    for w, state in {"w3": "left", "w1": "left", "w0": "done", "w2": "done", "w4": "done"}.items():
+        assert f'"state": "{state}"' in job.output(w), (w, job.output(w)[-2000:])
     assert any(e["ev"] == "refused" and "bad MAC" in e["reason"] for e in job.events("w0"))
-    worlds = {e["gen"]: e["world"] for w in everyone for e in job.events(w) if e["ev"] == "formed"}
-    assert worlds == {"o0": 2, f"o{grow}": 4, f"o{shrink}": 3}
+    formed = [e for w in everyone for e in job.events(w) if e["ev"] == "formed"]
+    worlds = {e["gen"]: e["world"] for e in formed}
+    assert worlds == {"o0": 2, f"o{grow}": 4, f"o{shrink}": 3, f"o{shrink2}": 2, f"o{grow2}": 3}
+    assert {e["rank"] for e in formed if e["gen"] == f"o{shrink2}" and e["worker"] == "w2"} == {0}
     for gen, ds in digests(job, everyone).items():
         assert len(ds) == 1, f"ranks differ after forming {gen}"
-    synced = {e["gen"]: e["synced_bytes"] for e in job.events("w0") if e["ev"] == "formed"}
-    assert synced[f"o{grow}"] > 0 and synced[f"o{shrink}"] == 0  # shrink moves no state
+    synced: dict[str, int] = defaultdict(int)
+    for e in formed:
+        synced[e["gen"]] = max(synced[e["gen"]], e["synced_bytes"])
+    assert synced[f"o{grow}"] > 0 and synced[f"o{grow2}"] > 0  # a joiner received the state
+    assert synced[f"o{shrink}"] == synced[f"o{shrink2}"] == 0  # a shrink moves no state
+    assert {e["worker"] for e in formed if e["gen"] == f"o{grow}" and e["synced_bytes"]} == set(everyone[:4])
     assert check_accounting(job, everyone) > 20
+
+
+def test_worker_killed_in_a_narrowed_group_survivors_reform(fake_job_factory: Any) -> None:
+    job = fake_job_factory(dataset_size=DATASET, SLURM_ELASTIC_LOG_INDICES="1", SLURM_ELASTIC_GROUP_TIMEOUT_S="5")
+    workers = ["w0", "w1", "w2", "w3"]
+    for w in workers:
+        job.start(w, workers)
+    job.wait_until("four workers training", lambda: job.last_step("w0") >= 5)
+    shrink = job.order("resize", workers[:3])
+    job.wait_until("shrunk to 3", lambda: job.steps_in("w2", f"o{shrink}") >= 3)
+    job.kill("w1")
+    gen = f"o{shrink}.r"
+    job.wait_until("survivors re-formed", lambda: job.steps_in("w2", gen) >= 5, timeout=40)
+    job.order("stop")
+    rcs = job.wait_exit()
+    assert rcs["w0"] == rcs["w2"] == rcs["w3"] == 0 and rcs["w1"] == -signal.SIGKILL
+    recovered = [e for e in job.events("w0") if e["ev"] == "recovered"]
+    assert len(recovered) == 1 and recovered[0]["world"] == 2
+    assert len(digests(job, ["w0", "w2"])[gen]) == 1
+    assert check_accounting(job, workers, killed="w1") >= 10
 
 
 def test_killed_worker_survivors_reform_and_continue(fake_job_factory: Any) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Any
 
 import pytest
@@ -73,6 +74,60 @@ def test_sync_makes_a_fresh_joiner_equal_to_the_source() -> None:
     assert flat(joiner) == flat(old)  # model, BN buffers and the Adam state the joiner did not have
     assert joiner.sampler.state == old.sampler.state and joiner.extra == {"step": 3}
     assert joiner.optimizer.param_groups[0]["lr"] == old.optimizer.param_groups[0]["lr"] == 5e-3  # type: ignore[attr-defined]
+
+
+class FakeWire:
+    """Point-to-point sends recorded per destination, received in order by that destination."""
+
+    def __init__(self) -> None:
+        self.queues: dict[int, list[Any]] = defaultdict(list)
+        self.sent_tensors: list[Any] = []
+
+    def send(self, buffer: Any, dsts: Any) -> None:
+        self.sent_tensors.append(buffer)
+        for d in dsts:
+            self.queues[d].append(buffer.clone())
+
+    def send_object(self, obj: Any, dsts: Any) -> None:
+        for d in dsts:
+            self.queues[d].append(obj)
+
+    def receiver(self, rank: int) -> tuple[Any, Any]:
+        def recv(buffer: Any, src: int) -> None:
+            got = self.queues[rank].pop(0)
+            assert got.shape == buffer.shape and got.dtype == buffer.dtype
+            buffer.copy_(got)
+
+        def recv_object(src: int) -> Any:
+            return self.queues[rank].pop(0)
+
+        return recv, recv_object
+
+
+@pytest.mark.parametrize("large", [1 << 30, 16])
+def test_send_makes_each_joiner_equal_to_the_sender(large: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(TrainingState, "LARGE", large)
+    old, joiners = make_state(1), [make_state(2), make_state(3)]
+    train(old, 3)
+    wire = FakeWire()
+    sent = old.send(wire.send, wire.send_object, [1, 2])
+    live = {p.data_ptr() for p in old.model.parameters()}  # type: ignore[attr-defined]
+    from_live = [t for t in wire.sent_tensors if t.data_ptr() in live]
+    if large == 16:  # the 32- and 16-element weights go unpacked, from the live parameters
+        assert len(from_live) == 2 and len(wire.sent_tensors) > 2
+    else:
+        assert not from_live and len(wire.sent_tensors) == 2  # one packed buffer per dtype
+    for rank, joiner in zip([1, 2], joiners, strict=True):
+        recv, recv_object = wire.receiver(rank)
+        assert joiner.receive(recv, recv_object, src=0) == sent > 0
+        assert flat(joiner) == flat(old) and joiner.sampler.state == old.sampler.state
+        assert joiner.extra == {"step": 3}
+        assert not wire.queues[rank]
+
+
+def test_send_to_nobody_sends_nothing() -> None:
+    wire = FakeWire()
+    assert make_state(1).send(wire.send, wire.send_object, []) == 0 and not wire.queues
 
 
 def test_restore_rolls_back_to_the_commit() -> None:
