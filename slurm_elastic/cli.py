@@ -104,6 +104,7 @@ def _parser() -> argparse.ArgumentParser:
     bz.add_argument("--model", choices=("resnet18", "cnn"), default="resnet18")
     bz.add_argument("--from", dest="from_", type=_positive_int, default=2)
     bz.add_argument("--to", type=_positive_int, default=4)
+    bz.add_argument("--repeat", type=_positive_int, default=1, help="fresh jobs to measure (medians are printed)")
     bz.add_argument("--json", action="store_true", help="print JSON (the default)")
     br = bsub.add_parser("reaction", help="submit -> planned and -> running latency of the acting daemon "
                          "on a running dev cluster")
@@ -377,7 +378,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             raise ConfigError(
                 f"bench resize needs the launcher extra: pip install 'slurm-elastic[launcher]' ({exc})"
             ) from exc
-        print(json.dumps(bench_resize(model=args.model, from_=args.from_, to=args.to), indent=2))
+        print(json.dumps(bench_resize(model=args.model, from_=args.from_, to=args.to, repeat=args.repeat), indent=2))
         return 0
     if args.bench == "reaction":
         print(json.dumps(bench_reaction(root=args.root, repeat=args.repeat), indent=2))

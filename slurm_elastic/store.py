@@ -298,7 +298,8 @@ class Store:
                     self._insert_progress(
                         job_id, float(r["t"]), int(r["samples"]), int(r["world"]), int(r["global_batch"]),
                         float(r["throughput"]) or None, None if r.get("loss") is None else float(r["loss"]),
-                        None, str(r["kind"]), float(r.get("pause_s") or 0.0) if r["kind"] == "resize" else None,
+                        None if r.get("metric") is None else float(r["metric"]), str(r["kind"]),
+                        float(r.get("pause_s") or 0.0) if r["kind"] == "resize" else None,
                         int(r["epoch_size"]) if r.get("epoch_size") else None)
                 except (KeyError, TypeError, ValueError) as exc:
                     raise StoreError(f"job {job_id}: malformed report {r!r}: {exc}") from exc

@@ -73,10 +73,15 @@ class ResNet18(nn.Module):
         return self.head(F.adaptive_avg_pool2d(self.layers(self.stem(x)), 1).flatten(1))
 
 
-def synthetic(size: int, channels: int, side: int, classes: int, seed: int = 1234) -> TensorBatchDataset:
-    """Class templates plus noise; the same for every worker."""
+def synthetic(
+    size: int, channels: int, side: int, classes: int, seed: int = 1234, split: int = 0
+) -> TensorBatchDataset:
+    """Class templates plus noise; the same for every worker. ``split`` > 0 draws other (held-out)
+    samples of the same classes."""
     g = torch.Generator().manual_seed(seed)
     templates = torch.randn(classes, channels, side, side, generator=g)
+    if split:
+        g = torch.Generator().manual_seed(seed + split)
     targets = torch.randint(0, classes, (size,), generator=g)
     inputs = templates[targets] + 0.5 * torch.randn(size, channels, side, side, generator=g)
     return TensorBatchDataset(inputs, targets)
@@ -88,23 +93,38 @@ def loss_fn(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch
     return F.cross_entropy(model(x), y, reduction="sum")
 
 
+def accuracy(model: nn.Module, data: TensorBatchDataset) -> float:
+    """Top-1 accuracy on ``data`` (the validation metric the job reports at each epoch end)."""
+    model.eval()
+    with torch.no_grad():
+        x, y = data.batch(range(len(data)))
+        acc = float((model(x).argmax(1) == y).float().mean())
+    model.train()
+    return acc
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Build the job from the command line and run it under the agent."""
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--model", choices=("cnn", "resnet18"), default="cnn")
     ap.add_argument("--dataset-size", type=int, default=2048)
     ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--val-size", type=int, default=256, help="held-out samples for the accuracy (0: none)")
     args = ap.parse_args(argv)
     torch.manual_seed(0)
     if args.model == "cnn":
         model: nn.Module = SmallCNN()
-        data = synthetic(args.dataset_size, 1, 16, 10)
+        shape = (1, 16, 10)
+        data = synthetic(args.dataset_size, *shape)
         optimizer: torch.optim.Optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     else:
         model = ResNet18()
-        data = synthetic(args.dataset_size, 3, 32, 1000)
+        shape = (3, 32, 1000)
+        data = synthetic(args.dataset_size, *shape)
         optimizer = torch.optim.Adam(model.parameters(), lr=args.lr / 50)
-    result = run(ElasticJob(model=model, optimizer=optimizer, dataset=data, loss_fn=loss_fn))
+    val = synthetic(args.val_size, *shape, split=1) if args.val_size > 0 else None
+    evaluate = (lambda m: accuracy(m, val)) if val is not None else None
+    result = run(ElasticJob(model=model, optimizer=optimizer, dataset=data, loss_fn=loss_fn, evaluate=evaluate))
     print(json.dumps({"state": result.state.value, "steps": result.steps, "epoch": result.epoch}), flush=True)
     return 3 if result.state is AgentState.FAILED else 0
 

@@ -333,6 +333,9 @@ class ElasticJob:
         loss_fn: ``loss_fn(model, batch)`` → the loss *summed* over the batch's samples (the agent
             divides gradients by the global sample count).
         scheduler: LR scheduler stepped once per step, or None.
+        evaluate: ``evaluate(model)`` → a validation metric (higher or lower is better, as the user
+            reads it), run by rank 0 at the end of each epoch and sent in the next report; it must leave
+            the model in training mode. None: no metric.
     """
 
     model: Any
@@ -340,6 +343,7 @@ class ElasticJob:
     dataset: BatchDataset
     loss_fn: Callable[[Any, Any], Any]
     scheduler: Stateful | None = None
+    evaluate: Callable[[Any], float] | None = None
 
 
 @dataclass
@@ -672,6 +676,8 @@ class Agent:
             self.job.scheduler.step()  # type: ignore[attr-defined]
         epoch, consumed = self.sampler.state.epoch, self.sampler.state.consumed
         self.sampler.advance(world, local)
+        if self.sampler.state.epoch > epoch and self.rank == 0:
+            self._evaluate(epoch)
         self.extra["step"] = int(self.extra["step"]) + 1
         self.extra["samples"] = int(self.extra.get("samples", 0)) + n_global
         fields: dict[str, Any] = {
@@ -694,6 +700,16 @@ class Agent:
         if decided[0]:
             return Resize(decided[0])
         return None
+
+    def _evaluate(self, epoch: int) -> None:
+        """Rank 0, at the end of ``epoch``: run the user's validation and keep the metric for the reports."""
+        if self.job.evaluate is None:
+            return
+        t0 = time.perf_counter()
+        metric = float(self.job.evaluate(self.job.model))
+        self._event("evaluated", epoch=epoch, metric=metric, s=round(time.perf_counter() - t0, 4))
+        if self._reporter is not None:
+            self._reporter.metric = metric
 
     def _report(self, kind: str, pause_s: float = 0.0) -> None:
         """Rank 0: append a signed report (:mod:`.reports`); a failing write is logged, never fatal."""

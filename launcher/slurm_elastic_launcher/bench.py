@@ -66,7 +66,8 @@ class _Run:
         )
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")
         env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # 2+ workers per core here: idle OpenMP threads must sleep
-        argv = [sys.executable, str(EXAMPLE), "--model", self.model, "--dataset-size", str(self.dataset_size)]
+        argv = [sys.executable, str(EXAMPLE), "--model", self.model, "--dataset-size", str(self.dataset_size),
+                "--val-size", "0"]
         with open(self.tmp / f"{worker}.{tag}.out", "ab") as out:
             self.procs[f"{worker}.{tag}"] = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
 
@@ -118,30 +119,24 @@ def _step_time(steps: list[dict[str, Any]]) -> float:
     return statistics.median(gaps) if gaps else 0.0
 
 
-def bench_resize(model: str = "resnet18", from_: int = 2, to: int = 4, steps_after: int = 6) -> dict[str, Any]:
-    """Measure an in-place resize ``from_`` → ``to`` workers and a checkpoint-restart of the same job.
+def _switch_s(run: _Run, workers: list[str], gen: str) -> float:
+    """Protocol time of a switch: last stayer to reach the switch → last rank ready to step in ``gen``.
 
-    Joiners (on grow) are started with the order and initialise while the old workers train, as in
-    ONES §3.3; the resize happens at the first step boundary after all joiners are ready.
-
-    Args:
-        model: ``"resnet18"`` (11.7M parameters, Adam) or ``"cnn"`` (small CNN, SGD).
-        from_: workers before the resize (≥ 1).
-        to: workers after it (≥ 1, ≠ ``from_``).
-        steps_after: steps to run in each new world to time a normal step there.
-
-    Returns:
-        JSON-ready figures in seconds: ``resize_pause_s`` and ``checkpoint_restart_pause_s`` (each
-        minus one normal step of the new world), the raw intervals, step times and bytes synced.
-
-    Raises:
-        ValueError: on bad arguments.
-        RuntimeError: if a worker fails.
+    Ranks leave a step at slightly different times (each commits its state after the step); those that
+    come first would wait in the next all-reduce anyway, so the pause the switch adds runs from the
+    last arrival.
     """
-    if model not in {"resnet18", "cnn"} or from_ < 1 or to < 1 or from_ == to:
-        raise ValueError(f"bench_resize(model={model!r}, from_={from_}, to={to}): need resnet18|cnn, ≥ 1, from_ ≠ to")
-    if not EXAMPLE.exists():
-        raise RuntimeError(f"example worker {EXAMPLE} not found (bench runs from a source checkout)")
+    starts, ready = [], []
+    for w in workers:
+        for e in run.events(w, "a"):
+            if e["ev"] == "switch" and e["seq"] == int(gen[1:]):
+                starts.append(e["t"])
+            elif e["gen"] == gen and e["ev"] in ("resumed", "formed"):
+                ready.append(e["t"])
+    return float(max(ready) - max(starts))
+
+
+def _bench_once(model: str, from_: int, to: int, steps_after: int) -> dict[str, Any]:
     old = [f"w{i}" for i in range(from_)]
     new = [f"w{i}" for i in range(to)]
     with tempfile.TemporaryDirectory(prefix="se-bench-") as tmpdir:
@@ -159,9 +154,11 @@ def bench_resize(model: str = "resnet18", from_: int = 2, to: int = 4, steps_aft
             t_switch = next(e["t"] for e in ev if e["ev"] == "switch" and e["seq"] == seq)
             new_steps = run.steps("w0", "a", gen)
             step_new = _step_time(new_steps)
-            synced = next(e["synced_bytes"] for e in ev if e["ev"] == "formed" and e["gen"] == gen)
+            synced = max(e["synced_bytes"] for w in new for e in run.events(w, "a")
+                         if e["ev"] == "formed" and e["gen"] == gen)
             old_steps = [e for e in run.steps("w0", "a") if e["gen"] != gen]
             resize_raw = new_steps[0]["t"] - t_switch
+            switch = _switch_s(run, sorted(set(old) | set(new)), gen)
 
             run.order("stop")
             run.wait("checkpoint", lambda: any(e["ev"] == "exit" for e in run.events("w0", "a")))
@@ -178,16 +175,61 @@ def bench_resize(model: str = "resnet18", from_: int = 2, to: int = 4, steps_aft
         finally:
             run.close()
     return {
+        "step_s_before": round(_step_time(old_steps), 4),
+        "step_s_after": round(step_new, 4),
+        "resize_raw_s": round(resize_raw, 4),
+        "resize_pause_s": round(resize_raw - step_new, 4),
+        "switch_s": round(switch, 4),
+        "synced_bytes": synced,
+        "checkpoint_restart_raw_s": round(restart_raw, 4),
+        "checkpoint_restart_pause_s": round(restart_raw - step_restart, 4),
+    }
+
+
+def bench_resize(
+    model: str = "resnet18", from_: int = 2, to: int = 4, steps_after: int = 6, repeat: int = 1
+) -> dict[str, Any]:
+    """Measure an in-place resize ``from_`` → ``to`` workers and a checkpoint-restart of the same job.
+
+    Joiners (on grow) are started with the order and initialise while the old workers train, as in
+    ONES §3.3; the resize happens at the first step boundary after all joiners are ready. Each repeat
+    is a fresh job; the figures are medians over the repeats, with every run's figures under ``runs``.
+
+    Args:
+        model: ``"resnet18"`` (11.7M parameters, Adam) or ``"cnn"`` (small CNN, SGD).
+        from_: workers before the resize (≥ 1).
+        to: workers after it (≥ 1, ≠ ``from_``).
+        steps_after: steps to run in each new world to time a normal step there.
+        repeat: fresh jobs to measure (≥ 1).
+
+    Returns:
+        JSON-ready figures in seconds: ``resize_pause_s`` and ``checkpoint_restart_pause_s`` (each
+        "stop after a step" → "first step of the new world done", minus one normal step of the new
+        world), ``switch_s`` (the protocol alone: last rank to reach the switch → last rank ready to
+        step, so without the step-time noise), ``speedup`` (checkpoint-restart pause ÷ resize pause), step times
+        and the bytes sent to each joiner.
+
+    Raises:
+        ValueError: on bad arguments.
+        RuntimeError: if a worker fails.
+    """
+    if model not in {"resnet18", "cnn"} or from_ < 1 or to < 1 or from_ == to or repeat < 1:
+        raise ValueError(
+            f"bench_resize(model={model!r}, from_={from_}, to={to}, repeat={repeat}): "
+            "need resnet18|cnn, sizes ≥ 1, from_ ≠ to, repeat ≥ 1"
+        )
+    if not EXAMPLE.exists():
+        raise RuntimeError(f"example worker {EXAMPLE} not found (bench runs from a source checkout)")
+    runs = [_bench_once(model, from_, to, steps_after) for _ in range(repeat)]
+    median = {k: round(statistics.median(r[k] for r in runs), 4) for k in runs[0]}
+    return {
         "model": model,
         "from": from_,
         "to": to,
         "backend": "gloo-cpu",
         "cpu_cores": os.cpu_count(),
-        "step_s_before": round(_step_time(old_steps), 4),
-        "step_s_after": round(step_new, 4),
-        "resize_raw_s": round(resize_raw, 4),
-        "resize_pause_s": round(resize_raw - step_new, 4),
-        "synced_bytes": synced,
-        "checkpoint_restart_raw_s": round(restart_raw, 4),
-        "checkpoint_restart_pause_s": round(restart_raw - step_restart, 4),
+        "repeat": repeat,
+        **median,
+        "speedup": round(median["checkpoint_restart_pause_s"] / max(median["resize_pause_s"], 1e-3), 1),
+        "runs": runs if repeat > 1 else [],
     }

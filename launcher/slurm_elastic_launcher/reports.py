@@ -18,7 +18,8 @@ Fields: ``job_id``, ``kind`` (``"progress"``, ``"resize"``, ``"end"`` or ``"left
 the epoch), ``step``, ``samples`` (samples trained since the start, all workers), ``epoch``,
 ``epoch_size``, ``world``, ``local_batch``, ``global_batch``, ``throughput`` (samples/s over the
 window since the previous report, 0 if none), ``loss`` (mean per-sample loss on rank 0 over that
-window, or null), ``pause_s`` (resize reports: seconds from the switch to training again).
+window, or null), ``metric`` (the job's validation metric at its last epoch end, or null),
+``pause_s`` (resize reports: seconds from the switch to training again).
 It must not import torch.
 """
 
@@ -50,12 +51,14 @@ class Reporter:
         job_id: the job reports name.
         secret: the job's HMAC key.
         every_s: least seconds between two progress reports.
+        metric: the latest validation metric (set by the agent at each epoch end), or None.
     """
 
     path: str
     job_id: str
     secret: bytes
     every_s: float
+    metric: float | None = None
     _last_t: float | None = field(default=None, repr=False)
     _last_samples: int = field(default=0, repr=False)
     _loss_sum: float = field(default=0.0, repr=False)
@@ -82,7 +85,7 @@ class Reporter:
             "epoch": epoch, "epoch_size": epoch_size, "world": world, "local_batch": local_batch,
             "global_batch": world * local_batch, "throughput": round(throughput, 3),
             "loss": round(self._loss_sum / self._loss_n, 6) if self._loss_n else None,
-            "pause_s": round(pause_s, 4),
+            "metric": self.metric, "pause_s": round(pause_s, 4),
         }
         if worker:
             body["worker"] = worker

@@ -106,6 +106,9 @@ def test_resizes_2_4_3_2_3_keep_ranks_equal_and_accounting_exact(fake_job_factor
     assert synced[f"o{shrink}"] == synced[f"o{shrink2}"] == 0  # a shrink moves no state
     assert {e["worker"] for e in formed if e["gen"] == f"o{grow}" and e["synced_bytes"]} == set(everyone[:4])
     assert check_accounting(job, everyone) > 20
+    evaluated = [e for w in everyone for e in job.events(w) if e["ev"] == "evaluated"]
+    assert evaluated and all(e["rank"] == 0 and 0.0 <= e["metric"] <= 1.0 for e in evaluated)
+    assert sorted(e["epoch"] for e in evaluated) == list(range(len(evaluated)))  # once per epoch end
 
 
 def test_worker_killed_in_a_narrowed_group_survivors_reform(fake_job_factory: Any) -> None:
@@ -148,3 +151,15 @@ def test_killed_worker_survivors_reform_and_continue(fake_job_factory: Any) -> N
     # Exact accounting over every step, before and after the kill (steps 0..10 at least ran before it).
     assert check_accounting(job, workers, killed="w1") >= 11
     assert any(e["ev"] == "step" and e["gen"] == "o0.r" for e in job.events("w2"))
+
+
+@pytest.mark.parametrize(("from_", "to"), [(2, 3), (3, 2)])
+def test_bench_resize_measures_both_pauses_on_real_workers(from_: int, to: int) -> None:
+    """The bench's figures come from real runs: a grow sends the state, a shrink none (no timing asserted)."""
+    from slurm_elastic_launcher.bench import bench_resize
+
+    out = bench_resize("cnn", from_=from_, to=to, steps_after=4)
+    assert (out["from"], out["to"], out["backend"], out["repeat"]) == (from_, to, "gloo-cpu", 1)
+    assert (out["synced_bytes"] > 0) == (to > from_)
+    assert out["switch_s"] >= 0 and out["resize_raw_s"] > 0 and out["checkpoint_restart_raw_s"] > 0
+    assert out["speedup"] == round(out["checkpoint_restart_pause_s"] / max(out["resize_pause_s"], 1e-3), 1)

@@ -232,6 +232,7 @@ def test_reports_are_verified_stored_once_and_summarised(tmp_path: Path) -> None
     rep.write("progress", 102.0, step=10, samples=640, epoch=0, epoch_size=1000, world=2, local_batch=32)
     rep.write("resize", 103.0, step=12, samples=768, epoch=0, epoch_size=1000, world=4, local_batch=32, pause_s=0.4)
     rep.add_loss(128 * 1.0, 128)
+    rep.metric = 0.75  # the validation metric of epoch 0, set by rank 0's agent at the epoch end
     rep.write("progress", 105.0, step=20, samples=1280, epoch=1, epoch_size=1000, world=4, local_batch=32)
     forged = json.loads(reports.read_text().splitlines()[-1])
     forged["samples"] = 10**9
@@ -244,6 +245,7 @@ def test_reports_are_verified_stored_once_and_summarised(tmp_path: Path) -> None
     assert ingest(store, [r]) == 0  # read once: the offset is kept with the rows
     rows = store.progress_of("7")
     assert [x["kind"] for x in rows] == ["progress", "progress", "resize", "progress"]
+    assert [x["metric"] for x in rows] == [None, None, None, 0.75]
     rt = runtime_of(rows)
     assert rt is not None
     assert rt.samples_processed == 1280 and rt.local_batch == 32 and rt.epoch_size == 1000
