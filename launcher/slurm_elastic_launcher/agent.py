@@ -775,7 +775,9 @@ class Agent:
         if self.me not in order.workers:
             self._leave_job()
             return
-        if all(w in old for w in order.workers):  # shrink: the stayers narrow the group they are in
+        if tuple(order.workers) == old:  # the same world (a new batch size only): the group stays
+            self._event("rebatched", seq=seq, local_batch=order.local_batch)
+        elif all(w in old for w in order.workers):  # shrink: the stayers narrow the group they are in
             self._form(f"o{seq}", order.workers, within=[old.index(w) for w in order.workers])
         else:
             self.backend.leave()

@@ -119,7 +119,7 @@ def _step_time(steps: list[dict[str, Any]]) -> float:
     return statistics.median(gaps) if gaps else 0.0
 
 
-def _switch_s(run: _Run, workers: list[str], gen: str) -> float:
+def _switch_s(run: _Run, old: list[str], new: list[str], gen: str) -> float:
     """Protocol time of a switch: last stayer to reach the switch → last rank ready to step in ``gen``.
 
     Ranks leave a step at slightly different times (each commits its state after the step); those that
@@ -127,9 +127,9 @@ def _switch_s(run: _Run, workers: list[str], gen: str) -> float:
     last arrival.
     """
     starts, ready = [], []
-    for w in workers:
+    for w in sorted(set(old) | set(new)):
         for e in run.events(w, "a"):
-            if e["ev"] == "switch" and e["seq"] == int(gen[1:]):
+            if e["ev"] == "switch" and e["seq"] == int(gen[1:]) and w in new:  # a leaver's switch is no pause
                 starts.append(e["t"])
             elif e["gen"] == gen and e["ev"] in ("resumed", "formed"):
                 ready.append(e["t"])
@@ -158,7 +158,7 @@ def _bench_once(model: str, from_: int, to: int, steps_after: int) -> dict[str, 
                          if e["ev"] == "formed" and e["gen"] == gen)
             old_steps = [e for e in run.steps("w0", "a") if e["gen"] != gen]
             resize_raw = new_steps[0]["t"] - t_switch
-            switch = _switch_s(run, sorted(set(old) | set(new)), gen)
+            switch = _switch_s(run, old, new, gen)
 
             run.order("stop")
             run.wait("checkpoint", lambda: any(e["ev"] == "exit" for e in run.events("w0", "a")))

@@ -563,7 +563,7 @@ def _up(node_list: tuple[DevNode, ...], gpus_per_node: int, root: Path, timeout:
         path.chmod(mode)
     shutil.copyfile(CONFIG_DIR / "job_submit.lua", etc / "job_submit.lua")
 
-    _check_ports_free()
+    _check_ports_free(root)
     _setup_network(root, state, node_list)
 
     # munge: a private munged on its own socket (named in AuthInfo), shared by every namespace
@@ -613,10 +613,15 @@ def _req(program: str) -> str:
     return path
 
 
-def _check_ports_free() -> None:
+def _check_ports_free(root: Path) -> None:
     for addr, port, who in (("127.0.0.1", DB_PORT, "mariadbd"), ("127.0.0.1", DBD_PORT, "slurmdbd"),
                             ("127.0.0.1", CTLD_PORT, "slurmctld")):
         if _port_open(addr, port):
+            other = DEFAULT_ROOT.resolve()
+            if other != root and any(_alive(e) for e in _load_state(other).get("pids", {}).values()):
+                raise DevClusterError(f"port {port} ({who}) is held by the dev cluster still up under {other} "
+                                      f"(left by `slurm-elastic demo --keep`?): run "
+                                      f"`slurm-elastic devcluster down --root {other}` first")
             raise DevClusterError(f"port {port} ({who}) is already in use: stop whatever listens there "
                                   f"(`ss -ltnp sport = :{port}`)")
 

@@ -71,9 +71,10 @@ class FakeJob:
         self.procs[worker] = proc
         return proc
 
-    def order(self, kind: str, workers: list[str] | None = None, secret: str = SECRET, job_id: str = JOB_ID) -> int:
+    def order(self, kind: str, workers: list[str] | None = None, secret: str = SECRET, job_id: str = JOB_ID,
+              local_batch: int = 0) -> int:
         self.seq += 1
-        order = Order(job_id, self.seq, kind, tuple(workers or ())).signed(secret.encode())
+        order = Order(job_id, self.seq, kind, tuple(workers or ()), local_batch).signed(secret.encode())
         StoreOrderSource.publish(self.kv, order)
         return self.seq
 

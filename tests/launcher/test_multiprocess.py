@@ -111,6 +111,23 @@ def test_resizes_2_4_3_2_3_keep_ranks_equal_and_accounting_exact(fake_job_factor
     assert sorted(e["epoch"] for e in evaluated) == list(range(len(evaluated)))  # once per epoch end
 
 
+def test_an_order_for_the_same_world_changes_the_batch_and_keeps_the_group(fake_job_factory: Any) -> None:
+    job = fake_job_factory(dataset_size=DATASET, SLURM_ELASTIC_LOG_INDICES="1")
+    workers = ["w0", "w1"]
+    for w in workers:
+        job.start(w, workers)
+    job.wait_until("two workers training", lambda: job.last_step("w0") >= 5)
+    seq = job.order("resize", workers, local_batch=16)
+    job.wait_until("rebatched", lambda: any(e["ev"] == "rebatched" for e in job.events("w1")))
+    job.wait_until("an epoch boundary crossed", lambda: job.last_step("w0") * 32 > 2 * DATASET)
+    job.order("stop")
+    assert job.wait_exit() == {"w0": 0, "w1": 0}
+    steps = [e for e in job.events("w0") if e["ev"] == "step"]
+    assert {e["local"] for e in steps} == {8, 16} and steps[-1]["local"] == 16
+    assert not [e for w in workers for e in job.events(w) if e["ev"] == "formed" and e["gen"] == f"o{seq}"]
+    assert check_accounting(job, workers) > 10
+
+
 def test_worker_killed_in_a_narrowed_group_survivors_reform(fake_job_factory: Any) -> None:
     job = fake_job_factory(dataset_size=DATASET, SLURM_ELASTIC_LOG_INDICES="1", SLURM_ELASTIC_GROUP_TIMEOUT_S="5")
     workers = ["w0", "w1", "w2", "w3"]
