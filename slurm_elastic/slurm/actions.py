@@ -31,7 +31,10 @@ For a job without the launcher, any resize (GROW, SHRINK, MOVE) is the checkpoin
 fallback: ``scontrol requeuehold J`` (then wait until ``squeue`` shows it PENDING),
 ``scontrol update JobId=J NumNodes=N-N TresPerNode=... NodeList=...``,
 ``scontrol release J``, ``scontrol update JobId=J StartTime=now`` (the job restarts from its own
-checkpoint). MOVE of a launcher job is refused (the planner sees the reason next round).
+checkpoint). MOVE of a launcher job is refused (the planner sees the reason next round). A job is
+requeued (here or by PREEMPT) only once it has run ``REQUEUE_SETTLE_S``: requeued while slurmd is
+still launching its batch script, the late completion of that launch lands on the requeued job's
+next run and fails it (seen on Slurm 22.05); the action is refused and planned again next round.
 
 Each action is written to the store before its first command and again after its last, so a
 daemon that dies in between finds it on restart (:func:`reconcile`). Commands are argv lists run
@@ -73,6 +76,7 @@ EXIT_GRACE_S = 3.0
 SWITCH_GRACE_S = 20.0
 RELEASE_TIMEOUT_S = 60.0
 REQUEUE_WAIT_S = 30.0
+REQUEUE_SETTLE_S = 3.0
 
 __all__ = ["NotExpressible", "SlurmActuator", "commands", "reconcile"]
 
@@ -151,7 +155,10 @@ class SlurmActuator:
         channel = self._channel(rec) if a.kind in (ActionKind.GROW, ActionKind.SHRINK, ActionKind.REBATCH,
                                                    ActionKind.MOVE) else None
         if channel is None or rec is None:
-            for argv in commands(snapshot, a):
+            argvs = commands(snapshot, a)
+            if any(argv[:2] in (["scontrol", "requeuehold"], ["scontrol", "requeue"]) for argv in argvs):
+                self._check_settled(a.job_id, rec)
+            for argv in argvs:
                 self.runner(argv)
                 if argv[:2] == ["scontrol", "requeuehold"]:
                     self._wait_requeued(a.job_id)
@@ -172,6 +179,16 @@ class SlurmActuator:
             seq = channel.send("resize", channel.workers(self._initial(rec, channel)), batch)
             return f"order {seq}"
         raise NotExpressible(f"job {a.job_id}: moving a launcher job is a shrink then a grow; plan them apart")
+
+    def _check_settled(self, jid: str, rec: JobRecord | None) -> None:
+        """Refuse to requeue a job that started less than ``REQUEUE_SETTLE_S`` ago (module docstring)."""
+        if rec is None or rec.state is not JobState.RUNNING or rec.start_time is None:
+            return
+        age = self.clock() - rec.start_time
+        if age < REQUEUE_SETTLE_S:
+            raise NotExpressible(f"job {jid}: started {max(age, 0.0):.1f} s ago; a job is requeued only "
+                                 f"{REQUEUE_SETTLE_S:.0f} s after it starts (requeued while its batch script "
+                                 "launches, Slurm fails its next run)")
 
     def _wait_requeued(self, jid: str) -> None:
         """Wait until a requeued job is back in the queue (``squeue -h -j J -o %T`` shows PENDING).

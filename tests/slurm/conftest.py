@@ -56,6 +56,16 @@ class DevCluster:
                 return dict(job)
         raise AssertionError(f"job {job_id} not in squeue --json")
 
+    def log_of(self, job_id: int, lines: int = 40) -> str:
+        """The last lines slurmctld and the slurmds logged about ``job_id`` (for failure messages)."""
+        needles = (f"JobId={job_id} ", f"JobId={job_id}\n", f"job {job_id} ", f"StepId={job_id}.")
+        found: list[str] = []
+        for path in sorted((self.root / "log").glob("slurm*.log")):
+            for line in path.read_text(errors="replace").splitlines():
+                if any(n in line + "\n" for n in needles):
+                    found.append(f"{path.name}: {line}")
+        return "\n".join(found[-lines:])
+
     def wait_state(self, job_id: int, state: str, timeout: float = 30.0) -> dict[str, Any]:
         """Poll ``squeue --json`` until the job is in ``state``."""
         deadline = time.monotonic() + timeout
