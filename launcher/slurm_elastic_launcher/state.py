@@ -55,9 +55,6 @@ class TensorOps(Protocol):
     def clone(self, tensor: Any) -> Any:
         """A detached copy of ``tensor``."""
 
-    def copy_into(self, dst: Any, src: Any) -> None:
-        """Copy ``src``'s values into ``dst`` (same dtype and shape)."""
-
     def pack(self, tensors: Sequence[Any]) -> dict[str, Any]:
         """One flat buffer per dtype key, tensors concatenated in order."""
 
@@ -162,8 +159,6 @@ class TrainingState:
         self.ops = ops
         self.extra: dict[str, Any] = extra if extra is not None else {}
         self._committed: Any = None
-        self._copies: list[Any] | None = None
-        self._copy_specs: list[TensorSpec] = []
 
     def capture(self, *, rng: bool = True) -> dict[str, Any]:
         """The current state as a nested tree (tensors are live references, not copies)."""
@@ -195,18 +190,12 @@ class TrainingState:
     def commit(self) -> None:
         """Snapshot the state in memory (tensors copied) as the rollback point.
 
-        A commit runs after every step by default, so it copies into the previous commit's tensors
-        when the state has the same tensors (dtypes and shapes, in order) instead of allocating a
-        fresh copy each time: a copy into memory already mapped costs a fraction of a fresh one.
+        Each commit clones afresh. Copying into the previous commit's tensors instead made the commit
+        itself no faster on ResNet-18 + Adam (15 against 17 ms) and the training step 9% slower, as
+        the allocator could no longer hand the freed snapshot to the step.
         """
         skeleton, tensors = split_tree(self.capture(), self.ops)
-        specs = [self.ops.spec(t) for t in tensors]
-        if self._copies is not None and self._copy_specs == specs:
-            for dst, src in zip(self._copies, tensors, strict=True):
-                self.ops.copy_into(dst, src)
-        else:
-            self._copies, self._copy_specs = [self.ops.clone(t) for t in tensors], specs
-        self._committed = join_tree(skeleton, self._copies)
+        self._committed = join_tree(skeleton, [self.ops.clone(t) for t in tensors])
 
     @property
     def has_commit(self) -> bool:
@@ -222,7 +211,6 @@ class TrainingState:
         if self._committed is None:
             raise RuntimeError("restore() before any commit()")
         self.apply(self._committed)
-        self._copies = None  # the live optimizer state may now be these tensors: the next commit copies anew
 
     def sync(self, broadcast: Broadcast, broadcast_object: BroadcastObject, src: int, rank: int) -> int:
         """Make every rank's state equal to ``src``'s (model, optimizer, scheduler, sampler, extra).

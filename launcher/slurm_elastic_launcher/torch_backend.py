@@ -52,11 +52,6 @@ class TorchOps:
         """A detached copy."""
         return tensor.detach().clone()
 
-    def copy_into(self, dst: Any, src: Any) -> None:
-        """Copy ``src``'s values into ``dst`` in place."""
-        with torch.no_grad():
-            dst.copy_(src)
-
     def pack(self, tensors: Sequence[Any]) -> dict[str, Any]:
         """One contiguous flat buffer per dtype, tensors in order."""
         groups: dict[str, list[torch.Tensor]] = {}

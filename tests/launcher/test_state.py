@@ -157,22 +157,3 @@ def test_commit_is_a_copy_not_a_reference() -> None:
     s.restore()
     assert flat(s) == before
 
-
-def test_commits_reuse_their_copies_and_stay_apart_from_the_live_state() -> None:
-    s = make_state(5)
-    train(s, 1)
-    s.commit()
-    first = [t.data_ptr() for t in s._copies or []]
-    train(s, 1)
-    s.commit()
-    assert [t.data_ptr() for t in s._copies or []] == first  # copied into, not allocated anew
-    at_two = flat(s)
-    train(s, 1)
-    s.restore()
-    assert flat(s) == at_two
-    s.commit()  # after a restore the optimizer may hold the committed tensors: a fresh copy
-    live = {t.data_ptr() for st in s.optimizer.state.values() for t in st.values()}  # type: ignore[attr-defined]
-    assert not live & {t.data_ptr() for t in s._copies or []}
-    train(s, 2)
-    s.restore()
-    assert flat(s) == at_two  # the two steps after the commit did not leak into it
