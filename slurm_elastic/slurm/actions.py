@@ -31,10 +31,11 @@ For a job without the launcher, any resize (GROW, SHRINK, MOVE) is the checkpoin
 fallback: ``scontrol requeuehold J`` (then wait until ``squeue`` shows it PENDING),
 ``scontrol update JobId=J NumNodes=N-N TresPerNode=... NodeList=...``,
 ``scontrol release J``, ``scontrol update JobId=J StartTime=now`` (the job restarts from its own
-checkpoint). MOVE of a launcher job is refused (the planner sees the reason next round). A job is
-requeued (here or by PREEMPT) only once it has run ``REQUEUE_SETTLE_S``: requeued while slurmd is
-still launching its batch script, the late completion of that launch lands on the requeued job's
-next run and fails it (seen on Slurm 22.05); the action is refused and planned again next round.
+checkpoint). MOVE of a launcher job is refused (the planner sees the reason next round). The
+release waits ``CREDENTIAL_WAIT_S`` after the job is back in the queue: slurmd revokes the job's
+credential when it kills the old run and refuses a launch whose credential was made in the same
+second ("Job credential revoked", the job then FAILS); one second later it reissues it (seen on
+Slurm 22.05, in 5 of 6 immediate restarts).
 
 Each action is written to the store before its first command and again after its last, so a
 daemon that dies in between finds it on restart (:func:`reconcile`). Commands are argv lists run
@@ -76,7 +77,7 @@ EXIT_GRACE_S = 3.0
 SWITCH_GRACE_S = 20.0
 RELEASE_TIMEOUT_S = 60.0
 REQUEUE_WAIT_S = 30.0
-REQUEUE_SETTLE_S = 3.0
+CREDENTIAL_WAIT_S = 1.1
 
 __all__ = ["NotExpressible", "SlurmActuator", "commands", "reconcile"]
 
@@ -124,11 +125,13 @@ class SlurmActuator:
         clock: seconds since the epoch.
         records: the raw Slurm records of the last observation, by job id (satellites not folded).
         me: the user the daemon runs as (satellites of other users' jobs go through ``runuser``).
+        sleep: waits that many seconds (the requeue path's polls).
     """
 
     def __init__(self, runner: Runner, store: Store, clock: Callable[[], float],
-                 records: Callable[[], Mapping[str, JobRecord]] | None = None, me: str = "") -> None:
-        self.runner, self.store, self.clock = runner, store, clock
+                 records: Callable[[], Mapping[str, JobRecord]] | None = None, me: str = "",
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.runner, self.store, self.clock, self.sleep = runner, store, clock, sleep
         self.records: Callable[[], Mapping[str, JobRecord]] = records or dict
         self.me = me or getpass.getuser()
 
@@ -155,10 +158,7 @@ class SlurmActuator:
         channel = self._channel(rec) if a.kind in (ActionKind.GROW, ActionKind.SHRINK, ActionKind.REBATCH,
                                                    ActionKind.MOVE) else None
         if channel is None or rec is None:
-            argvs = commands(snapshot, a)
-            if any(argv[:2] in (["scontrol", "requeuehold"], ["scontrol", "requeue"]) for argv in argvs):
-                self._check_settled(a.job_id, rec)
-            for argv in argvs:
+            for argv in commands(snapshot, a):
                 self.runner(argv)
                 if argv[:2] == ["scontrol", "requeuehold"]:
                     self._wait_requeued(a.job_id)
@@ -180,18 +180,9 @@ class SlurmActuator:
             return f"order {seq}"
         raise NotExpressible(f"job {a.job_id}: moving a launcher job is a shrink then a grow; plan them apart")
 
-    def _check_settled(self, jid: str, rec: JobRecord | None) -> None:
-        """Refuse to requeue a job that started less than ``REQUEUE_SETTLE_S`` ago (module docstring)."""
-        if rec is None or rec.state is not JobState.RUNNING or rec.start_time is None:
-            return
-        age = self.clock() - rec.start_time
-        if age < REQUEUE_SETTLE_S:
-            raise NotExpressible(f"job {jid}: started {max(age, 0.0):.1f} s ago; a job is requeued only "
-                                 f"{REQUEUE_SETTLE_S:.0f} s after it starts (requeued while its batch script "
-                                 "launches, Slurm fails its next run)")
-
     def _wait_requeued(self, jid: str) -> None:
-        """Wait until a requeued job is back in the queue (``squeue -h -j J -o %T`` shows PENDING).
+        """Wait until a requeued job is back in the queue (``squeue -h -j J -o %T`` shows PENDING),
+        then ``CREDENTIAL_WAIT_S`` more (module docstring).
 
         Its update, release and start are ignored while it is still COMPLETING.
         """
@@ -199,7 +190,8 @@ class SlurmActuator:
         while (state := self.runner(["squeue", "-h", "-j", jid, "-o", "%T"]).strip()) != "PENDING":
             if time.monotonic() > deadline:
                 raise NotExpressible(f"job {jid}: still {state or 'gone'} {REQUEUE_WAIT_S:.0f} s after requeuehold")
-            time.sleep(0.2)
+            self.sleep(0.2)
+        self.sleep(CREDENTIAL_WAIT_S)
 
     # -- launcher jobs ----------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from slurm_elastic.config import parse
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, Placement
 from slurm_elastic.daemon import Daemon
-from slurm_elastic.slurm.actions import REQUEUE_SETTLE_S, SlurmActuator, reconcile
+from slurm_elastic.slurm.actions import SlurmActuator, reconcile
 from slurm_elastic.slurm.cli import SlurmObserver, run_command
 from slurm_elastic.store import Store
 from slurm_elastic.testing import shipped_profiles
@@ -93,14 +93,7 @@ def test_a_job_without_the_launcher_is_requeued_at_its_new_size(cluster: DevClus
     grown = Placement.of([(node, g) for g in sorted({*held.slots[0][1], *free.free_gpus})][:2])
     store = Store(tmp_path / "s.db")
     act = SlurmActuator(runner, store, time.time, records=lambda: obs.last_jobs)
-    grow = Action(ActionKind.GROW, JobId(str(job)), held, grown, 2, 1, 1, 0.1)
-    started = obs.last_jobs[str(job)].start_time
-    assert started is not None
-    if time.time() - started < REQUEUE_SETTLE_S:  # just started: its batch script may still be launching
-        (early,) = act.apply(snap, (grow,))
-        assert not early.ok and "requeued only" in early.message, early.message
-        time.sleep(max(0.0, started + REQUEUE_SETTLE_S - time.time()) + 0.1)
-    (outcome,) = act.apply(snap, (grow,))
+    (outcome,) = act.apply(snap, (Action(ActionKind.GROW, JobId(str(job)), held, grown, 2, 1, 1, 0.1),))
     assert outcome.ok and outcome.message == "requeued at the new size", outcome.message
     deadline = time.monotonic() + 60
     while True:

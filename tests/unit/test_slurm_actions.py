@@ -8,10 +8,9 @@ from pathlib import Path
 import pytest
 
 from slurm_elastic.core.actions import Action, ActionKind
-from slurm_elastic.core.model import JobId, JobState, NodeName, Placement
-from slurm_elastic.slurm.actions import REQUEUE_SETTLE_S, NotExpressible, SlurmActuator, commands, reconcile
+from slurm_elastic.core.model import JobId, JobState, Placement
+from slurm_elastic.slurm.actions import CREDENTIAL_WAIT_S, NotExpressible, SlurmActuator, commands, reconcile
 from slurm_elastic.slurm.cli import SlurmCommandError
-from slurm_elastic.slurm.parse import GpuRequest, JobRecord
 from slurm_elastic.store import Store
 from slurm_elastic.testing import make_job, make_nodes, make_snapshot
 
@@ -101,35 +100,12 @@ def test_a_requeued_job_is_resized_only_once_it_is_back_in_the_queue(tmp_path: P
         ran.append(list(argv))
         return next(states) + "\n" if argv[0] == "squeue" else ""
 
-    act = SlurmActuator(runner, Store(tmp_path / "s.db"), clock=lambda: 5.0)
+    act = SlurmActuator(runner, Store(tmp_path / "s.db"), clock=lambda: 5.0,
+                        sleep=lambda s: ran.append(["sleep", str(s)]))
     grow = _act(ActionKind.GROW, "r", [("n000", 0), ("n000", 1)], [("n000", 0), ("n000", 1), ("n000", 2)])
     (out,) = act.apply(SNAP, (grow,))
     assert out.ok and out.message == "requeued at the new size"
-    assert [a[1] for a in ran] == ["requeuehold", "-h", "-h", "-h", "update", "release", "update"]
+    assert [a[1] for a in ran] == ["requeuehold", "-h", "0.2", "-h", "0.2", "-h", str(CREDENTIAL_WAIT_S),
+                                   "update", "release", "update"]
+    assert CREDENTIAL_WAIT_S > 1.0  # the restart's credential must be made in a later second than the kill
 
-
-def _running(job: str, start_time: int) -> JobRecord:
-    return JobRecord(JobId(job), 1, "j", "alice", "acct", "gpu", JobState.RUNNING, ("RUNNING",), 0, start_time, None,
-                     (NodeName("n000"),), 1, None, ((NodeName("n000"), (0, 1)),), GpuRequest(per_node=2),
-                     "slurm-elastic gpus=1:8", "", "n000")
-
-
-@pytest.mark.parametrize("kind", [ActionKind.GROW, ActionKind.PREEMPT])
-def test_a_job_is_requeued_only_once_its_launch_has_settled(tmp_path: Path, kind: ActionKind) -> None:
-    ran: list[list[str]] = []
-
-    def runner(argv: Sequence[str]) -> str:
-        ran.append(list(argv))
-        return "PENDING\n" if argv[0] == "squeue" else ""
-
-    now = 1000.0
-    records = {"r": _running("r", int(now) - 1)}
-    act = SlurmActuator(runner, Store(tmp_path / "s.db"), clock=lambda: now, records=lambda: records)
-    after = [("n000", 0), ("n000", 1), ("n000", 2)] if kind is ActionKind.GROW else []
-    action = _act(kind, "r", [("n000", 0), ("n000", 1)], after)
-    (early,) = act.apply(SNAP, (action,))
-    assert not early.ok and "started 1.0 s ago" in early.message and f"{REQUEUE_SETTLE_S:.0f} s" in early.message
-    assert ran == []  # nothing was sent to Slurm
-    records["r"] = _running("r", int(now - REQUEUE_SETTLE_S))
-    (later,) = act.apply(SNAP, (action,))
-    assert later.ok and ran[0][:2] == ["scontrol", "requeuehold" if kind is ActionKind.GROW else "requeue"]
