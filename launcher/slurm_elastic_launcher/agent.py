@@ -22,7 +22,6 @@ import hmac
 import json
 import logging
 import math
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -791,17 +790,14 @@ class Agent:
         self._transition(AgentState.TRAINING)
 
     def _leave_job(self) -> None:
-        """A worker the order drops: leave the group, say so, and exit at low CPU priority.
+        """A worker the order drops: leave the group and say so; it exits once :meth:`run` returns.
 
-        The lower priority keeps its teardown from slowing the workers that stay on a shared node.
+        Its priority stays as it is: at a lower one its teardown on a busy node outlived the daemon's
+        grace after the "left" report, the node release killed it, and the job ended FAILED.
         """
         self.backend.leave()
         self._report_left()
         self._transition(AgentState.LEFT)
-        try:
-            os.nice(19)
-        except OSError as exc:
-            log.debug("%s: could not lower priority: %s", self.me, exc)
 
     def _announced(self, seq: int) -> Order:
         """The order rank 0 announced as ``seq``: read from the source, else from rank 0's go key."""
