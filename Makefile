@@ -25,6 +25,8 @@ test: system lint
 	mkdir -p build
 	$(BIN)/python -m pytest --junitxml=build/junit.xml
 	$(BIN)/python .ci/check_junit.py build/junit.xml
+	@# where Slurm is required (CI), the main job must pass too: every job COMPLETED, every sample once
+	@if [ "$${SLURM_ELASTIC_REQUIRE_SLURM:-0}" = 1 ]; then $(BIN)/slurm-elastic demo --out build/demo; fi
 
 # The main job: a real local Slurm cluster, the acting daemon, elastic CNN jobs resized in place
 # while they train, and the allocation report (root; a few minutes on 2 cores).

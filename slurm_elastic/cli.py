@@ -503,10 +503,14 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     logging.getLogger("slurm_elastic.daemon").setLevel(logging.WARNING)  # the demo narrates; no round lines
     summary = run_demo(args.out, nodes=args.nodes, gpus_per_node=args.gpus_per_node, policy=args.policy,
                        timeout_s=args.timeout, keep=args.keep, say=lambda line: print(line, flush=True))
-    exact = all(j["exact"] for j in summary["jobs"])
-    print("every job trained each sample of each epoch exactly once" if exact else
-          "NOT every job finished with the exact sample count: see summary.json", flush=True)
-    return 0 if exact else 1
+    inexact = [j["job_id"] for j in summary["jobs"] if not j["exact"]]
+    unfinished = [f"{j['job_id']} {j['state']}" for j in summary["jobs"] if j["state"] != "COMPLETED"]
+    print("every job trained each sample of each epoch exactly once" if not inexact else
+          f"NOT the exact sample count for jobs {', '.join(inexact)}: see summary.json", flush=True)
+    if unfinished:
+        print(f"NOT every job ended COMPLETED: {', '.join(unfinished)} (the job's output is in the jobs folder)",
+              flush=True)
+    return 0 if not inexact and not unfinished else 1
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
