@@ -28,7 +28,12 @@ def int_at_least(low: int) -> Callable[[str], int]:
 
 
 def param(text: str) -> tuple[str, Any]:
-    """``KEY=VALUE`` with VALUE read as JSON when it is JSON (numbers, booleans), else as text."""
+    """``KEY=VALUE`` or ``POLICY.KEY=VALUE`` with VALUE read as JSON when it is JSON (numbers,
+    booleans), else as text.
+
+    Dashes in the parameter name (after the last dot) become underscores (``start-between-rounds``
+    is ``start_between_rounds``); a policy name before the dot is kept as written (``dp-fixed``).
+    """
     key, sep, raw = text.partition("=")
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"{text!r} must look like KEY=VALUE")
@@ -36,4 +41,5 @@ def param(text: str) -> tuple[str, Any]:
         value: Any = json.loads(raw)
     except json.JSONDecodeError:
         value = raw
-    return key.replace("-", "_"), value
+    policy, dot, name = key.rpartition(".")
+    return policy + dot + name.replace("-", "_"), value

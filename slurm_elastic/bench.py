@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from slurm_elastic.core import planner as registry
+from slurm_elastic import policies
 from slurm_elastic.core.constraints import plan_violations
 from slurm_elastic.errors import ConfigError
 from slurm_elastic.testing import random_snapshot
@@ -44,7 +44,7 @@ def bench_planner(*, gpus: int, gpus_per_node: int, jobs: int, policy: str, repe
         )
     params = dict(params or {})
     snap = random_snapshot(np.random.default_rng(seed), math.ceil(gpus / gpus_per_node), gpus_per_node, jobs)
-    planner = registry.create(policy, **params)
+    planner = policies.create(policy, **params)
     t0 = time.perf_counter()
     res = planner.plan(snap, None, np.random.default_rng(seed))
     cold = time.perf_counter() - t0
@@ -87,7 +87,7 @@ def bench_simulate(*, jobs: int, gpus: int, policy: str, seed: int = 1, round_ga
     t0 = time.perf_counter()
     trace = philly_like(jobs, gpus, seed)
     t1 = time.perf_counter()
-    res = simulate(trace, registry.create(policy), gpus=gpus, seed=seed, round_gap=round_gap, workload="philly-like")
+    res = simulate(trace, policies.create(policy), gpus=gpus, seed=seed, round_gap=round_gap, workload="philly-like")
     t2 = time.perf_counter()
     m = res["metrics"]
     return {
@@ -114,12 +114,12 @@ def bench_reaction(*, root: Any, repeat: int = 5, poll_interval: float = 0.2) ->
 
     from slurm_elastic.config import Config, DaemonConfig
     from slurm_elastic.core.model import JobId, JobState
-    from slurm_elastic.daemon import Daemon
-    from slurm_elastic.slurm import devcluster
-    from slurm_elastic.slurm.actions import SlurmActuator
-    from slurm_elastic.slurm.cli import SlurmObserver, run_command
+    from slurm_elastic.dev import devcluster
+    from slurm_elastic.slurm.cli_backend import SlurmCli
+    from slurm_elastic.slurm.commands import run_command
     from slurm_elastic.store import Store
     from slurm_elastic.testing import shipped_profiles
+    from slurm_elastic.wiring import cluster_view, slurm_daemon
 
     env = devcluster.slurm_env(Path(root))
     if not devcluster.status(Path(root)).get("up"):
@@ -132,8 +132,8 @@ def bench_reaction(*, root: Any, repeat: int = 5, poll_interval: float = 0.2) ->
         cfg = Config(DaemonConfig(partitions=("gpu",), policy="dp", store=Path(tmp) / "s.db", dry_run=False,
                                   poll_interval=poll_interval, max_idle=3600.0))
         store = Store(cfg.daemon.store)
-        obs = SlurmObserver(("gpu",), shipped_profiles(), time.time, runner)
-        daemon = Daemon(cfg, obs, store, SlurmActuator(runner, store, time.time, records=lambda: obs.last_jobs))
+        view = cluster_view(cfg, SlurmCli(runner), store, profiles=shipped_profiles())
+        daemon = slurm_daemon(cfg, view, store)
         daemon.run(max_rounds=1)
         planned: list[float] = []
         running: list[float] = []
@@ -158,7 +158,7 @@ def bench_reaction(*, root: Any, repeat: int = 5, poll_interval: float = 0.2) ->
                     raise ConfigError(f"bench reaction: job {job} not running at its planned size within 60 s")
                 time.sleep(poll_interval)
             subprocess.run(["scancel", job], env=env, check=False, capture_output=True)
-            while any(r.job_id == job and r.state is not JobState.FINISHED for r in obs.jobs()):
+            while any(r.job_id == job and r.state is not JobState.FINISHED for r in view.source.jobs()):
                 time.sleep(poll_interval)
         store.close()
 

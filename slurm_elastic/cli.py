@@ -3,8 +3,9 @@
 Subcommands:
 
 * ``plan``      -- plan a demo cluster with a policy and print the plan (table or ``--json``).
-* ``simulate``  -- replay a workload or trace under policies; metrics as JSON, a report directory.
-* ``reproduce`` -- the seed papers' comparisons as a markdown table (and a report).
+* ``simulate``  -- replay a workload or trace under policies inside the site guards (``--config``,
+  default guards, or ``--no-guards``); metrics as JSON, a report directory.
+* ``reproduce`` -- the seed papers' comparisons as a markdown table (and a report); no site guards.
 * ``profiles``  -- fit the throughput model on the shipped profiles and report its error.
 * ``bench planner|simulate`` -- planning latency / simulation speed as JSON.
 * ``devcluster up|down|status`` -- a real local Slurm dev cluster (root; see ``slurm/devcluster.py``).
@@ -13,7 +14,8 @@ Subcommands:
 * ``status``    -- elastic jobs: GPUs now and planned, batch, state (like squeue).
 * ``check-config`` -- validate an elastic.toml without starting anything.
 * ``report``    -- the center's GPU allocation report from ``sacct`` (HTML, CSV or JSON).
-* ``what-if``   -- replay a window of the cluster's history under policies in the simulator.
+* ``what-if``   -- replay a window of the cluster's history under policies in the simulator (site
+  guards as ``simulate``).
 * ``submit``    -- render an sbatch template for an elastic launcher job and submit it.
 * ``train-drl`` -- train the DL2 ``drl`` policy in the simulator and write its model file.
 * ``demo``      -- end to end on the dev cluster: daemon, elastic jobs resized in place, report.
@@ -30,13 +32,16 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from slurm_elastic import __version__
 from slurm_elastic.argtypes import int_at_least, param
 from slurm_elastic.errors import ConfigError, ElasticError
+
+if TYPE_CHECKING:
+    from slurm_elastic.core.guards import Guards
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +66,13 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--param", type=_param, action="append", default=[], metavar="KEY=VALUE",
                       help="planner parameter, e.g. generations=20 (repeatable)")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
-    plan.add_argument("--list-policies", action="store_true", help="list the registered policies and exit")
+    plan.add_argument("--list-policies", action="store_true", help="list the policies and exit")
 
-    sim = sub.add_parser("simulate", help="replay a workload or trace under policies (the same planners as the daemon)")
+    sim = sub.add_parser("simulate", help="replay a workload or trace under policies (the same planners as the daemon)",
+                         description="Replay a built-in workload or a trace under policies on a virtual cluster. "
+                         "Each policy runs inside site guards, as the daemon runs it: those of --config FILE, "
+                         "else the shipped default guards (protect_rigid only); --no-guards runs the bare "
+                         "policies (as reproduce does).")
     src = sim.add_mutually_exclusive_group(required=True)
     src.add_argument("--workload", help="built-in workload: " + ", ".join(_workloads()))
     src.add_argument("--trace", type=Path, help="trace CSV (job_id, submit_time, num_gpus, duration, ...)")
@@ -78,8 +87,11 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--json", type=Path, metavar="OUT", help="write all results as JSON here")
     sim.add_argument("--report", type=Path, metavar="DIR", help="write the HTML/PNG/CSV report here")
     sim.add_argument("--quiet", action="store_true", help="no progress bar")
+    _guard_options(sim)
 
-    rep = sub.add_parser("reproduce", help="the seed papers' comparisons as a markdown table")
+    rep = sub.add_parser("reproduce", help="the seed papers' comparisons as a markdown table (no site guards)",
+                         description="The seed papers' comparisons as a markdown table and reports. Every policy "
+                         "runs bare, without site guards: the papers' schedulers had none.")
     rep.add_argument("--seeds", default="1-5")
     rep.add_argument("--out", type=Path, default=Path("reproduce"), help="output folder (default ./reproduce)")
     rep.add_argument("--quick", action="store_true", help="one seed, 40 GPUs only (a smoke run)")
@@ -183,7 +195,11 @@ def _parser() -> argparse.ArgumentParser:
     ar.add_argument("--store", type=Path, metavar="FILE",
                     help="the daemon's state database (journaled resizes, launcher reports, satellites)")
 
-    wi = sub.add_parser("what-if", help="replay a window of the cluster's history under policies (simulated)")
+    wi = sub.add_parser("what-if", help="replay a window of the cluster's history under policies (simulated)",
+                        description="Replay a window of the cluster's history (sacct) under policies on a virtual "
+                        "cluster. Each policy runs inside site guards, as the daemon runs it: those of "
+                        "--config FILE, else the shipped default guards (protect_rigid only); --no-guards runs "
+                        "the bare policies.")
     wi.add_argument("--since", required=True, metavar="DATE", help="YYYY-MM-DD[THH:MM[:SS]], today, now-7d ...")
     wi.add_argument("--until", default="now", metavar="DATE", help="end of the window (default now)")
     wi.add_argument("--account", help="only this Slurm account (sacct -A)")
@@ -198,12 +214,37 @@ def _parser() -> argparse.ArgumentParser:
                     help="planner parameter for one policy (repeatable)")
     wi.add_argument("--json", type=Path, metavar="OUT", help="write all results as JSON here")
     wi.add_argument("--report", type=Path, metavar="DIR", help="write the HTML/PNG/CSV simulation report here")
+    _guard_options(wi)
 
     ip = sub.add_parser("install-plugin", help="build the --elastic SPANK plugin; print (or write) its config lines")
     ip.add_argument("--out", type=Path, default=Path("build/spank"), help="folder for slurm_elastic.so")
     ip.add_argument("--write", type=Path, metavar="PLUGSTACK_FILE",
                     help="add the plugstack line to this file and copy job_submit.lua next to it")
     return p
+
+
+def _guard_options(p: argparse.ArgumentParser) -> None:
+    """``--config FILE`` | ``--no-guards``: the site guards a simulated policy runs inside."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--config", type=Path, metavar="FILE",
+                   help="site configuration (the daemon's elastic.toml): every policy runs inside its [guards] "
+                   "table, the rest of the file is only validated (default: the shipped default guards, i.e. "
+                   "protect_rigid only)")
+    g.add_argument("--no-guards", action="store_true",
+                   help="plan without site guards (the bare policies)")
+
+
+def _site_guards(args: argparse.Namespace) -> Guards | None:
+    """The guards of ``--config`` (or the shipped defaults); ``None`` with ``--no-guards``."""
+    from slurm_elastic import policies
+
+    if args.no_guards:
+        return None
+    if args.config is None:
+        return policies.DEFAULT_GUARDS
+    from slurm_elastic.config import load
+
+    return load(args.config).guards
 
 
 def _workloads() -> tuple[str, ...]:
@@ -229,18 +270,18 @@ class _Bar:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from slurm_elastic.core import planner as registry
+    from slurm_elastic import policies
     from slurm_elastic.core.constraints import placement_score, validate_plan
     from slurm_elastic.testing import random_snapshot
 
     if args.list_policies:
-        print("\n".join(registry.available()))
+        print("\n".join(policies.available()))
         return 0
     if args.jobs < 0:
         raise ConfigError(f"--jobs {args.jobs}: must be >= 0")
     nodes = -(-args.gpus // args.gpus_per_node)
     snap = random_snapshot(np.random.default_rng(args.seed), nodes, args.gpus_per_node, args.jobs)
-    planner = registry.create(args.policy, **dict(args.param))
+    planner = policies.create(args.policy, **dict(args.param))
     memo: Any = None
     rng = np.random.default_rng(args.seed)
     for _ in range(args.rounds):
@@ -299,11 +340,12 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
     seeds = parse_seeds(args.seeds)
     pols = _policy_specs(args.policy, args.param)
+    guards = _site_guards(args)
     gpus = args.gpus or (40 if (args.workload or "").startswith("ibm-") else 64)
     bar = _Bar(len(seeds) * len(pols), enabled=not args.quiet and sys.stderr.isatty())
     results = run_comparison(pols, seeds, workload=args.workload, trace=args.trace, gpus=gpus,
                              gpus_per_node=args.gpus_per_node, resize_cost=args.resize_cost,
-                             round_gap=args.round_gap, progress=bar.step)
+                             round_gap=args.round_gap, progress=bar.step, guards=guards)
     summary = [{"policy": r["policy"], "seed": r["seed"], **r["metrics"]} for r in results]
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -394,22 +436,20 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _observer(cfg: Any) -> Any:
+def _view(cfg: Any, store: Any = None) -> Any:
     import time
 
-    from slurm_elastic.slurm.pyslurm_backend import choose_observer
-    from slurm_elastic_predictor.profiles import load_models, v100_longhorn
+    from slurm_elastic.slurm.pyslurm_backend import choose_source
+    from slurm_elastic.wiring import cluster_view
 
-    profiles = {name: v100_longhorn(m) for name, m in load_models().items()}
-    return choose_observer(cfg.daemon.partitions, profiles, time.time, default_model=cfg.daemon.default_model)
+    return cluster_view(cfg, choose_source(), store, clock=time.time)
 
 
 def _cmd_daemon(args: argparse.Namespace) -> int:
     from dataclasses import replace
-    from functools import partial
 
     from slurm_elastic.config import load
-    from slurm_elastic.daemon import Daemon, install_signal_handlers
+    from slurm_elastic.daemon import install_signal_handlers
     from slurm_elastic.store import Store
 
     cfg = load(args.config)
@@ -419,19 +459,15 @@ def _cmd_daemon(args: argparse.Namespace) -> int:
         logging.getLogger().setLevel(logging.INFO)
     import time
 
-    from slurm_elastic.jobreports import runtimes
-    from slurm_elastic.slurm.actions import SlurmActuator, reconcile
+    from slurm_elastic.slurm.actions import reconcile
+    from slurm_elastic.wiring import slurm_daemon
 
-    observer = _observer(cfg)
     store = Store(cfg.daemon.store)
-    observer.satellites = store.satellites
-    observer.runtimes = partial(runtimes, store)
-    actuator = None
+    view = _view(cfg, store)
     if not cfg.daemon.dry_run:
-        actuator = SlurmActuator(observer.runner, store, time.time, records=lambda: observer.last_jobs)
-        for line in reconcile(store, observer.observe(), time.time):
+        for line in reconcile(store, view.observe(), time.time):
             log.info("reconciled: %s", line)
-    daemon = Daemon(cfg, observer, store, actuator)
+    daemon = slurm_daemon(cfg, view, store)
     install_signal_handlers(daemon)
     if cfg.daemon.metrics_address:
         from slurm_elastic.metrics import serve
@@ -449,7 +485,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     from slurm_elastic.store import Store
 
     cfg = load(args.config)
-    snap = _observer(cfg).observe()
+    snap = _view(cfg).observe()
     planned: dict[str, Any] = {}
     if cfg.daemon.store.exists():
         rounds = Store(cfg.daemon.store).rounds()
@@ -524,7 +560,7 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def _cmd_devcluster(args: argparse.Namespace) -> int:
-    from slurm_elastic.slurm import devcluster
+    from slurm_elastic.dev import devcluster
 
     if args.devcluster == "up":
         info = devcluster.up(nodes=args.nodes, gpus_per_node=args.gpus_per_node, root=args.root)
@@ -581,10 +617,11 @@ def _cmd_what_if(args: argparse.Namespace) -> int:
 
     seeds = parse_seeds(args.seeds)
     pols = _policy_specs(args.policy, args.param)
+    guards = _site_guards(args)
     since, until = _window(args)
     records = read_accounting(since, until, account=args.account)
     results = what_if(records, pols, seeds, args.gpus, args.gpus_per_node, elastic_range=args.elastic_range,
-                      resize_cost=args.resize_cost)
+                      resize_cost=args.resize_cost, guards=guards)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=1, default=float))

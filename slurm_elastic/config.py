@@ -6,7 +6,7 @@ environment or the file again after :func:`load`. Example::
 
     [daemon]
     partitions = ["gpu"]          # partitions whose nodes the daemon manages ([] = all)
-    policy = "ones"               # a registered planner (slurm-elastic plan --list-policies)
+    policy = "ones"               # a policy (slurm-elastic plan --list-policies)
     dry_run = true                # shadow mode: plan and log, never act
     store = "/var/lib/slurm-elastic/state.db"
     poll_interval = 2.0           # seconds between cheap queue checks
@@ -18,7 +18,8 @@ environment or the file again after :func:`load`. Example::
     [policy.ones]                 # parameters of the chosen policy, passed as keywords
     generations = 10
 
-    [guards]                      # site limits around any policy (0 = no limit)
+    [guards]                      # site limits around any policy (0 = no limit); the daemon,
+                                  # simulate --config and what-if --config apply them
     cooldown_s = 300              # least seconds between two resizes of one job
     max_resizes_per_hour = 4
     max_gpus_per_job = 32
@@ -35,7 +36,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from slurm_elastic.core import planner as registry
+from slurm_elastic import policies
 from slurm_elastic.core.guards import Guards
 from slurm_elastic.errors import ConfigError, UnknownPolicyError
 
@@ -141,14 +142,14 @@ def parse(text: str, source: str = "<config>") -> Config:
         if key not in ("daemon", "policy", "guards"):
             raise _bad(key, raw[key], "unknown table; known tables: daemon, policy, guards")
     daemon = _daemon(raw.get("daemon", {}))
-    policies = raw.get("policy", {})
-    if not isinstance(policies, dict):
-        raise _bad("policy", policies, "must be a table of [policy.<name>] tables")
-    params = policies.get(daemon.policy, {})
+    tables = raw.get("policy", {})
+    if not isinstance(tables, dict):
+        raise _bad("policy", tables, "must be a table of [policy.<name>] tables")
+    params = tables.get(daemon.policy, {})
     if not isinstance(params, dict):
         raise _bad(f"policy.{daemon.policy}", params, "must be a table of parameters")
     try:
-        registry.create(daemon.policy, **params)  # validates names and values now, not at the first round
+        policies.create(daemon.policy, **params)  # validates names and values now, not at the first round
     except UnknownPolicyError as exc:
         raise _bad("daemon.policy", daemon.policy, str(exc)) from exc
     return Config(daemon, dict(params), _guards(raw.get("guards", {})))

@@ -1,7 +1,10 @@
-"""The daemon loop: clock, signals, change detection and backoff around ``run_round`` — nothing else.
+"""The daemon loop: observe (passive), plan (pure), act (the only side effects), with clock, signals, backoff.
 
-It polls a cheap fingerprint of the queue every ``poll_interval`` seconds and runs a round when the
-fingerprint changes (a job arrived, ended, started or was resized) or ``max_idle`` seconds have
+Every ``poll_interval`` seconds it polls the queue (passive: ``squeue`` and the jobs' new
+reports) and then runs the act step's own work that is due (:meth:`Actor.tend`: a shrink's node
+release once its leavers reported they left, a satellite to cancel), so owed work never waits for
+a planning round. It runs a round (``run_round``: observe, plan, act on the plan's diff) when the
+queue's key changes (a job arrived, ended, started or was resized) or ``max_idle`` seconds have
 passed; each round is recorded in the store with its plan and its one-line summary (logged at
 INFO). One failing round is logged with its traceback and retried with exponential backoff; it
 never kills the loop. SIGTERM and SIGINT end the loop after the current round.
@@ -9,9 +12,8 @@ never kills the loop. SIGTERM and SIGINT end the loop after the current round.
 In shadow mode (``dry_run = true``) it plans against the real queue and logs what it would do.
 Otherwise it acts through :class:`~slurm_elastic.slurm.actions.SlurmActuator` (start held jobs
 at the planned size; resize launcher jobs in place with signed orders and satellite allocations;
-requeue other jobs at a new size), which also tends the satellites on every observation; at start
-it first settles the actions a previous daemon left unfinished
-(:func:`~slurm_elastic.slurm.actions.reconcile`).
+requeue other jobs at a new size); at start it first settles the actions a previous daemon left
+unfinished (:func:`~slurm_elastic.slurm.actions.reconcile`).
 """
 
 from __future__ import annotations
@@ -26,47 +28,42 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from slurm_elastic import policies
 from slurm_elastic.config import Config
-from slurm_elastic.core import planner as registry
 from slurm_elastic.core.actions import Action
-from slurm_elastic.core.guards import GuardedPlanner
-from slurm_elastic.core.model import ClusterSnapshot, InFlightResize, JobId, JobState
+from slurm_elastic.core.model import ClusterSnapshot, InFlightResize, JobId
 from slurm_elastic.core.rounds import ActionOutcome, RoundRecord, run_round
 from slurm_elastic.errors import ConfigError
 from slurm_elastic.metrics import Metrics
+from slurm_elastic.observe.inflight import settle
 from slurm_elastic.store import Store
 
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF_S = 300.0
-IN_FLIGHT_TIMEOUT_S = 60.0
 
 
-class Actuator(Protocol):
-    """Carries out a round's actions (shadow or Slurm)."""
+class Actor(Protocol):
+    """The act step: carries out a round's actions, and settles what earlier actions left owed."""
 
     def apply(self, snapshot: ClusterSnapshot, actions: tuple[Action, ...]) -> tuple[ActionOutcome, ...]:
         """Carry out the actions."""
         ...
 
     def tend(self) -> list[str]:
-        """Settle what earlier actions left running (satellites) after an observation; one line each."""
-        ...
-
-    def on_the_way(self, snapshot: ClusterSnapshot) -> tuple[InFlightResize, ...]:
-        """Resizes the actuator knows are still under way (they survive a daemon restart)."""
+        """Do what earlier actions left due (node releases, satellites to cancel); one line each."""
         ...
 
 
-class QueueObserver(Protocol):
-    """An observer with a cheap change fingerprint (:class:`~slurm_elastic.slurm.cli.SlurmObserver`)."""
+class View(Protocol):
+    """The daemon's observer (:class:`~slurm_elastic.observe.view.ClusterView`): passive."""
+
+    def poll(self) -> object:
+        """Read the queue (and the jobs' new reports); a key that changes when the queue does."""
+        ...
 
     def observe(self) -> ClusterSnapshot:
-        """The snapshot now."""
-        ...
-
-    def change_key(self) -> object:
-        """A value that changes when the queue does."""
+        """The snapshot now, with the resizes the store says are under way."""
         ...
 
 
@@ -84,19 +81,15 @@ class ShadowActuator:
         """Nothing to settle: shadow mode starts nothing."""
         return []
 
-    def on_the_way(self, snapshot: ClusterSnapshot) -> tuple[InFlightResize, ...]:
-        """Nothing under way: shadow mode starts nothing."""
-        return ()
-
 
 @dataclass
 class Daemon:
-    """One daemon instance: observer, planner, store, and the loop state."""
+    """One daemon instance: view, planner, store, actor, and the loop state."""
 
     config: Config
-    observer: QueueObserver
+    view: View
     store: Store
-    actuator: Actuator | None = None
+    actuator: Actor | None = None
     sleep: Callable[[float], None] = time.sleep
     clock: Callable[[], float] = time.time
     stopping: bool = False
@@ -108,12 +101,11 @@ class Daemon:
     _last_round: float = field(default=float("-inf"), repr=False)
 
     def __post_init__(self) -> None:
-        act: Actuator | None = ShadowActuator() if self.config.daemon.dry_run else self.actuator
+        act: Actor | None = ShadowActuator() if self.config.daemon.dry_run else self.actuator
         if act is None:
             raise ConfigError("daemon.dry_run = false needs an actuator (the Slurm actuator)")
-        self.act: Actuator = act
-        self.planner = GuardedPlanner(registry.create(self.config.daemon.policy, **self.config.policy_params),
-                                      self.config.guards)
+        self.act: Actor = act
+        self.planner = policies.build(self.config.daemon.policy, self.config.policy_params, self.config.guards)
         self.rng = np.random.default_rng(self.config.daemon.seed)
 
     def stop(self, signum: int = 0, frame: FrameType | None = None) -> None:
@@ -138,29 +130,27 @@ class Daemon:
         return rec
 
     def observe(self) -> ClusterSnapshot:
-        """The observer's snapshot, with the actions still on their way (the round's observer).
+        """The view's snapshot, with the actions this daemon carried out still on their way (passive).
 
-        An action is on its way until the job shows its target (a START until the job runs at the
-        new size, a DROP until it is gone) or for at most ``IN_FLIGHT_TIMEOUT_S`` seconds; and for
-        as long as the actuator says so (a satellite still waiting to start, a node release not
-        done yet: these come from the store, so a restarted daemon does not repeat them).
+        The view adds what the store says is under way (a satellite still waiting to start, a node
+        release not done yet: a restarted daemon does not repeat them); this adds the actions of
+        recent rounds until the snapshot shows them (:func:`~slurm_elastic.observe.inflight.settle`).
         """
-        snap = self.observer.observe()
-        for line in self.act.tend():
-            log.info("%s", line)
-        jobs = {j.job_id: j for j in snap.jobs}
-        for jid, fl in list(self.in_flight.items()):
-            job = jobs.get(jid)
-            arrived = (job is None) if fl.target_gpus == 0 else (
-                job is not None and job.state is JobState.RUNNING and job.num_gpus == fl.target_gpus)
-            if arrived or snap.now - fl.since > IN_FLIGHT_TIMEOUT_S:
-                del self.in_flight[jid]
-        under_way = {**{fl.job_id: fl for fl in self.act.on_the_way(snap)}, **self.in_flight}
+        snap = self.view.observe()
+        settle(self.in_flight, snap)
+        under_way = {**{fl.job_id: fl for fl in snap.in_flight}, **self.in_flight}
         return replace(snap, in_flight=tuple(under_way.values())) if under_way else snap
 
+    def tend(self) -> None:
+        """The act step's owed work (node releases, satellites), logged one line each."""
+        for line in self.act.tend():
+            log.info("%s", line)
+
     def due(self) -> bool:
-        """Whether the queue changed since the last round, or the last round is too old."""
-        key = self.observer.change_key()
+        """One poll (read the queue and the reports, do what is owed); whether a round is due:
+        the queue changed since the last round, or the last round is too old."""
+        key = self.view.poll()
+        self.tend()
         changed = key != self._last_key
         self._last_key = key
         return changed or self.clock() - self._last_round >= self.config.daemon.max_idle

@@ -1,7 +1,7 @@
 """The end-to-end demo, README's main command: a real Slurm cluster, the acting daemon, real elastic
 training jobs resized in place while they train, and the allocation report at the end.
 
-This module owns the demo's script: bring up the dev cluster (:mod:`slurm_elastic.slurm.devcluster`),
+This module owns the demo's script: bring up the dev cluster (:mod:`slurm_elastic.dev.devcluster`),
 run the daemon in this process (the same :class:`~slurm_elastic.daemon.Daemon`, observer and
 actuator as ``slurm-elastic daemon``), submit a few small CNN jobs (``launcher/examples/train_cnn.py``
 on data it generates; no downloads) with ``sbatch --elastic`` through the pytorch template, at
@@ -19,21 +19,21 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 from slurm_elastic.config import Config, DaemonConfig
 from slurm_elastic.core.guards import Guards
 from slurm_elastic.core.model import JobState
-from slurm_elastic.daemon import Daemon
-from slurm_elastic.jobreports import ingest, runtimes
-from slurm_elastic.slurm import devcluster
-from slurm_elastic.slurm.actions import SlurmActuator
-from slurm_elastic.slurm.cli import SlurmObserver, run_command
+from slurm_elastic.dev import devcluster
+from slurm_elastic.observe.progress import ingest
+from slurm_elastic.observe.view import ClusterView
+from slurm_elastic.slurm.cli_backend import SlurmCli
+from slurm_elastic.slurm.commands import run_command
 from slurm_elastic.store import Store
 from slurm_elastic.submit import new_secret_file, submit
 from slurm_elastic.templates import JobRequest
+from slurm_elastic.wiring import cluster_view, slurm_daemon
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "launcher" / "examples" / "train_cnn.py"
 
@@ -83,8 +83,6 @@ def run_demo(out: Path, *, jobs: Sequence[DemoJob] = DEFAULT_JOBS, nodes: int = 
 
 def _run(out: Path, root: Path, env: dict[str, str], jobs: Sequence[DemoJob], policy: str, timeout_s: float,
          say: Callable[[str], None]) -> dict[str, Any]:
-    from slurm_elastic_predictor.profiles import load_models, v100_longhorn
-
     def runner(argv: Sequence[str]) -> str:
         return run_command(argv, env=env)
 
@@ -94,11 +92,8 @@ def _run(out: Path, root: Path, env: dict[str, str], jobs: Sequence[DemoJob], po
     store = Store(store_path)
     cfg = Config(DaemonConfig(partitions=("gpu",), policy=policy, dry_run=False, store=store_path,
                               poll_interval=0.5, max_idle=5.0), guards=Guards(cooldown_s=15.0))
-    profiles = {name: v100_longhorn(m) for name, m in load_models().items()}
-    observer = SlurmObserver(("gpu",), profiles, time.time, runner, satellites=store.satellites,
-                             runtimes=partial(runtimes, store))
-    actuator = SlurmActuator(runner, store, time.time, records=lambda: observer.last_jobs)
-    daemon = Daemon(cfg, observer, store, actuator, sleep=lambda s: None)
+    observer = cluster_view(cfg, SlurmCli(runner), store)
+    daemon = slurm_daemon(cfg, observer, store, sleep=lambda s: None)
     say(f"daemon acting with policy {policy!r} (store {store_path})")
 
     t0 = time.time()
@@ -120,7 +115,7 @@ def _run(out: Path, root: Path, env: dict[str, str], jobs: Sequence[DemoJob], po
                                              for j in submitted):
             break
         time.sleep(cfg.daemon.poll_interval)
-    ingest(store, [r for r in observer.jobs() if r.job_id in submitted])
+    ingest(store, [r for r in observer.source.jobs() if r.job_id in submitted])
     total = sum(n.gpus for n in observer.nodes())
     return _finish(out, started, runner, store, submitted, seen_state, time.time() - t0, total, say)
 
@@ -134,26 +129,26 @@ def _submit(job: DemoJob, out: Path, env: dict[str, str]) -> str:
     return submit("pytorch", req, env=env)
 
 
-def _narrate(t0: float, observer: SlurmObserver, store: Store, submitted: dict[str, DemoJob],
+def _narrate(t0: float, observer: ClusterView, store: Store, submitted: dict[str, DemoJob],
              seen_state: dict[str, str], seen_rows: dict[str, int], say: Callable[[str], None]) -> None:
     stamp = f"[{time.time() - t0:5.1f}s]"
-    for jid, rec in observer.last_jobs.items():
+    for jid, rec in observer.records.items():
         state = rec.slurm_state[0] if rec.slurm_state else rec.state.value
         if jid in submitted and seen_state.get(jid) != state:
             seen_state[jid] = state
             where = f" on {','.join(f'{n}:{len(g)}' for n, g in rec.gpus)}" if rec.state is JobState.RUNNING else ""
             say(f"{stamp} job {jid} ({submitted[jid].name}) {state}{where}")
     for jid in submitted:
-        if jid not in observer.last_jobs and seen_state.get(jid) not in (None, "COMPLETED"):
+        if jid not in observer.records and seen_state.get(jid) not in (None, "COMPLETED"):
             seen_state[jid] = "COMPLETED"
             say(f"{stamp} job {jid} ({submitted[jid].name}) left the queue")
         rows = store.progress_of(jid)
         for r in rows[seen_rows.get(jid, 0):]:
-            if r["kind"] == "resize":
-                say(f"{stamp} job {jid} resized in place to {r['gpus']} workers, batch {r['global_batch']}: "
-                    f"paused {r['pause_s']:.2f} s at sample {r['samples']}")
-            elif r["kind"] == "end":
-                say(f"{stamp} job {jid} finished training: {r['samples']} samples")
+            if r.kind == "resize":
+                say(f"{stamp} job {jid} resized in place to {r.world} workers, batch {r.global_batch}: "
+                    f"paused {r.pause_s or 0.0:.2f} s at sample {r.samples}")
+            elif r.kind == "end":
+                say(f"{stamp} job {jid} finished training: {r.samples} samples")
         seen_rows[jid] = len(rows)
 
 
@@ -166,14 +161,14 @@ def _finish(out: Path, started: dt.datetime, runner: Callable[[Sequence[str]], s
     per_job: list[dict[str, Any]] = []
     for jid, job in submitted.items():
         rows = store.progress_of(jid)
-        end = [r for r in rows if r["kind"] == "end"]
-        pauses = [float(r["pause_s"]) for r in rows if r["kind"] == "resize" and r["pause_s"] is not None]
+        end = [r for r in rows if r.kind == "end"]
+        pauses = [r.pause_s for r in rows if r.kind == "resize" and r.pause_s is not None]
         actions = store.actions_of(jid)
         expected = job.epochs * job.dataset_size
         per_job.append({
             "job_id": jid, "name": job.name, "state": seen_state.get(jid, "?"),
-            "samples": end[-1]["samples"] if end else None, "expected_samples": expected,
-            "exact": bool(end) and end[-1]["samples"] == expected,
+            "samples": end[-1].samples if end else None, "expected_samples": expected,
+            "exact": bool(end) and end[-1].samples == expected,
             "actions": [f"{e.action.kind.value}:{e.state}" for e in actions],
             "in_place_resizes": len(pauses), "pause_s_mean": sum(pauses) / len(pauses) if pauses else None,
             "pause_s_max": max(pauses) if pauses else None,

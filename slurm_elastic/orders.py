@@ -11,21 +11,21 @@ Because the comment is the user's to set, the daemon trusts nothing in it: both 
 regular files (not symlinks) owned by the job's user and readable by nobody else (mode 0600), or
 the job has no channel. The daemon appends with ``O_APPEND | O_NOFOLLOW`` and never creates them.
 
-Wire form (the contract with ``slurm_elastic_launcher.agent.Order``): one line of sorted,
+Wire form: owned by ``slurm_elastic_launcher.orders`` (standard library only), which both sides
+import, so orders and reports are signed and checked by one piece of code: one line of sorted,
 compact JSON ``{"job_id", "seq", "kind", "workers", "local_batch", "mac"}`` where ``mac`` is the
 hex HMAC of the same JSON without ``mac``; ``seq`` increases by one per order of the job.
+:func:`sign` and :func:`verify` are that module's ``sign_order`` and ``verify_report``.
 
-The way back: rank 0 of the job appends signed progress reports to ``<secret>.reports`` (the
-contract with ``slurm_elastic_launcher.reports``); :meth:`Channel.reports` returns only those whose
-MAC matches and that name this job, so a job can speak only for itself. To grow a job the daemon
+The way back: rank 0 of the job appends signed progress reports to ``<secret>.reports`` (written by
+``slurm_elastic_launcher.reports``); :meth:`Channel.reports` returns only those whose MAC matches
+and that name this job, so a job can speak only for itself. To grow a job the daemon
 submits ``<secret>.join`` as the job's user (:mod:`slurm_elastic.slurm.satellites`); that script
 must be a regular file owned by the user and writable by nobody else.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import os
 import pwd
@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_elastic.errors import ElasticError
+from slurm_elastic_launcher.orders import sign_order, verify_report
 
 COMMENT_KEY = "slurm-elastic-orders="
 
@@ -70,27 +71,8 @@ def _check_private(path: Path, uid: int) -> None:
     _check_file(path, uid, 0o077, "must be 0600 (readable by its owner only)")
 
 
-def sign(job_id: str, seq: int, kind: str, workers: Sequence[str], local_batch: int, secret: bytes) -> str:
-    """One order line, signed with the job's secret."""
-    body = {"job_id": job_id, "seq": seq, "kind": kind, "workers": list(workers), "local_batch": local_batch}
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-    body["mac"] = hmac.new(secret, canonical, hashlib.sha256).hexdigest()
-    return json.dumps(body, sort_keys=True, separators=(",", ":"))
-
-
-def verify(line: str, job_id: str, secret: bytes) -> dict[str, Any] | None:
-    """The body of a signed line if its MAC matches and it names ``job_id``, else ``None``."""
-    try:
-        body = json.loads(line)
-    except json.JSONDecodeError:
-        return None
-    if not isinstance(body, dict) or not isinstance(body.get("mac"), str):
-        return None
-    mac = body.pop("mac")
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-    if not hmac.compare_digest(mac, hmac.new(secret, canonical, hashlib.sha256).hexdigest()):
-        return None
-    return body if body.get("job_id") == job_id else None
+sign = sign_order  # one order line, signed with the job's secret
+verify = verify_report  # the body of a signed line if its MAC matches and it names the job, else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +142,7 @@ class Channel:
         for raw in whole.decode(errors="replace").splitlines():
             if not raw.strip():
                 continue
-            body = verify(raw, self.job_id, self.secret)
+            body = verify_report(raw, self.job_id, self.secret)
             if body is None:
                 refused += 1
             else:
@@ -186,7 +168,7 @@ class Channel:
     def send(self, kind: str, workers: Sequence[str], local_batch: int = 0) -> int:
         """Append one signed order; returns its sequence number."""
         seq = len(self.history()) + 1
-        line = sign(self.job_id, seq, kind, workers, local_batch, self.secret) + "\n"
+        line = sign_order(self.job_id, seq, kind, workers, local_batch, self.secret) + "\n"
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
         try:
             os.write(fd, line.encode())

@@ -34,7 +34,7 @@ from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, NodeName, Placement, Plan
 from slurm_elastic.errors import ElasticError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -64,7 +64,7 @@ CREATE TABLE IF NOT EXISTS progress (
     job_id TEXT NOT NULL,
     t REAL NOT NULL,
     samples INTEGER NOT NULL,
-    gpus INTEGER NOT NULL,
+    world INTEGER NOT NULL,
     global_batch INTEGER NOT NULL,
     throughput REAL,
     loss REAL,
@@ -103,10 +103,47 @@ _MIGRATE_1_TO_2 = (
     "ALTER TABLE progress ADD COLUMN pause_s REAL",
     "ALTER TABLE progress ADD COLUMN epoch_size INTEGER",
 )
+# Version 2 stores named a report's world size ``gpus``; the launcher, the reports and the rows say ``world``.
+_MIGRATE_2_TO_3 = ("ALTER TABLE progress RENAME COLUMN gpus TO world",)
+_MIGRATIONS = {1: _MIGRATE_1_TO_2 + _MIGRATE_2_TO_3, 2: _MIGRATE_2_TO_3}
 
 
 class StoreError(ElasticError):
     """The state database is unusable (wrong schema version, corrupt row)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressRow:
+    """One verified report of a job's launcher, as stored (the wire form is the launcher's).
+
+    Attributes:
+        t: when the launcher wrote it (seconds since the epoch).
+        kind: ``progress`` (a window of steps at one size), ``resize`` (the first window of a new
+            world; its throughput includes the pause), ``end`` (training finished) or ``left``
+            (a dropped worker's farewell).
+        samples: samples trained so far by the whole job.
+        world: workers (one per GPU) in the job's world when it was written.
+        global_batch: samples per optimizer step.
+        throughput: samples/s over the window, ``None`` if not measured.
+        loss: mean training loss over the window, ``None`` if not reported.
+        metric: the validation metric (``ElasticJob.evaluate``), ``None`` if not reported.
+        pause_s: a resize report's pause (seconds), else ``None``.
+        epoch_size: samples per epoch, ``None`` if not reported.
+    """
+
+    t: float
+    kind: str
+    samples: int
+    world: int
+    global_batch: int
+    throughput: float | None = None
+    loss: float | None = None
+    metric: float | None = None
+    pause_s: float | None = None
+    epoch_size: int | None = None
+
+
+_PROGRESS_COLUMNS = "t, kind, samples, world, global_batch, throughput, loss, metric, pause_s, epoch_size"
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,8 +220,8 @@ class Store:
             row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
             if row is None:
                 self._db.execute("INSERT INTO meta(key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
-            elif int(row[0]) == 1:
-                for stmt in _MIGRATE_1_TO_2:
+            elif int(row[0]) in _MIGRATIONS:
+                for stmt in _MIGRATIONS[int(row[0])]:
                     self._db.execute(stmt)
                 self._db.execute("UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION),))
             elif int(row[0]) != SCHEMA_VERSION:
@@ -265,44 +302,31 @@ class Store:
 
     # -- progress ---------------------------------------------------------------------------------
 
-    def add_progress(self, job_id: str, t: float, *, samples: int, gpus: int, global_batch: int,
-                     throughput: float | None = None, loss: float | None = None, metric: float | None = None,
-                     kind: str = "progress", pause_s: float | None = None, epoch_size: int | None = None) -> None:
-        """Append one progress report of a job."""
+    def add_progress(self, job_id: str, row: ProgressRow) -> None:
+        """Append one progress row of a job."""
         with self._tx():
-            self._insert_progress(job_id, t, samples, gpus, global_batch, throughput, loss, metric, kind, pause_s,
-                                  epoch_size)
+            self._insert_progress(job_id, row)
 
-    def _insert_progress(self, job_id: str, t: float, samples: int, gpus: int, global_batch: int,
-                         throughput: float | None, loss: float | None, metric: float | None, kind: str,
-                         pause_s: float | None, epoch_size: int | None = None) -> None:
-        if samples < 0 or gpus < 0 or global_batch < 0:
+    def _insert_progress(self, job_id: str, r: ProgressRow) -> None:
+        if r.samples < 0 or r.world < 0 or r.global_batch < 0:
             raise StoreError(
-                f"job {job_id}: progress samples={samples}, gpus={gpus}, batch={global_batch} must be >= 0"
+                f"job {job_id}: progress samples={r.samples}, world={r.world}, batch={r.global_batch} must be >= 0"
             )
         self._db.execute(
-            "INSERT INTO progress(job_id, t, samples, gpus, global_batch, throughput, loss, metric, kind, pause_s, "
-            "epoch_size) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (job_id, t, samples, gpus, global_batch, throughput, loss, metric, kind, pause_s, epoch_size),
+            f"INSERT INTO progress(job_id, {_PROGRESS_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (job_id, r.t, r.kind, r.samples, r.world, r.global_batch, r.throughput, r.loss, r.metric, r.pause_s,
+             r.epoch_size),
         )
 
-    def add_reports(self, job_id: str, reports: list[dict[str, Any]], offset: int) -> None:
+    def add_reports(self, job_id: str, rows: Iterable[ProgressRow], offset: int) -> None:
         """Append a job's verified launcher reports and the report file offset read up to, atomically.
 
         Raises:
-            StoreError: a report lacks a field or has a negative count (nothing is stored then).
+            StoreError: a row has a negative count (nothing is stored then).
         """
         with self._tx():
-            for r in reports:
-                try:
-                    self._insert_progress(
-                        job_id, float(r["t"]), int(r["samples"]), int(r["world"]), int(r["global_batch"]),
-                        float(r["throughput"]) or None, None if r.get("loss") is None else float(r["loss"]),
-                        None if r.get("metric") is None else float(r["metric"]), str(r["kind"]),
-                        float(r.get("pause_s") or 0.0) if r["kind"] == "resize" else None,
-                        int(r["epoch_size"]) if r.get("epoch_size") else None)
-                except (KeyError, TypeError, ValueError) as exc:
-                    raise StoreError(f"job {job_id}: malformed report {r!r}: {exc}") from exc
+            for r in rows:
+                self._insert_progress(job_id, r)
             self._db.execute("INSERT INTO report_offsets(job_id, offset) VALUES (?, ?) "
                              "ON CONFLICT(job_id) DO UPDATE SET offset=excluded.offset", (job_id, offset))
 
@@ -311,14 +335,11 @@ class Store:
         r = self._db.execute("SELECT offset FROM report_offsets WHERE job_id = ?", (job_id,)).fetchone()
         return int(r[0]) if r else 0
 
-    def progress_of(self, job_id: str) -> list[dict[str, Any]]:
+    def progress_of(self, job_id: str) -> list[ProgressRow]:
         """Every progress row of a job, oldest first."""
-        rows = self._db.execute(
-            "SELECT t, samples, gpus, global_batch, throughput, loss, metric, kind, pause_s, epoch_size FROM progress "
-            "WHERE job_id = ? ORDER BY t, id", (job_id,)).fetchall()
-        keys = ("t", "samples", "gpus", "global_batch", "throughput", "loss", "metric", "kind", "pause_s",
-                "epoch_size")
-        return [dict(zip(keys, r, strict=True)) for r in rows]
+        rows = self._db.execute(f"SELECT {_PROGRESS_COLUMNS} FROM progress WHERE job_id = ? ORDER BY t, id",
+                                (job_id,)).fetchall()
+        return [ProgressRow(*r) for r in rows]
 
     def report_inputs(self, job_ids: Iterable[str]) -> dict[str, Any]:
         """What the allocation report takes from the store for these jobs (and the jobs their
@@ -383,13 +404,8 @@ class Store:
         with self._tx():
             self._db.execute("UPDATE satellites SET ended=? WHERE sat_id=? AND ended IS NULL", (t, sat_id))
 
-    def latest_progress(self, job_id: str) -> dict[str, Any] | None:
-        """The newest progress report of a job, if any."""
-        r = self._db.execute(
-            "SELECT t, samples, gpus, global_batch, throughput, loss, metric FROM progress "
-            "WHERE job_id = ? ORDER BY t DESC, id DESC LIMIT 1", (job_id,),
-        ).fetchone()
-        if r is None:
-            return None
-        keys = ("t", "samples", "gpus", "global_batch", "throughput", "loss", "metric")
-        return dict(zip(keys, r, strict=True))
+    def latest_progress(self, job_id: str) -> ProgressRow | None:
+        """The newest progress row of a job, if any."""
+        r = self._db.execute(f"SELECT {_PROGRESS_COLUMNS} FROM progress WHERE job_id = ? ORDER BY t DESC, id DESC "
+                             "LIMIT 1", (job_id,)).fetchone()
+        return None if r is None else ProgressRow(*r)

@@ -9,7 +9,7 @@ This module owns:
   same report);
 * reading the history: :func:`parse_when` (the ``--since``/``--until`` dates), :func:`read_accounting`
   (``sacct --json -a -X -S -E``) and :func:`cluster_gpus` (``sinfo --json``). These run Slurm
-  commands through an injectable runner (default :func:`slurm_elastic.slurm.cli.run_command`).
+  commands through an injectable runner (default :func:`slurm_elastic.slurm.commands.run_command`).
 
 It must not schedule, render or write anywhere but a temporary folder (the trace CSV handed to
 :func:`run_comparison`). The clock is read only by the caller (``now`` is an argument).
@@ -38,12 +38,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from slurm_elastic.contract import ContractError, parse_elastic_request
+from slurm_elastic.core.guards import Guards
 from slurm_elastic.errors import ConfigError
 from slurm_elastic.reports.allocation import JobUsage, group_jobs
 from slurm_elastic.sim.runner import PolicySpec, Progress, run_comparison
 from slurm_elastic.sim.workload import SimJobSpec, _trace_job
-from slurm_elastic.slurm.cli import Runner, run_command, run_json, slurm_release
-from slurm_elastic.slurm.parse import AccountingRecord, SlurmJsonError, parse_elastic_request, parse_nodes, parse_sacct
+from slurm_elastic.slurm.commands import Runner, run_command, run_json, slurm_release
+from slurm_elastic.slurm.records import AccountingRecord, parse_nodes, parse_sacct
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +88,7 @@ def _range(job: JobUsage, comments: Sequence[str], elastic_range: float) -> tupl
     for comment in comments:
         try:
             req = parse_elastic_request(comment, job_id=job.job_id)
-        except SlurmJsonError as exc:
+        except ContractError as exc:
             log.warning("job %s: elastic contract unreadable, using the trace default range: %s", job.job_id, exc)
             return default
         if req is not None:
@@ -150,12 +152,14 @@ def history_to_trace(records: Sequence[AccountingRecord], *, elastic_range: floa
 
 def what_if(records: Sequence[AccountingRecord], policies: Sequence[PolicySpec], seeds: Sequence[int],
             gpus: int, gpus_per_node: int, *, elastic_range: float = 4.0, resize_cost: str = "in-place",
-            round_gap: float = 30.0, progress: Progress | None = None) -> list[dict[str, Any]]:
+            round_gap: float = 30.0, progress: Progress | None = None,
+            guards: Guards | None = None) -> list[dict[str, Any]]:
     """Replay the history under each policy and seed on a virtual cluster of ``gpus`` GPUs.
 
     The trace of :func:`history_rows` is written to a temporary CSV and handed to
     :func:`run_comparison`, so the results are exactly ``slurm-elastic simulate --trace``'s (workload
-    name :data:`WORKLOAD_NAME`).
+    name :data:`WORKLOAD_NAME`). Each policy runs inside the site ``guards`` as the daemon runs it
+    (``None``: bare).
 
     Raises:
         ConfigError: no job to replay, or a job used more GPUs than the virtual cluster has.
@@ -176,7 +180,7 @@ def what_if(records: Sequence[AccountingRecord], policies: Sequence[PolicySpec],
             writer.writeheader()
             writer.writerows(rows)
         return run_comparison(policies, seeds, trace=path, gpus=gpus, gpus_per_node=gpus_per_node,
-                              resize_cost=resize_cost, round_gap=round_gap, progress=progress)
+                              resize_cost=resize_cost, round_gap=round_gap, progress=progress, guards=guards)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -2,9 +2,9 @@
 
 It never imports the controller package ``slurm_elastic``; its contract with the controller is the
 set of ``SLURM_ELASTIC_*`` environment variables (:mod:`.env`) and the authenticated order channel
-(:class:`.agent.Order`). The user API follows Horovod Elastic: hand the model, optimizer, dataset and a
-loss function to :func:`run`, which trains until the job is done, this worker is dropped by a resize, or
-it is declared lost::
+(:mod:`.orders`, which the controller imports to sign orders and check reports). The user API follows
+Horovod Elastic: hand the model, optimizer, dataset and a loss function to :func:`run`, which trains until
+the job is done, this worker is dropped by a resize, or it is declared lost::
 
     job = ElasticJob(model=model, optimizer=opt, dataset=TensorBatchDataset(x, y), loss_fn=loss)
     result = run(job)
@@ -17,8 +17,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from .agent import Agent, AgentResult, AgentState, ElasticJob, Order, OrderRejectedError, make_order_source
+from .agent import Agent, AgentResult, AgentState, ElasticJob, make_order_source
 from .env import EnvError, LauncherEnv, ScalingMode
+from .orders import Order, OrderRejectedError
 from .sampler import ElasticSampler, SamplerState
 from .state import TrainingState
 

@@ -1,7 +1,8 @@
 """The resize agent: the in-job state machine, written once for every backend.
 
-This module owns the protocol of an in-place resize (ONES §3.3): orders arrive from a pluggable,
-authenticated :class:`OrderSource`; rank 0 reads them and announces a decision in the control words of
+This module owns the protocol of an in-place resize (ONES §3.3): orders arrive from a pluggable
+:class:`OrderSource` and are authenticated by :meth:`.orders.Order.parse` (the wire form is
+:mod:`.orders`'); rank 0 reads them and announces a decision in the control words of
 the step's all-reduce, so every rank sees the same typed interrupt at the same step boundary. On grow,
 joiners start, initialise and run one warm-up pass while the old workers keep training; when all
 joiners are ready, the old workers finish their step, everyone leaves the old group and forms the new
@@ -17,8 +18,6 @@ above the per-GPU limit). It must not import torch or any communication library:
 from __future__ import annotations
 
 import enum
-import hashlib
-import hmac
 import json
 import logging
 import math
@@ -29,6 +28,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .env import LauncherEnv, ScalingMode
+from .orders import Order as Order
+from .orders import OrderRejectedError as OrderRejectedError
 from .reports import Reporter
 from .sampler import ElasticSampler, SamplerState
 from .state import Stateful, TensorOps, TrainingState
@@ -38,10 +39,6 @@ log = logging.getLogger(__name__)
 
 class PeerLostError(RuntimeError):
     """A collective failed because a peer died, or hung past the group timeout."""
-
-
-class OrderRejectedError(ValueError):
-    """An order names another job, has a bad MAC or is malformed."""
 
 
 class AgentState(enum.Enum):
@@ -75,90 +72,7 @@ class AgentState(enum.Enum):
     FAILED = "failed"
 
 
-# -- orders --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Order:
-    """A command from the daemon to one job.
-
-    Attributes:
-        job_id: the job it is for; others refuse it.
-        seq: order number, increasing per job (≥ 1).
-        kind: ``"resize"`` or ``"stop"``.
-        workers: worker ids of the new world in rank order (resize only).
-        local_batch: new per-worker batch (exo) or global batch (endo), or 0 to keep the policy's.
-        mac: hex HMAC-SHA256 over :meth:`canonical` with the job's secret.
-    """
-
-    job_id: str
-    seq: int
-    kind: str
-    workers: tuple[str, ...] = ()
-    local_batch: int = 0
-    mac: str = ""
-
-    def canonical(self) -> bytes:
-        """The signed bytes: sorted compact JSON of every field but the MAC."""
-        body = {
-            "job_id": self.job_id,
-            "seq": self.seq,
-            "kind": self.kind,
-            "workers": list(self.workers),
-            "local_batch": self.local_batch,
-        }
-        return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-
-    def signed(self, secret: bytes) -> Order:
-        """This order with its MAC set."""
-        mac = hmac.new(secret, self.canonical(), hashlib.sha256).hexdigest()
-        return Order(self.job_id, self.seq, self.kind, self.workers, self.local_batch, mac)
-
-    def to_json(self) -> str:
-        """Wire form (one line)."""
-        body = json.loads(self.canonical())
-        body["mac"] = self.mac
-        return json.dumps(body, sort_keys=True, separators=(",", ":"))
-
-    @classmethod
-    def parse(cls, raw: str, job_id: str, secret: bytes) -> Order:
-        """Parse and authenticate one order.
-
-        Args:
-            raw: wire form.
-            job_id: this job's id.
-            secret: this job's secret.
-
-        Returns:
-            The verified order.
-
-        Raises:
-            OrderRejectedError: malformed, for another job, or bad MAC.
-        """
-        try:
-            body = json.loads(raw)
-            order = cls(
-                job_id=str(body["job_id"]),
-                seq=int(body["seq"]),
-                kind=str(body["kind"]),
-                workers=tuple(str(w) for w in body.get("workers", [])),
-                local_batch=int(body.get("local_batch", 0)),
-                mac=str(body["mac"]),
-            )
-        except (ValueError, KeyError, TypeError) as exc:
-            raise OrderRejectedError(f"malformed order {raw[:200]!r}: {exc}") from exc
-        expected = hmac.new(secret, order.canonical(), hashlib.sha256).hexdigest()
-        if not hmac.compare_digest(expected, order.mac):
-            raise OrderRejectedError(f"order {order.seq}: bad MAC")
-        if order.job_id != job_id:
-            raise OrderRejectedError(f"order {order.seq} is for job {order.job_id!r}, not {job_id!r}")
-        if order.kind not in {"resize", "stop"} or order.seq < 1:
-            raise OrderRejectedError(f"order {order.seq}: kind {order.kind!r} / seq must be resize|stop / ≥ 1")
-        if order.kind == "resize" and (not order.workers or len(set(order.workers)) != len(order.workers)):
-            raise OrderRejectedError(f"order {order.seq}: a resize needs unique, non-empty workers")
-        if order.local_batch < 0:
-            raise OrderRejectedError(f"order {order.seq}: local_batch must be ≥ 0")
-        return order
+# -- order sources -------------------------------------------------------------------------------
 
 
 class OrderSource(Protocol):
@@ -179,9 +93,9 @@ class FileOrderSource:
         self.path = Path(path)
 
     def read(self) -> list[str]:
-        """Non-empty lines of the file."""
+        """Non-empty lines of the file (bytes that are not UTF-8 read as U+FFFD: that line is refused)."""
         try:
-            text = self.path.read_text()
+            text = self.path.read_bytes().decode(errors="replace")
         except FileNotFoundError:
             return []
         return [line for line in text.splitlines() if line.strip()]

@@ -1,8 +1,10 @@
 """Progress reports from a job to the daemon: signed JSON lines appended to the job's report file.
 
-This module owns the report wire form and the writer rank 0 uses. A report says what the job
-measured since the previous one: the steps and samples done, the world size and batch they were
-done at, the throughput (samples/s), the mean training loss, and for a resize the pause it cost.
+This module owns the report fields and the writer rank 0 uses; the wire form and its signing are
+:mod:`.orders`' (:func:`.orders.sign_report`; the daemon checks with :func:`.orders.verify_report`).
+A report says what the job measured since the previous one: the steps and samples done, the world
+size and batch they were done at, the throughput (samples/s), the mean training loss, and for a
+resize the pause it cost.
 These are the inputs of the daemon's throughput and progress predictors, and of the allocation
 report's resize costs and scaled-job efficiency.
 
@@ -25,21 +27,12 @@ It must not import torch.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
-REPORT_KINDS = ("progress", "resize", "end", "left")
-
-
-def sign_report(body: dict[str, Any], secret: bytes) -> str:
-    """The wire line of ``body`` (which must not hold ``mac``), with its MAC."""
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
-    mac = hmac.new(secret, canonical.encode(), hashlib.sha256).hexdigest()
-    return json.dumps({**body, "mac": mac}, sort_keys=True, separators=(",", ":"))
+from .orders import REPORT_KINDS as REPORT_KINDS
+from .orders import sign_report as sign_report
 
 
 @dataclass

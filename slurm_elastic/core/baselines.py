@@ -85,7 +85,7 @@ from numpy.typing import NDArray
 
 from slurm_elastic.core import sizing
 from slurm_elastic.core.model import ClusterSnapshot, ElasticMode, Job, JobId, JobState
-from slurm_elastic.core.planner import PlanResult, build_plan, register
+from slurm_elastic.core.planner import PlanResult, build_plan
 from slurm_elastic.core.remaining import expected_remaining, progress_shapes
 from slurm_elastic.errors import ConfigError
 
@@ -148,7 +148,6 @@ def _keep_running(snapshot: ClusterSnapshot, jobs: Sequence[Job], size_of: Calla
 # -- fifo ----------------------------------------------------------------------------------------
 
 
-@register("fifo")
 class FifoPlanner:
     """The ``fifo`` policy: requested sizes, submit order, no elasticity, no preemption.
 
@@ -158,6 +157,9 @@ class FifoPlanner:
     """
 
     name = "fifo"
+    interval = 0.0
+    epoch_events = False
+    uses_progress = False
 
     def __init__(self, backfill: bool = False) -> None:
         if not isinstance(backfill, bool):
@@ -212,7 +214,6 @@ class TiresiasMemo:
     service_offset: dict[JobId, float] = field(default_factory=dict)
 
 
-@register("tiresias")
 class TiresiasPlanner:
     """The ``tiresias`` policy: discretised 2D-LAS over GPU-time with fixed job sizes.
 
@@ -224,6 +225,9 @@ class TiresiasPlanner:
     """
 
     name = "tiresias"
+    interval = 0.0
+    epoch_events = False
+    uses_progress = False
 
     def __init__(self, thresholds: Sequence[float] = (3250.0, 7200.0), promote_after: float = 0.0) -> None:
         try:
@@ -333,7 +337,6 @@ def fixed_batch_sizing(job: Job, k: int, snapshot: ClusterSnapshot) -> sizing.Si
     return sizing.size_for(replace(job, mode=ElasticMode.ENDO), k, snapshot.profiles[job.model])
 
 
-@register("optimus")
 class OptimusPlanner:
     """The ``optimus`` policy: greedy marginal gain in predicted remaining time, fixed batch.
 
@@ -345,6 +348,8 @@ class OptimusPlanner:
     """
 
     name = "optimus"
+    interval: float  # the parameter
+    epoch_events = False
     uses_progress = True  # reads snapshot.progress_model for remaining work
 
     def __init__(self, interval: float = 600.0, start_between_rounds: bool = False,

@@ -6,8 +6,8 @@ network from plain numpy weights (:class:`PolicyWeights`, :func:`forward`), the 
 that turns repeated policy inferences into GPU counts (:func:`allocate`), and the planner
 :class:`DrlPlanner`. It must not read files, import torch or keep state between calls: the
 weights are an argument, loading them from a model file is done outside the core (by
-:mod:`slurm_elastic.drl.weights`, which also registers the ``drl`` name), and training lives in
-:mod:`slurm_elastic.drl.train`.
+:mod:`slurm_elastic.drl.weights`, whose factory :mod:`slurm_elastic.policies` lists as ``drl``),
+and training lives in :mod:`slurm_elastic.drl.train`.
 
 DL2 (arXiv:1909.06040, §4.1) adapted to data-parallel all-reduce jobs (ONES SC'21 §4.1, "we
 modify its action space because we use the All-reduce architecture"):
@@ -372,8 +372,9 @@ def sampling_chooser(weights: PolicyWeights, rng: np.random.Generator) -> Choose
 class DrlPlanner:
     """The ``drl`` policy: a trained DL2 policy network decides GPU counts, one GPU at a time.
 
-    Registered as ``drl`` by :mod:`slurm_elastic.drl.weights`, whose factory loads the weights
-    from a model file; construct this class directly when the weights are already in memory.
+    Listed as ``drl`` in :mod:`slurm_elastic.policies` through the factory of
+    :mod:`slurm_elastic.drl.weights`, which loads the weights from a model file; construct this
+    class directly when the weights are already in memory.
 
     Args:
         weights: the policy network.
@@ -383,6 +384,8 @@ class DrlPlanner:
     """
 
     name = "drl"
+    interval = 0.0
+    epoch_events = False
     uses_progress = True  # the epochs_to_go feature reads snapshot.progress_model
 
     def __init__(self, weights: PolicyWeights, sample: bool = False,

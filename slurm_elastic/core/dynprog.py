@@ -39,7 +39,7 @@ from numpy.typing import NDArray
 
 from slurm_elastic.core import fairness, sizing
 from slurm_elastic.core.model import ClusterSnapshot, ElasticMode, Job, JobId, JobState
-from slurm_elastic.core.planner import PlanResult, build_plan, current_counts, register
+from slurm_elastic.core.planner import PlanResult, build_plan, current_counts
 from slurm_elastic.errors import ConfigError
 
 NEG = -np.inf
@@ -129,7 +129,6 @@ def solve(values: list[NDArray[np.float64]], total: int) -> tuple[float, list[in
     return best, ks
 
 
-@register("dp")
 class DynamicProgramPlanner:
     """The ``dp`` policy: the IBM optimizer behind its autoscaler.
 
@@ -145,6 +144,9 @@ class DynamicProgramPlanner:
     """
 
     name = "dp"
+    interval: float  # the parameter
+    epoch_events = False
+    uses_progress = False
 
     def __init__(self, mode: str = "queue", kmax: int | None = None, interval: float = 0.0,
                  batch: str = "optimal", ftf_bound: float = 0.0) -> None:
@@ -237,7 +239,6 @@ class DynamicProgramPlanner:
         return PlanResult(plan, DpMemo(snapshot.now, tables))
 
 
-@register("dp-fixed")
 def fixed_batch_planner(mode: str = "queue", kmax: int | None = None, interval: float = 0.0,
                         ftf_bound: float = 0.0) -> DynamicProgramPlanner:
     """The IBM paper's baseline: the same optimizer, each job's global batch fixed (Random-BS)."""

@@ -53,7 +53,7 @@ from numpy.typing import NDArray
 
 from slurm_elastic.core import sizing
 from slurm_elastic.core.model import ClusterSnapshot, ElasticMode, Job, JobId, JobState
-from slurm_elastic.core.planner import PlanResult, build_plan, register
+from slurm_elastic.core.planner import PlanResult, build_plan
 from slurm_elastic.core.remaining import expected_remaining, progress_shapes
 from slurm_elastic.errors import ConfigError
 
@@ -127,7 +127,6 @@ def _sizing(job: Job, k: int, snapshot: ClusterSnapshot) -> sizing.Sizing | None
     return sizing.size_for(_endo(job), k, snapshot.profiles[job.model])
 
 
-@register("efq")
 class EfqPlanner:
     """The ``efq`` policy (Ares).
 
@@ -140,6 +139,8 @@ class EfqPlanner:
     """
 
     name = "efq"
+    interval = 0.0
+    epoch_events = False
     uses_progress = True  # predicted work comes from snapshot.progress_model once it is fitted
 
     def __init__(self, alpha: float = 0.75, default_epochs_to_go: float = 0.0) -> None:

@@ -73,7 +73,7 @@ from numpy.typing import NDArray
 from slurm_elastic.core import fairness, sizing
 from slurm_elastic.core import scaling_policy as sp
 from slurm_elastic.core.model import ClusterSnapshot, Job, JobId, JobState, NodeName
-from slurm_elastic.core.planner import PlanResult, build_plan, current_counts, register
+from slurm_elastic.core.planner import PlanResult, build_plan, current_counts
 from slurm_elastic.core.remaining import expected_remaining, progress_shapes
 from slurm_elastic.errors import ConfigError
 
@@ -387,7 +387,6 @@ def _gated_counts(ctx: _Ctx, star: IntArr, held: set[JobId],
     return counts
 
 
-@register("ones")
 class OnesPlanner:
     """The ``ones`` policy.
 
@@ -407,6 +406,7 @@ class OnesPlanner:
     """
 
     name = "ones"
+    interval: float  # the parameter
     epoch_events = True  # ONES re-plans as jobs finish epochs (its update gate and R_j rules)
     uses_progress = True  # reads snapshot.progress_model (the Beta regression)
 

@@ -215,7 +215,8 @@ def guarded_plan(plan_fn: PlanFn, policy: str, bound: float, snapshot: ClusterSn
 
 
 class FtfGuardedPlanner:
-    """Wraps any planner with the finish-time fairness guard (same signature as every planner).
+    """Wraps any planner with the finish-time fairness guard (same signature as every planner; its
+    traits ``interval``, ``epoch_events``, ``uses_progress`` are the inner planner's).
 
     Args:
         inner: the planner to guard.
@@ -230,9 +231,21 @@ class FtfGuardedPlanner:
         if not self.ftf_bound:
             raise ConfigError(f"{inner.name}.ftf_bound = 0: a guarded planner needs a bound > 1")
         self.default_epochs_to_go = default_epochs_to_go
-        for attr in ("interval", "epoch_events", "uses_progress"):
-            if hasattr(inner, attr):
-                setattr(self, attr, getattr(inner, attr))
+
+    @property
+    def interval(self) -> float:
+        """The inner planner's re-plan interval (seconds; 0 = every call)."""
+        return self.inner.interval
+
+    @property
+    def epoch_events(self) -> bool:
+        """Whether the inner planner wants a round at each epoch end."""
+        return self.inner.epoch_events
+
+    @property
+    def uses_progress(self) -> bool:
+        """Whether the inner planner reads ``snapshot.progress_model``."""
+        return self.inner.uses_progress
 
     def plan(self, snapshot: ClusterSnapshot, memo: Any, rng: np.random.Generator) -> PlanResult:
         """Reserve for the jobs that fall behind, then plan the rest with the inner planner."""

@@ -95,14 +95,27 @@ def _reserve_for_rigid(snapshot: ClusterSnapshot) -> ClusterSnapshot:
 
 
 class GuardedPlanner:
-    """Wraps ``inner`` with the site's :class:`Guards` (same signature as every planner)."""
+    """Wraps ``inner`` with the site's :class:`Guards` (same signature and traits as every planner;
+    the traits are the inner planner's)."""
 
     def __init__(self, inner: Planner, guards: Guards) -> None:
         self.inner, self.guards = inner, guards
         self.name = inner.name
-        for attr in ("interval", "epoch_events", "uses_progress"):
-            if hasattr(inner, attr):
-                setattr(self, attr, getattr(inner, attr))
+
+    @property
+    def interval(self) -> float:
+        """The inner planner's re-plan interval (seconds; 0 = every call)."""
+        return self.inner.interval
+
+    @property
+    def epoch_events(self) -> bool:
+        """Whether the inner planner wants a round at each epoch end."""
+        return self.inner.epoch_events
+
+    @property
+    def uses_progress(self) -> bool:
+        """Whether the inner planner reads ``snapshot.progress_model``."""
+        return self.inner.uses_progress
 
     def plan(self, snapshot: ClusterSnapshot, memo: Any, rng: np.random.Generator) -> PlanResult:
         """Plan with the inner planner on a guarded view, then enforce the caps."""

@@ -1,15 +1,16 @@
-"""The one planner signature, the registry of planners, and the shared plan builder.
+"""The one planner signature and the shared plan builder.
 
-This module owns the :class:`Planner` protocol (``plan(snapshot, memo, rng) -> PlanResult``),
-the name -> factory registry used by the daemon, the simulator, the benchmarks and the tests, and
+This module owns the :class:`Planner` protocol (``plan(snapshot, memo, rng) -> PlanResult`` and
+the traits a driver reads: ``interval``, ``epoch_events``, ``uses_progress``) and
 :func:`build_plan`, which turns per-job GPU counts into a full :class:`Plan` (placement via
 :mod:`~slurm_elastic.core.placement`, batch and learning rate via :mod:`~slurm_elastic.core.sizing`)
-so that no planner re-implements either. Pure: no I/O, no clock; randomness only from ``rng``.
+so that no planner re-implements either. The name -> planner table lives outside the core, in
+:mod:`slurm_elastic.policies`. Pure: no I/O, no clock; randomness only from ``rng``; imports
+nothing from outside the core.
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -19,7 +20,6 @@ import numpy as np
 from slurm_elastic.core import sizing
 from slurm_elastic.core.model import ClusterSnapshot, Job, JobId, JobPlan, Plan, Unplaced
 from slurm_elastic.core.placement import place
-from slurm_elastic.errors import ConfigError, UnknownPolicyError
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,67 +36,38 @@ class Planner(Protocol):
     Implementations must be deterministic for a given ``(snapshot, memo, rng state)``, keep all
     state between calls in the returned memo (never in attributes), and count any search budget in
     iterations, not wall-clock time.
+
+    Besides :meth:`plan`, every planner declares three traits that drivers (the simulator, the
+    daemon's wrappers) read; a plain class attribute satisfies each:
+
+    * ``interval``: seconds between the planner's own re-plans (a periodic planner keeps its
+      allocation in between; the simulator schedules a tick every ``interval``); 0 re-plans at
+      every call.
+    * ``epoch_events``: the planner wants a round when a job finishes an epoch.
+    * ``uses_progress``: the planner reads ``snapshot.progress_model`` (the simulator then has jobs
+      report validation metrics and refits the progress model as jobs complete).
     """
 
     name: str
 
+    @property
+    def interval(self) -> float:
+        """Seconds between re-plans; 0 = every call."""
+        ...
+
+    @property
+    def epoch_events(self) -> bool:
+        """Whether the planner wants a round at each job's epoch end."""
+        ...
+
+    @property
+    def uses_progress(self) -> bool:
+        """Whether the planner reads ``snapshot.progress_model``."""
+        ...
+
     def plan(self, snapshot: ClusterSnapshot, memo: Any, rng: np.random.Generator) -> PlanResult:
         """Plan the snapshot; ``memo`` is what the previous call returned (``None`` the first time)."""
         ...
-
-
-PlannerFactory = Callable[..., Planner]
-_REGISTRY: dict[str, PlannerFactory] = {}
-
-
-def register(name: str) -> Callable[[PlannerFactory], PlannerFactory]:
-    """Class decorator adding a planner factory to the registry under ``name``."""
-
-    def deco(factory: PlannerFactory) -> PlannerFactory:
-        if name in _REGISTRY and _REGISTRY[name] is not factory:
-            raise ValueError(f"planner name {name!r} registered twice")
-        _REGISTRY[name] = factory
-        return factory
-
-    return deco
-
-
-def available() -> tuple[str, ...]:
-    """Registered planner names, sorted."""
-    _load_builtin()
-    return tuple(sorted(_REGISTRY))
-
-
-def create(name: str, **params: Any) -> Planner:
-    """Instantiate the planner registered as ``name`` with keyword parameters.
-
-    Raises:
-        UnknownPolicyError: no planner has that name.
-        ConfigError: a parameter is unknown (or a value breaks the planner's rule).
-    """
-    _load_builtin()
-    try:
-        factory = _REGISTRY[name]
-    except KeyError:
-        raise UnknownPolicyError(
-            f"unknown policy {name!r}; known policies: {', '.join(sorted(_REGISTRY))}"
-        ) from None
-    try:
-        inspect.signature(factory).bind(**params)
-    except TypeError as exc:
-        known = [n for n in inspect.signature(factory).parameters if n != "self"]
-        raise ConfigError(
-            f"policy {name!r}: bad parameters {sorted(params)} ({exc}); known parameters: {', '.join(known)}"
-        ) from None
-    return factory(**params)
-
-
-def _load_builtin() -> None:
-    # Importing the modules registers their planners; kept here so the registry is complete
-    # whichever module a caller imported first. ``drl`` is registered by slurm_elastic.drl.weights
-    # (outside the core, torch-free): its factory reads the model file, which the core must not.
-    from slurm_elastic.core import baselines, dynprog, efq, evolutionary  # noqa: F401
-    from slurm_elastic.drl import weights  # noqa: F401
 
 
 def build_plan(

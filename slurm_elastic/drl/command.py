@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup-epochs", type=_nonneg_int, default=40,
                         help="passes over the warm-up decisions (default 40)")
     parser.add_argument("--teacher", default="optimus",
-                        help="policy imitated in the warm-up: drf or a registered policy (default optimus)")
+                        help="policy imitated in the warm-up: drf or a policy (default optimus)")
     parser.add_argument("--teacher-param", type=_param, action="append", default=[], metavar="KEY=VALUE",
                         help="teacher parameter (repeatable; default for optimus: interval=0)")
     parser.add_argument("--jobs", type=int, default=None, help="use only the first N jobs of each workload")

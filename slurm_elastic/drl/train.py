@@ -15,7 +15,7 @@ The two phases of DL2 (arXiv:1909.06040, §4.2-4.3), adapted to all-reduce jobs 
    sequence of DL2 actions (add one GPU to a slot's job ... stop); the policy network is fitted
    to those actions by cross entropy (Adam, ``lr_warmup``). Teachers: ``drf`` (the default, as in
    DL2's default: max-min fair GPU shares, DRF with one resource: each step adds a GPU to the job
-   holding the fewest, ties to the earlier arrival) or any registered planner (``fifo``,
+   holding the fewest, ties to the earlier arrival) or any policy (``fifo``,
    ``tiresias``, ``optimus``, ...), whose GPU counts are reached job by job in arrival order;
    running jobs keep their minimum whatever the teacher does (no preemption). The default teacher
    is ``optimus`` re-planning every round: in our simulator it is the best of these inside the
@@ -59,7 +59,7 @@ import torch
 from numpy.typing import NDArray
 from torch import nn
 
-from slurm_elastic.core import planner as registry
+from slurm_elastic import policies
 from slurm_elastic.core.baselines import fixed_batch_sizing
 from slurm_elastic.core.drl import (
     SLOT_FEATURES,
@@ -96,7 +96,7 @@ class TrainConfig:
         seed: the one seed (torch, numpy, and the training workloads' seeds drawn from it, all
             >= 10,000 so that they never coincide with evaluation seeds such as 1-5).
         jobs: use only the first ``jobs`` jobs of each workload (``None``: all; for quick runs).
-        teacher: ``drf`` or a registered planner name, imitated in the warm-up.
+        teacher: ``drf`` or a policy name (:mod:`slurm_elastic.policies`), imitated in the warm-up.
         teacher_params: the teacher's parameters (``None``: none, except ``interval = 0`` for
             ``optimus``, which then re-plans every round as the ``drl`` loop does).
         warmup_traces: teacher runs (workloads) for the warm-up.
@@ -156,12 +156,12 @@ class TrainConfig:
         rule(self.gpus >= 1 and self.gpus_per_node >= 1 and self.gpus % self.gpus_per_node == 0, "gpus",
              self.gpus, f"must be a positive multiple of gpus_per_node {self.gpus_per_node}")
         rule(self.jobs is None or self.jobs >= 1, "jobs", self.jobs, "must be >= 1")
-        rule(self.teacher == "drf" or self.teacher in registry.available(), "teacher", self.teacher,
-             "must be drf or a registered policy: " + ", ".join(registry.available()))
+        rule(self.teacher == "drf" or self.teacher in policies.available(), "teacher", self.teacher,
+             "must be drf or a policy: " + ", ".join(policies.available()))
         rule(self.teacher != "drf" or not self.teacher_params, "teacher_params", self.teacher_params,
              "drf takes no parameters")
         if self.teacher != "drf":
-            registry.create(self.teacher, **self.teacher_kwargs)  # bad parameters fail now, not mid-run
+            policies.create(self.teacher, **self.teacher_kwargs)  # bad parameters fail now, not mid-run
         for key in ("warmup_traces", "warmup_epochs", "episodes", "updates", "eval_every"):
             rule(getattr(self, key) >= 0, key, getattr(self, key), "must be >= 0")
         rule(self.warmup_traces >= 1 or self.episodes >= 1, "episodes", self.episodes,
@@ -251,10 +251,12 @@ class _Round:
 class _LoopPlanner:
     """A planner running the ``drl`` decision loop with a given chooser and recording every round.
 
-    Training only (not registered): its record of rounds lives in an attribute, which a real
+    Training only (not a policy): its record of rounds lives in an attribute, which a real
     planner must not have.
     """
 
+    interval = 0.0
+    epoch_events = False
     uses_progress = True
 
     def __init__(self, name: str, spec: FeatureSpec, make_chooser: Callable[[ClusterSnapshot], Chooser],
@@ -303,13 +305,13 @@ def _drf(step: Step) -> int:
 
 
 class _TeacherPlanner(_LoopPlanner):
-    """The loop driven by a registered planner's GPU counts (its memo kept here, training only)."""
+    """The loop driven by a policy's GPU counts (its memo kept here, training only)."""
 
     def __init__(self, teacher: Planner, spec: FeatureSpec, totals: dict[str, float]) -> None:
         super().__init__(f"teacher-{teacher.name}", spec, _always(_drf), totals)
         self.teacher = teacher
         self.teacher_memo: Any = None
-        self.interval = float(getattr(teacher, "interval", 0.0) or 0.0)
+        self.interval = teacher.interval  # the teacher's periodic re-plans, not its epoch events
 
     def plan(self, snapshot: ClusterSnapshot, memo: Any, rng: np.random.Generator) -> PlanResult:
         res = self.teacher.plan(snapshot, self.teacher_memo, rng)
@@ -438,7 +440,7 @@ def train(cfg: TrainConfig, progress: Progress | None = None) -> TrainResult:
             if cfg.teacher == "drf":
                 teacher: _LoopPlanner = _LoopPlanner("teacher-drf", spec, _always(_drf), totals)
             else:
-                teacher = _TeacherPlanner(registry.create(cfg.teacher, **cfg.teacher_kwargs), spec, totals)
+                teacher = _TeacherPlanner(policies.create(cfg.teacher, **cfg.teacher_kwargs), spec, totals)
             res = _run(cfg, teacher, jobs, wseed)
             traces += teacher.rounds
             for r, g in zip(teacher.rounds, _returns(cfg, teacher.rounds, _end(res, teacher.rounds)), strict=True):

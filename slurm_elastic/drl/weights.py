@@ -1,11 +1,11 @@
-"""DL2 model files (numpy ``.npz``) and the ``drl`` entry of the planner registry.
+"""DL2 model files (numpy ``.npz``) and the factory of the ``drl`` policy.
 
 This module owns the model file format (:func:`save`, :func:`load`), the shipped default model
-(:data:`DEFAULT_MODEL`) and the registered ``drl`` factory (:func:`drl`), which loads a file and
-hands the weights to the pure :class:`~slurm_elastic.core.drl.DrlPlanner`. The core registry
-imports this module from ``planner._load_builtin`` so that ``create("drl", model=PATH)`` works
-from the daemon config (``[policy.drl] model = "/path/model.npz"``), the simulator and the CLI
-(``--param drl.model=...``), while no file is read inside the core. It must stay torch-free
+(:data:`DEFAULT_MODEL`) and the ``drl`` factory (:func:`drl`), which loads a file and hands the
+weights to the pure :class:`~slurm_elastic.core.drl.DrlPlanner`. :mod:`slurm_elastic.policies`
+lists it as ``drl`` so that ``policies.create("drl", model=PATH)`` works from the daemon config
+(``[policy.drl] model = "/path/model.npz"``), the simulator and the CLI (``--param
+drl.model=...``), while no file is read inside the core. It must stay torch-free
 (the daemon loads models without torch) and never pickles: files are read with
 ``allow_pickle=False``.
 
@@ -26,7 +26,6 @@ from typing import Any, TypeVar
 import numpy as np
 
 from slurm_elastic.core.drl import FORMAT_VERSION, DrlPlanner, FeatureSpec, PolicyWeights
-from slurm_elastic.core.planner import register
 from slurm_elastic.errors import ConfigError
 
 T = TypeVar("T")
@@ -118,7 +117,6 @@ def load(path: Path | str) -> PolicyWeights:
         raise ConfigError(f"drl model {path}: {exc}") from exc
 
 
-@register("drl")
 def drl(model: str | None = None, sample: bool = False, default_epochs_to_go: float = 10.0) -> DrlPlanner:
     """The ``drl`` planner with the policy network read from a model file.
 

@@ -11,9 +11,10 @@ completion its own round (epoch ends are still grouped: a 50-job workload has th
 A periodic planner keeps its allocation between its own re-plans (its memo knows when it last
 planned), so calling it at every event is what a daemon does too.
 
-Optional planner attributes read here: ``interval`` (seconds; ticks are scheduled every
-``interval``), ``epoch_events`` (bool) and ``uses_progress`` (bool: jobs report validation
-metrics and the ONES progress model is refitted as jobs complete).
+The planner's declared traits (:class:`~slurm_elastic.core.planner.Planner`) are read here:
+``interval`` (seconds; ticks are scheduled every ``interval``, none when 0), ``epoch_events``
+(rounds at epoch ends) and ``uses_progress`` (jobs report validation metrics and the ONES
+progress model is refitted as jobs complete).
 
 Returns a JSON-ready result (the schema ``slurm_elastic.reports.simulation`` renders): per-job
 records, metrics (:mod:`slurm_elastic.sim.metrics`) and a timeline of busy GPUs and completed
@@ -66,10 +67,10 @@ def simulate(jobs: Sequence[SimJobSpec], planner: Planner, *, gpus: int, gpus_pe
         raise ConfigError(f"--gpus {gpus} must be a positive multiple of --gpus-per-node {gpus_per_node}")
     cost = ResizeCost.parse(resize_cost)
     cluster = VirtualCluster(gpus // gpus_per_node, gpus_per_node, cost,
-                             fit_progress=bool(getattr(planner, "uses_progress", False)))
+                             fit_progress=planner.uses_progress)
     order = sorted(jobs, key=lambda j: (j.submit_time, j.job_id))
-    interval = float(getattr(planner, "interval", 0.0) or 0.0)
-    epoch_events = bool(getattr(planner, "epoch_events", False))
+    interval = float(planner.interval)
+    epoch_events = planner.epoch_events
     rng = np.random.default_rng(seed)
     memo: Any = None
     nxt = 0
@@ -142,7 +143,7 @@ def simulate(jobs: Sequence[SimJobSpec], planner: Planner, *, gpus: int, gpus_pe
     records = [_record(j) for j in cluster.jobs.values()]
     return {
         "workload": workload,
-        "policy": getattr(planner, "name", type(planner).__name__),
+        "policy": planner.name,
         "seed": seed,
         "gpus": gpus,
         "gpus_per_node": gpus_per_node,

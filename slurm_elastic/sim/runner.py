@@ -6,8 +6,12 @@ with Wilcoxon signed-rank tests on paired per-job JCTs, and the IBM comparison o
 program against its fixed-batch baseline on ``ibm-categories`` at 40 and 400 GPUs in drop and
 queue modes, and a fairness section (:func:`fairness_section`): Ares's EFQ against the batch-size
 optimizers with and without their finish-time fairness guard and the baselines (and DL2's ``drl``
-when it is registered), by avg and p99 JCT, unfair fraction and worst FTF on the built-in workloads
+when its model loads), by avg and p99 JCT, unfair fraction and worst FTF on the built-in workloads
 and a Philly-like trace. Results are plain dicts (the report schema); no rendering here.
+
+Planners come from :func:`slurm_elastic.policies.build`: :func:`run_comparison` wraps them in the
+site guards it is given (``simulate`` and ``what-if`` pass the site's or the shipped default
+guards), while :func:`reproduce` runs every policy bare, as the papers did (they had no guards).
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ from typing import Any
 
 from scipy.stats import wilcoxon
 
-from slurm_elastic.core import planner as registry
+from slurm_elastic import policies as registry
+from slurm_elastic.core.guards import Guards
 from slurm_elastic.errors import ConfigError, ElasticError
 from slurm_elastic.sim.engine import simulate
 from slurm_elastic.sim.workload import SimJobSpec, builtin, load_trace, philly_like
@@ -30,7 +35,7 @@ Progress = Callable[[str], None]
 
 @dataclass(frozen=True)
 class PolicySpec:
-    """A policy to simulate: registry name, parameters, and the label shown in results."""
+    """A policy to simulate: its name (:mod:`slurm_elastic.policies`), parameters, and the label shown in results."""
 
     name: str
     params: dict[str, Any] = field(default_factory=dict)
@@ -73,13 +78,18 @@ def load_jobs(workload: str | None, trace: Path | None, seed: int, gpus: int) ->
 def run_comparison(policies: Sequence[PolicySpec], seeds: Sequence[int], *, workload: str | None = None,
                    trace: Path | None = None, gpus: int = 64, gpus_per_node: int = 4,
                    resize_cost: str = "in-place", round_gap: float = 30.0,
-                   progress: Progress | None = None) -> list[dict[str, Any]]:
-    """Simulate every policy on every seed of the workload; one result dict per run."""
+                   progress: Progress | None = None, guards: Guards | None = None) -> list[dict[str, Any]]:
+    """Simulate every policy on every seed of the workload; one result dict per run.
+
+    Args:
+        guards: the site guards every policy runs inside (as the daemon runs it); ``None``: the
+            bare policies (``reproduce``).
+    """
     results = []
     for seed in seeds:
         name, jobs = load_jobs(workload, trace, seed, gpus)
         for pol in policies:
-            planner = registry.create(pol.name, **pol.params)
+            planner = registry.build(pol.name, pol.params, guards)
             if progress:
                 progress(f"{name} seed {seed}: {pol.shown} on {gpus} GPUs ({len(jobs)} jobs)")
             res = simulate(jobs, planner, gpus=gpus, gpus_per_node=gpus_per_node, resize_cost=resize_cost,
@@ -120,6 +130,9 @@ def _row(*cells: object) -> str:
 def reproduce(seeds: Sequence[int], *, quick: bool = False,
               progress: Progress | None = None) -> tuple[str, list[dict[str, Any]]]:
     """Run the seed papers' comparisons; returns (markdown, all results).
+
+    Every policy runs bare, without site guards: the papers' schedulers had none, and the
+    comparisons are theirs.
 
     Args:
         seeds: seeds of the ``ones-longhorn`` comparison (the IBM runs use the first seed at 400
@@ -193,8 +206,8 @@ QUICK_PHILLY_JOBS, QUICK_PHILLY_GPUS = 24, 16
 
 
 def fairness_policies() -> list[PolicySpec]:
-    """The policies of the fairness section; ``drl`` only when a planner of that name is registered
-    and its default trained model loads (it gets no parameters)."""
+    """The policies of the fairness section; ``drl`` only when a policy of that name exists and its
+    default trained model loads (it gets no parameters)."""
     pols = [PolicySpec("efq"), PolicySpec("ones"), PolicySpec("ones", {"ftf_bound": FTF_BOUND}, "ones+guard"),
             PolicySpec("dp"), PolicySpec("dp", {"ftf_bound": FTF_BOUND}, "dp+guard"), PolicySpec("tiresias"),
             PolicySpec("optimus")]
@@ -267,7 +280,7 @@ def fairness_section(seeds: Sequence[int], *, quick: bool = False,
             lines.append(_row(name, gpus, ",".join(map(str, used)), pol.shown, _fmt(avg), _fmt(cells["p99_jct"]),
                               _fmt(cells["unfair_fraction"], digits=3), _fmt(cells["worst_ftf"], digits=2), rel))
     if "drl" in registry.available() and all(p.name != "drl" for p in pols):
-        lines += ["", "`drl` is registered but its default trained model did not load: no drl rows."]
+        lines += ["", "`drl` is a policy but its default trained model did not load: no drl rows."]
     lines += ["", *_fairness_summary(table, [n for n, _, _ in shapes]), ""]
     return lines, runs
 

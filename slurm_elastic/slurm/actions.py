@@ -51,12 +51,14 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from slurm_elastic.contract import parse_elastic_request
 from slurm_elastic.core.actions import Action, ActionKind
-from slurm_elastic.core.model import ClusterSnapshot, InFlightResize, JobId, JobState, Placement
+from slurm_elastic.core.model import ClusterSnapshot, JobState, Placement
 from slurm_elastic.core.rounds import ActionOutcome
 from slurm_elastic.errors import ElasticError
+from slurm_elastic.observe.progress import finished_training
 from slurm_elastic.orders import Channel, ChannelError
-from slurm_elastic.slurm.parse import JobRecord, parse_elastic_request
+from slurm_elastic.slurm.records import JobRecord
 from slurm_elastic.slurm.satellites import (
     NotExpressible,
     as_user,
@@ -165,8 +167,7 @@ class SlurmActuator:
             if a.kind is ActionKind.DROP:
                 self._cancel_satellites(a.job_id)
             return "requeued at the new size" if a.kind in (ActionKind.GROW, ActionKind.SHRINK, ActionKind.MOVE) else ""
-        rows = self.store.progress_of(a.job_id)
-        if rows and rows[-1]["kind"] == "end":
+        if finished_training(self.store.progress_of(a.job_id)):
             return "nothing done: the job finished training, its workers are exiting"
         if a.kind is ActionKind.GROW:
             return self._grow(a, rec, channel)
@@ -282,9 +283,9 @@ class SlurmActuator:
             if rec is None or rec.state is not JobState.RUNNING:
                 self.store.drop_release(jid)
                 continue
-            rows = [p for p in self.store.progress_of(jid) if p["t"] >= r["ordered"]]
-            left = [float(p["t"]) for p in rows if p["kind"] == "left"]
-            switched = [float(p["t"]) for p in rows if p["kind"] in ("resize", "progress") and p["gpus"] == r["world"]]
+            rows = [p for p in self.store.progress_of(jid) if p.t >= r["ordered"]]
+            left = [p.t for p in rows if p.kind == "left"]
+            switched = [p.t for p in rows if p.kind in ("resize", "progress") and p.world == r["world"]]
             due = ((len(left) >= r["leaving"] and now >= max(left) + EXIT_GRACE_S)
                    or (switched and now >= switched[0] + SWITCH_GRACE_S)
                    or now - r["ordered"] >= RELEASE_TIMEOUT_S)
@@ -297,33 +298,6 @@ class SlurmActuator:
                 lines.append(f"job {jid}: releasing nodes failed: {exc}")
             self.store.drop_release(jid)
         return lines
-
-    def on_the_way(self, snapshot: ClusterSnapshot) -> tuple[InFlightResize, ...]:
-        """Resizes still under way by the store: node releases not done, satellites not started.
-
-        A job with a waiting satellite is on its way to its GPUs plus the satellite's; a job with
-        a node release owed is on its way to its new world; a job that reported the end of its
-        training is on its way out. The daemon keeps such jobs out of the plan's actions, also
-        after a restart.
-        """
-        out = {r["job_id"]: InFlightResize(JobId(r["job_id"]), int(r["world"]), float(r["ordered"]))
-               for r in self.store.releases()}
-        records = self.records()
-        jobs = {j.job_id: j for j in snapshot.jobs}
-        times = self.store.satellite_times()
-        waiting: dict[str, tuple[int, float]] = {}
-        for sat_id, parent in self.store.satellites().items():
-            sat = records.get(sat_id)
-            if sat is not None and sat.state is JobState.PENDING and parent in jobs:
-                gpus, since = waiting.get(parent, (0, times.get(sat_id, snapshot.now)))
-                waiting[parent] = (gpus + sat.requested_gpus, min(since, times.get(sat_id, snapshot.now)))
-        for parent, (gpus, since) in waiting.items():
-            out.setdefault(parent, InFlightResize(JobId(parent), jobs[JobId(parent)].num_gpus + gpus, since))
-        for job in snapshot.jobs:  # trained to the end, its workers are exiting: nothing to resize any more
-            rows = self.store.progress_of(job.job_id) if job.state is JobState.RUNNING else []
-            if rows and rows[-1]["kind"] == "end":
-                out.setdefault(job.job_id, InFlightResize(job.job_id, job.num_gpus, float(rows[-1]["t"])))
-        return tuple(out.values())
 
     def tend(self) -> list[str]:
         """Settle releases and satellites by what the last observation shows; one line per change.

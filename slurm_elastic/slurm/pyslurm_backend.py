@@ -1,17 +1,17 @@
-"""The optional pyslurm backend: Slurm's C API through pyslurm, turned into the same snapshot as the CLI.
+"""The optional pyslurm backend: Slurm's C API through pyslurm, read into the same records as the CLI.
 
-This module owns :class:`PyslurmObserver` (the same interface as
-:class:`~slurm_elastic.slurm.cli.SlurmObserver`: ``observe()``, ``change_key()``, ``nodes()``,
-``jobs()``), the lazy, version-checked import of pyslurm (:func:`load_pyslurm`) and the choice between
-the two backends (:func:`choose_observer`). It reduces pyslurm's ``Job``/``Node`` objects to the
-parser's :class:`~slurm_elastic.slurm.parse.JobRecord`/:class:`~slurm_elastic.slurm.parse.NodeRecord`
-with the parser's own rules (:func:`map_job_state`, :func:`map_node_state`,
-:func:`parse_index_list`, :func:`expand_hostlist`) and hands them to the one snapshot builder,
-:func:`~slurm_elastic.slurm.parse.build_snapshot`.
+This module owns :class:`PyslurmSource` (the same record-source interface as
+:class:`~slurm_elastic.slurm.cli_backend.SlurmCli`: ``read()``, ``jobs()``, ``runner``, ``release``),
+the lazy, version-checked import of pyslurm (:func:`load_pyslurm`) and the choice between
+the two backends (:func:`choose_source`). It reduces pyslurm's ``Job``/``Node`` objects to
+:class:`~slurm_elastic.slurm.records.JobRecord`/:class:`~slurm_elastic.slurm.records.NodeRecord`
+with the JSON readers' own rules (:func:`map_job_state`, :func:`map_node_state`,
+:func:`parse_index_list`, :func:`expand_hostlist`); :mod:`slurm_elastic.observe` builds the one
+snapshot from them, whichever backend read them.
 
 Supported versions:
 
-* CLI backend (:mod:`slurm_elastic.slurm.cli`): Slurm 22.05 and 25.11.
+* CLI backend (:mod:`slurm_elastic.slurm.cli_backend`): Slurm 22.05 and 25.11.
 * pyslurm backend (this module): Slurm 25.11 only, with pyslurm 25.11.x (``pip install
   'slurm-elastic[pyslurm]'``, built against that Slurm's headers and libraries). PyPI has no pyslurm
   for 22.05 (only upstream git tags) and pyslurm 25.11 does not build against 22.05, so a 22.05 site
@@ -45,7 +45,7 @@ without importing it, checks it against ``sinfo --version``, imports with
 ``PYSLURM_DISABLE_AUTO_INIT=1``, checks ``slurm_api_version()``, and only then calls ``slurm_init()``.
 
 What this module must not do: import pyslurm at module import (only :func:`load_pyslurm` does), build
-a snapshot any other way than :func:`build_snapshot`, or act on jobs (that is
+a snapshot, or act on jobs (that is
 :mod:`slurm_elastic.slurm.actions`).
 """
 
@@ -63,28 +63,12 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Literal, Protocol, cast
 
-from slurm_elastic.core.model import ClusterSnapshot, JobId, NodeName
-from slurm_elastic.slurm.cli import (
-    Runner,
-    SlurmCommandError,
-    SlurmObserver,
-    assemble,
-    fingerprint,
-    run_command,
-    slurm_release,
-)
-from slurm_elastic.slurm.parse import (
-    GpuRequest,
-    JobRecord,
-    JobRuntime,
-    NodeRecord,
-    SlurmJsonError,
-    expand_hostlist,
-    map_job_state,
-    map_node_state,
-    parse_index_list,
-)
-from slurm_elastic_predictor.throughput import ThroughputModel
+from slurm_elastic.core.model import JobId, NodeName
+from slurm_elastic.slurm.cli_backend import SlurmCli
+from slurm_elastic.slurm.commands import Runner, SlurmCommandError, run_command, slurm_release
+from slurm_elastic.slurm.dialects import SlurmJsonError, map_job_state, map_node_state
+from slurm_elastic.slurm.hostlist import expand_hostlist, parse_index_list
+from slurm_elastic.slurm.records import GpuRequest, JobRecord, NodeRecord
 
 __all__ = [
     "PYSLURM_RELEASES",
@@ -92,9 +76,9 @@ __all__ = [
     "PyslurmGpu",
     "PyslurmJob",
     "PyslurmNode",
-    "PyslurmObserver",
+    "PyslurmSource",
     "PyslurmUnavailable",
-    "choose_observer",
+    "choose_source",
     "job_record",
     "load_pyslurm",
     "node_records",
@@ -117,7 +101,7 @@ _HOLDING_STATES = frozenset({
 class PyslurmUnavailable(SlurmJsonError):  # noqa: N818 (an outcome the caller falls back on)
     """pyslurm cannot serve this Slurm: not installed, not importable, or built for another release.
 
-    A :class:`~slurm_elastic.slurm.parse.SlurmJsonError` (hence an
+    A :class:`~slurm_elastic.slurm.dialects.SlurmJsonError` (hence an
     :class:`~slurm_elastic.errors.ElasticError`), so callers that handle the adapters' errors handle it.
     """
 
@@ -288,7 +272,7 @@ def load_pyslurm(
     imported ``__version__``/``slurm_api_version()``; call ``slurm_init()`` if this call imported it.
 
     Args:
-        runner: runs ``sinfo --version`` (default: :func:`~slurm_elastic.slurm.cli.run_command`).
+        runner: runs ``sinfo --version`` (default: :func:`~slurm_elastic.slurm.commands.run_command`).
         importer: imports a module by name (tests pass a fake).
         dist_version: the installed version of a distribution (``importlib.metadata.version``).
         module_found: whether a ``pyslurm`` module can be imported although no distribution metadata
@@ -566,89 +550,52 @@ def _load(what: str, loader: Callable[[], Iterable[object]]) -> list[object]:
 
 
 @dataclass
-class PyslurmObserver:
-    """Reads the cluster through pyslurm (Slurm 25.11); the same interface and snapshot as :class:`SlurmObserver`.
+class PyslurmSource:
+    """Reads Slurm through pyslurm (Slurm 25.11): the same records as the CLI backend (:class:`SlurmCli`).
 
     Build it with :meth:`connect` (version-checked import) or pass an ``api`` (tests pass fakes).
 
     Args:
-        partitions: partitions whose nodes the daemon manages (empty: all).
-        profiles: throughput models by name (the default model's must be present).
-        clock: seconds since the epoch (the daemon passes ``time.time``).
         api: the pyslurm module (see :func:`load_pyslurm`).
-        default_model: profile of elastic jobs that report no model.
         release: the running Slurm's release, as checked by :func:`load_pyslurm`.
         runner: runs Slurm's commands for the actuator (pyslurm only reads).
-        satellites, runtimes: as for :class:`~slurm_elastic.slurm.cli.SlurmObserver`.
     """
 
-    partitions: tuple[str, ...]
-    profiles: Mapping[str, ThroughputModel]
-    clock: Callable[[], float]
     api: PyslurmApi
-    default_model: str = "cifar10"
     release: tuple[int, int, int] = (25, 11, 0)
     runner: Runner = run_command
-    satellites: Callable[[], Mapping[str, str]] = dict
-    runtimes: Callable[[Sequence[JobRecord]], Mapping[str, JobRuntime]] | None = None
-
-    def __post_init__(self) -> None:
-        self.last_jobs: dict[str, JobRecord] = {}  # the records of the last observation (for the actuator)
 
     @classmethod
-    def connect(cls, partitions: tuple[str, ...], profiles: Mapping[str, ThroughputModel], clock: Callable[[], float],
-                runner: Runner = run_command, default_model: str = "cifar10") -> PyslurmObserver:
-        """Import pyslurm (:func:`load_pyslurm`) and build the observer.
+    def connect(cls, runner: Runner = run_command) -> PyslurmSource:
+        """Import pyslurm (:func:`load_pyslurm`) and build the source.
 
         Raises:
             PyslurmUnavailable: see :func:`load_pyslurm`.
         """
         api, release = load_pyslurm(runner)
-        return cls(partitions, profiles, clock, api, default_model, release)
-
-    def _all_jobs(self) -> list[JobRecord]:
-        jobs = self.api.Jobs
-        return [job_record(cast(PyslurmJob, j)) for j in _load("Jobs", lambda: jobs.load().values())]
-
-    def _nodes_from(self, all_jobs: Sequence[JobRecord]) -> list[NodeRecord]:
-        nodes = self.api.Nodes
-        recs = node_records((cast(PyslurmNode, n) for n in _load("Nodes", lambda: nodes.load().values())),
-                            all_jobs)
-        if not self.partitions:
-            return recs
-        wanted = set(self.partitions)
-        return [n for n in recs if wanted & set(n.partitions)]
-
-    def nodes(self) -> list[NodeRecord]:
-        """Managed nodes (``Nodes.load()``; used GPUs from ``Jobs.load()``'s layouts)."""
-        return self._nodes_from(self._all_jobs())
+        return cls(api, release, runner)
 
     def jobs(self) -> list[JobRecord]:
         """Every job Slurm lists (``Jobs.load()``), in Slurm's order."""
-        return self._all_jobs()
+        jobs = self.api.Jobs
+        return [job_record(cast(PyslurmJob, j)) for j in _load("Jobs", lambda: jobs.load().values())]
 
-    def observe(self) -> ClusterSnapshot:
-        """The snapshot now: nodes of the managed partitions and the jobs on them or waiting for them."""
-        jobs = self._all_jobs()
-        self.last_jobs = {j.job_id: j for j in jobs}
-        return assemble(self, self._nodes_from(jobs), jobs)
-
-    def change_key(self) -> tuple[tuple[str, str, str], ...]:
-        """A cheap fingerprint of the queue (job ids, states, node lists): the daemon plans when it changes."""
-        return fingerprint(self._all_jobs())
+    def read(self) -> tuple[list[NodeRecord], list[JobRecord]]:
+        """Every node (``Nodes.load()``; used GPUs from the jobs' layouts) and every job, from one job load."""
+        all_jobs = self.jobs()
+        nodes = self.api.Nodes
+        recs = node_records((cast(PyslurmNode, n) for n in _load("Nodes", lambda: nodes.load().values())),
+                            all_jobs)
+        return recs, all_jobs
 
 
-def choose_observer(
-    partitions: tuple[str, ...],
-    profiles: Mapping[str, ThroughputModel],
-    clock: Callable[[], float],
+def choose_source(
     runner: Runner = run_command,
-    default_model: str = "cifar10",
     *,
     prefer: Literal["auto", "cli", "pyslurm"] = "auto",
     loader: Callable[[Runner], tuple[PyslurmApi, tuple[int, int, int]]] = load_pyslurm,
-) -> SlurmObserver | PyslurmObserver:
-    """The daemon's observer: pyslurm when an importable pyslurm matches the running Slurm, else the CLI.
+) -> SlurmCli | PyslurmSource:
+    """The daemon's record source: pyslurm when an importable pyslurm matches the running Slurm, else the CLI.
 
     Versions: the CLI backend reads Slurm 22.05 and 25.11; the pyslurm backend Slurm 25.11 with
     pyslurm 25.11.x. ``prefer="cli"`` never touches pyslurm; ``prefer="pyslurm"`` raises instead of
@@ -668,6 +615,5 @@ def choose_observer(
             log.info("pyslurm backend unavailable (%s); using the CLI backend", exc)
         else:
             log.info("using the pyslurm backend (Slurm %s)", _release_str(release))
-            return PyslurmObserver(partitions, profiles, clock, api, default_model, release, runner)
-    return SlurmObserver(partitions=partitions, profiles=profiles, clock=clock, runner=runner,
-                         default_model=default_model)
+            return PyslurmSource(api, release, runner)
+    return SlurmCli(runner)

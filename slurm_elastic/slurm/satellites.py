@@ -9,9 +9,10 @@ allocation the daemon may later release is a whole (allocation, node) pair.
 
 This module owns the pure parts of that: naming new workers, the ``sbatch`` argv of a satellite
 and the AdminComment that marks it as its job's,
-choosing which workers leave on a shrink (so that only whole (allocation, node) pairs are freed:
-Slurm frees GPUs of a node only with the allocation's whole node), and folding satellites into
-their parent job's record so the planner sees one job. It runs no command itself.
+and choosing which workers leave on a shrink (so that only whole (allocation, node) pairs are freed:
+Slurm frees GPUs of a node only with the allocation's whole node). Folding satellites into their
+job for the planner is observation's (:func:`slurm_elastic.observe.snapshot.fold`). It runs no
+command itself.
 """
 
 from __future__ import annotations
@@ -19,15 +20,13 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
-from slurm_elastic.core.model import JobState, NodeName, Placement
+from slurm_elastic.contract import satellite_marker
+from slurm_elastic.core.model import NodeName, Placement
 from slurm_elastic.errors import ElasticError
-from slurm_elastic.orders import COMMENT_KEY
-from slurm_elastic.slurm.parse import JobRecord
-
-SATELLITE_ADMIN_COMMENT = "slurm-elastic satellite-of="
+from slurm_elastic.slurm.records import JobRecord
 
 
 class NotExpressible(ElasticError):  # noqa: N818 (an outcome, not a failure of ours)
@@ -106,7 +105,7 @@ def mark_argv(sat_id: str, parent: str) -> list[str]:
     The AdminComment ``slurm-elastic satellite-of=<job>`` is what the allocation report joins on
     (a satellite's GPU-hours are its job's).
     """
-    return ["scontrol", "update", f"JobId={sat_id}", f"AdminComment={SATELLITE_ADMIN_COMMENT}{parent}"]
+    return ["scontrol", "update", f"JobId={sat_id}", f"AdminComment={satellite_marker(parent)}"]
 
 
 def as_user(user: str, me: str) -> list[str]:
@@ -189,37 +188,3 @@ def _by_count(blocks: list[Block], groups: Mapping[Block, list[str]], free: int)
             if total + size <= free and total + size not in reach:
                 reach[total + size] = [*reach[total], key]
     return reach.get(free) if free > 0 else None
-
-
-def fold(records: Sequence[JobRecord], satellites: Mapping[str, str]) -> list[JobRecord]:
-    """Records with each running satellite's GPUs added to its running parent's, satellites left out.
-
-    A running launcher job also gets its ``release_blocks``: what Slurm can free of it, one whole
-    block at a time (a node of its own allocation but the batch host, a whole satellite).
-
-    A satellite whose parent is not running (gone, or requeued) stays as its own record, so its
-    GPUs count as busy until the daemon cancels it; a pending satellite is left out (the grow is
-    still on its way).
-    """
-    by_id: dict[str, JobRecord] = {r.job_id: r for r in records}
-    extra: dict[str, list[JobRecord]] = defaultdict(list)
-    out = []
-    for r in records:
-        parent = by_id.get(satellites.get(r.job_id, ""))
-        if r.job_id in satellites and parent is not None and parent.state is JobState.RUNNING:
-            if r.state is JobState.RUNNING:
-                extra[parent.job_id].append(r)
-            continue
-        out.append(r)
-    return [_folded(r, extra.get(r.job_id, [])) for r in out]
-
-
-def _folded(r: JobRecord, sats: list[JobRecord]) -> JobRecord:
-    blocks = None
-    if r.state is JobState.RUNNING and COMMENT_KEY in r.comment:
-        own = [len(g) for n, g in r.gpus if n != r.batch_host]
-        blocks = tuple(own + [sum(len(g) for _, g in s.gpus) for s in sats])
-    if not sats:
-        return r if blocks is None else replace(r, release_blocks=blocks)
-    return replace(r, nodes=tuple(dict.fromkeys([*r.nodes, *(n for s in sats for n in s.nodes)])),
-                   gpus=r.gpus + tuple(g for s in sats for g in s.gpus), release_blocks=blocks)

@@ -86,6 +86,44 @@ def test_tampered_order_is_refused() -> None:
         Order.parse("{not json", "77", SECRET)
 
 
+_GOOD = Order("77", 2, "resize", ("w0", "w1")).signed(SECRET).to_json()
+
+
+_HOSTILE = {
+    "non-ASCII mac": _GOOD.replace('"mac":"', '"mac":"\\u00e9'),
+    "raw non-ASCII mac": _GOOD.replace('"mac":"', '"mac":"é'),
+    "lone surrogate mac": _GOOD.replace('"mac":"', '"mac":"\\ud800'),
+    "int mac": '{"job_id":"77","kind":"stop","local_batch":0,"mac":5,"seq":1,"workers":[]}',
+    "no mac": '{"job_id":"77","kind":"stop","local_batch":0,"seq":1,"workers":[]}',
+    "JSON list": "[1, 2]",
+    "JSON string": '"stop"',
+    "bytes read as U+FFFD": '{"job_id":"77","mac":"\\ufffd\\ufffd"}',
+    "deep": "[" * 100_000,
+}
+
+
+@pytest.mark.parametrize("raw", list(_HOSTILE.values()), ids=list(_HOSTILE))
+def test_hostile_orders_are_refused_never_raised(raw: str) -> None:
+    from slurm_elastic_launcher.orders import verify_order
+
+    with pytest.raises(OrderRejectedError):
+        Order.parse(raw, "77", SECRET)
+    assert verify_order(raw, "77", SECRET) is None
+
+
+def test_an_order_file_with_bytes_that_are_not_utf8_refuses_that_line_only(tmp_path: Path) -> None:
+    path = tmp_path / "orders.jsonl"
+    path.write_bytes(b'{"job_id":"77","mac":"\xff\xff"}\n\xff\n' + _GOOD.encode() + b"\n")
+    raw = FileOrderSource(str(path)).read()
+    assert len(raw) == 3
+    for line in raw[:2]:
+        with pytest.raises(OrderRejectedError):
+            Order.parse(line, "77", SECRET)
+    assert Order.parse(raw[2], "77", SECRET).workers == ("w0", "w1")
+    with pytest.raises(OrderRejectedError):
+        Order.parse(b'{"job_id":"77","mac":"\xff"}', "77", SECRET)
+
+
 def test_file_order_source_reads_lines(tmp_path: Path) -> None:
     path = tmp_path / "orders.jsonl"
     source = FileOrderSource(str(path))

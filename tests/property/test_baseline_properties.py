@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurm_elastic.core import planner
+from slurm_elastic import policies
 from slurm_elastic.core.constraints import plan_violations
 from slurm_elastic.core.model import ClusterSnapshot, JobState, Plan
 from slurm_elastic.testing import snapshot_strategy
@@ -44,7 +44,7 @@ def _check(snap: ClusterSnapshot, plan: Plan) -> None:
 def test_every_plan_is_valid_first_and_with_the_memo(snap: ClusterSnapshot, policy: tuple[str, dict[str, Any]],
                                                       seed: int) -> None:
     name, params = policy
-    p = planner.create(name, **params)
+    p = policies.create(name, **params)
     res = p.plan(snap, None, np.random.default_rng(seed))
     _check(snap, res.plan)
     res = p.plan(snap, res.memo, np.random.default_rng(seed + 1))
@@ -59,11 +59,11 @@ def test_every_plan_is_valid_first_and_with_the_memo(snap: ClusterSnapshot, poli
 def test_same_inputs_and_seed_give_the_same_plan(snap: ClusterSnapshot, policy: tuple[str, dict[str, Any]],
                                                  seed: int) -> None:
     name, params = policy
-    a = planner.create(name, **params).plan(snap, None, np.random.default_rng(seed))
-    b = planner.create(name, **params).plan(snap, None, np.random.default_rng(seed))
+    a = policies.create(name, **params).plan(snap, None, np.random.default_rng(seed))
+    b = policies.create(name, **params).plan(snap, None, np.random.default_rng(seed))
     assert a.plan == b.plan
-    assert planner.create(name, **params).plan(snap, a.memo, np.random.default_rng(seed)).plan == \
-        planner.create(name, **params).plan(snap, b.memo, np.random.default_rng(seed)).plan
+    assert policies.create(name, **params).plan(snap, a.memo, np.random.default_rng(seed)).plan == \
+        policies.create(name, **params).plan(snap, b.memo, np.random.default_rng(seed)).plan
 
 
 def _fixed(lo: int, hi: int, k: int) -> int:
@@ -73,7 +73,7 @@ def _fixed(lo: int, hi: int, k: int) -> int:
 @SETTINGS
 @given(snapshots(), st.booleans())
 def test_fifo_never_resizes_and_never_preempts_a_healthy_running_job(snap: ClusterSnapshot, backfill: bool) -> None:
-    plan = planner.create("fifo", backfill=backfill).plan(snap, None, np.random.default_rng(0)).plan
+    plan = policies.create("fifo", backfill=backfill).plan(snap, None, np.random.default_rng(0)).plan
     got = {jp.job_id: jp.num_gpus for jp in plan.jobs}
     sched = set(snap.schedulable_gpus())
     for job in snap.elastic_jobs():
@@ -88,7 +88,7 @@ def test_fifo_never_resizes_and_never_preempts_a_healthy_running_job(snap: Clust
 @SETTINGS
 @given(snapshots())
 def test_tiresias_runs_every_job_at_its_requested_size(snap: ClusterSnapshot) -> None:
-    plan = planner.create("tiresias").plan(snap, None, np.random.default_rng(0)).plan
+    plan = policies.create("tiresias").plan(snap, None, np.random.default_rng(0)).plan
     for jp in plan.jobs:
         job = snap.job(jp.job_id)
         assert jp.num_gpus == _fixed(job.min_gpus, job.max_gpus, job.requested_gpus)
@@ -98,7 +98,7 @@ def test_tiresias_runs_every_job_at_its_requested_size(snap: ClusterSnapshot) ->
 @SETTINGS
 @given(snapshots())
 def test_optimus_keeps_every_batch_fixed(snap: ClusterSnapshot) -> None:
-    plan = planner.create("optimus", interval=0.0).plan(snap, None, np.random.default_rng(0)).plan
+    plan = policies.create("optimus", interval=0.0).plan(snap, None, np.random.default_rng(0)).plan
     assert sum(jp.num_gpus for jp in plan.jobs) <= len(snap.schedulable_gpus())
     for jp in plan.jobs:
         assert jp.global_batch == snap.job(jp.job_id).base_batch

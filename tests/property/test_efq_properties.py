@@ -28,7 +28,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slurm_elastic.core import planner
+from slurm_elastic import policies
 from slurm_elastic.core.constraints import validate_plan
 from slurm_elastic.core.efq import EfqPlanner
 from slurm_elastic.core.model import Job
@@ -184,7 +184,7 @@ def test_gps_reference_by_hand() -> None:
 @settings(max_examples=25, deadline=None)
 @given(snapshot_strategy(max_nodes=4, max_jobs=12), st.sampled_from([0.5, 0.75, 1.0]))
 def test_every_efq_plan_is_valid_and_deterministic(snap, alpha: float) -> None:  # type: ignore[no-untyped-def]
-    p = planner.create("efq", alpha=alpha, default_epochs_to_go=5.0)
+    p = policies.create("efq", alpha=alpha, default_epochs_to_go=5.0)
     first = p.plan(snap, None, np.random.default_rng(0))
     validate_plan(snap, first.plan)
     again = p.plan(snap, None, np.random.default_rng(1))

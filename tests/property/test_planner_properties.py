@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurm_elastic.core import planner
+from slurm_elastic import policies
 from slurm_elastic.core.constraints import plan_violations
 from slurm_elastic.core.dynprog import DynamicProgramPlanner, scaling_values, solve
 from slurm_elastic.core.evolutionary import OnesPlanner
@@ -25,7 +25,7 @@ snapshots = snapshot_strategy
 @given(snapshots(), st.sampled_from(["dp", "ones"]), st.integers(0, 1000))
 def test_every_plan_is_valid(snap, policy: str, seed: int) -> None:  # type: ignore[no-untyped-def]
     kwargs = {"generations": 3} if policy == "ones" else {}
-    p = planner.create(policy, **kwargs)
+    p = policies.create(policy, **kwargs)
     res = p.plan(snap, None, np.random.default_rng(seed))
     assert plan_violations(snap, res.plan) == ()
     res2 = p.plan(snap, res.memo, np.random.default_rng(seed + 1))
@@ -102,8 +102,8 @@ def test_ones_never_worse_than_its_warm_start(snap, seed: int) -> None:  # type:
 @SETTINGS
 @given(snapshots(), st.integers(0, 1000), st.sampled_from(["dp", "ones"]))
 def test_same_inputs_and_seed_give_the_same_plan(snap, seed: int, policy: str) -> None:  # type: ignore[no-untyped-def]
-    a = planner.create(policy).plan(snap, None, np.random.default_rng(seed)).plan
-    b = planner.create(policy).plan(snap, None, np.random.default_rng(seed)).plan
+    a = policies.create(policy).plan(snap, None, np.random.default_rng(seed)).plan
+    b = policies.create(policy).plan(snap, None, np.random.default_rng(seed)).plan
     assert a == b
 
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from slurm_elastic.core import planner
+from slurm_elastic import policies
 from slurm_elastic.core.model import Job
 from slurm_elastic.sim import engine, runner
 from slurm_elastic.sim.cluster import SimJob, VirtualCluster
@@ -27,8 +27,8 @@ def test_efq_serves_short_late_jobs_before_a_long_early_one(monkeypatch: pytest.
         return scaled_to(SimJobSpec(str(i), t, "cifar10", 4, 4, 4, 4 * local, 4 * local, 4 * local, epoch), d)
 
     jobs = [job(1, 0.0, 3600.0), job(2, 60.0, 300.0), job(3, 120.0, 300.0)]
-    efq = engine.simulate(jobs, planner.create("efq"), gpus=4, round_gap=0.0)
-    fifo = engine.simulate(jobs, planner.create("fifo"), gpus=4, round_gap=0.0)
+    efq = engine.simulate(jobs, policies.create("efq"), gpus=4, round_gap=0.0)
+    fifo = engine.simulate(jobs, policies.create("fifo"), gpus=4, round_gap=0.0)
     ends = {r["job_id"]: r["end"] for r in efq["jobs"]}
     assert ends["2"] < ends["1"] and ends["3"] < ends["1"]  # preempted for the short ones
     assert efq["metrics"]["avg_jct"] < 0.75 * fifo["metrics"]["avg_jct"]
@@ -36,10 +36,10 @@ def test_efq_serves_short_late_jobs_before_a_long_early_one(monkeypatch: pytest.
 
 
 def test_drl_rows_only_when_drl_loads(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(planner, "available", lambda: ("dp", "efq", "ones"))
+    monkeypatch.setattr(policies, "available", lambda: ("dp", "efq", "ones"))
     assert "drl" not in [p.name for p in runner.fairness_policies()]
-    monkeypatch.setattr(planner, "available", lambda: ("dp", "drl", "efq", "ones"))
-    monkeypatch.setitem(planner._REGISTRY, "drl", lambda: planner.create("fifo"))
+    monkeypatch.setattr(policies, "available", lambda: ("dp", "drl", "efq", "ones"))
+    monkeypatch.setitem(policies._FACTORIES, "drl", lambda: policies.create("fifo"))
     names = [p.shown for p in runner.fairness_policies()]
     assert names == ["efq", "ones", "ones+guard", "dp", "dp+guard", "tiresias", "optimus", "drl"]
     assert runner.fairness_policies()[-1].params == {}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_elastic.core import planner
+from slurm_elastic import policies
 from slurm_elastic.errors import ConfigError, TraceError
 from slurm_elastic.sim.engine import simulate
 from slurm_elastic.sim.workload import builtin, ibm_categories, load_trace, ones_longhorn, philly_like
@@ -19,7 +19,7 @@ def _trace(tmp_path: Path, rows: list[str], header: str = "job_id,submit_time,nu
 
 
 def _run(jobs, policy: str = "fifo", gpus: int = 4, **kw):  # type: ignore[no-untyped-def]
-    return simulate(jobs, planner.create(policy, **kw), gpus=gpus, round_gap=0.0)
+    return simulate(jobs, policies.create(policy, **kw), gpus=gpus, round_gap=0.0)
 
 
 def test_one_job_alone_takes_its_duration(tmp_path: Path) -> None:
@@ -53,8 +53,8 @@ def test_elastic_policy_uses_idle_gpus_and_beats_fifo(tmp_path: Path) -> None:
 
 def test_checkpoint_resize_cost_is_paid(tmp_path: Path) -> None:
     jobs = load_trace(_trace(tmp_path, ["a,0,1,600,imagenet", "b,60,1,600,imagenet"]))
-    cheap = simulate(jobs, planner.create("dp"), gpus=4, round_gap=0.0, resize_cost="0")["metrics"]
-    costly = simulate(jobs, planner.create("dp"), gpus=4, round_gap=0.0, resize_cost="checkpoint")["metrics"]
+    cheap = simulate(jobs, policies.create("dp"), gpus=4, round_gap=0.0, resize_cost="0")["metrics"]
+    costly = simulate(jobs, policies.create("dp"), gpus=4, round_gap=0.0, resize_cost="checkpoint")["metrics"]
     assert costly["resizes_per_job"] >= 1
     assert costly["avg_jct"] > cheap["avg_jct"] + 10
 
@@ -102,13 +102,13 @@ def test_builtin_workloads_have_their_papers_shapes() -> None:
 
 def test_bad_cluster_shape_is_refused() -> None:
     with pytest.raises(ConfigError, match="multiple of --gpus-per-node"):
-        simulate([], planner.create("fifo"), gpus=6, gpus_per_node=4)
+        simulate([], policies.create("fifo"), gpus=6, gpus_per_node=4)
 
 
 @pytest.mark.parametrize("policy", ["fifo", "tiresias", "optimus", "dp", "dp-fixed", "ones"])
 def test_every_policy_finishes_a_small_workload(policy: str) -> None:
     jobs = ones_longhorn(2)[:10]
-    m = simulate(jobs, planner.create(policy), gpus=16, round_gap=30.0)["metrics"]
+    m = simulate(jobs, policies.create(policy), gpus=16, round_gap=30.0)["metrics"]
     assert m["jobs_completed"] == 10 and m["jobs_unfinished"] == 0
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from slurm_elastic.slurm import devcluster
+from slurm_elastic.dev import devcluster
 
 
 @dataclass

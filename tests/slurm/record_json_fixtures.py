@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from slurm_elastic.slurm import devcluster
+from slurm_elastic.dev import devcluster
 
 OUT = Path(__file__).resolve().parents[1] / "fixtures" / "slurm-json" / "22.05"
 

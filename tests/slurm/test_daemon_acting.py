@@ -13,8 +13,10 @@ from slurm_elastic.config import parse
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, Placement
 from slurm_elastic.daemon import Daemon
+from slurm_elastic.observe.view import ClusterView
 from slurm_elastic.slurm.actions import SlurmActuator, reconcile
-from slurm_elastic.slurm.cli import SlurmObserver, run_command
+from slurm_elastic.slurm.cli_backend import SlurmCli
+from slurm_elastic.slurm.commands import run_command
 from slurm_elastic.store import Store
 from slurm_elastic.testing import shipped_profiles
 
@@ -30,7 +32,7 @@ def _daemon(cluster: DevCluster, tmp_path: Path) -> Daemon:
     cfg = parse(f'[daemon]\npartitions = ["gpu"]\npolicy = "dp"\ndry_run = false\nstore = "{tmp_path / "s.db"}"\n'
                 "poll_interval = 0.2\nmax_idle = 0.2\n")
     store = Store(cfg.daemon.store)
-    obs = SlurmObserver(("gpu",), shipped_profiles(), time.time, runner)
+    obs = ClusterView(SlurmCli(runner), shipped_profiles(), time.time, ("gpu",))
     return Daemon(cfg, obs, store, SlurmActuator(runner, store, time.time), sleep=time.sleep)
 
 
@@ -70,7 +72,7 @@ def test_restarted_daemon_settles_the_action_it_was_killed_in(cluster: DevCluste
     def runner(argv: Sequence[str]) -> str:
         return run_command(argv, env=cluster.env)
 
-    snap = SlurmObserver(("gpu",), shipped_profiles(), time.time, runner).observe()
+    snap = ClusterView(SlurmCli(runner), shipped_profiles(), time.time, ("gpu",)).observe()
     lines = reconcile(store, snap, time.time)
     assert lines == [f"start job {job}: found done after a restart", "drop job 999999: found done after a restart"]
     assert store.unfinished_actions() == []
@@ -85,14 +87,14 @@ def test_a_job_without_the_launcher_is_requeued_at_its_new_size(cluster: DevClus
     def runner(argv: Sequence[str]) -> str:
         return run_command(argv, env=cluster.env)
 
-    obs = SlurmObserver(("gpu",), shipped_profiles(), time.time, runner)
+    obs = ClusterView(SlurmCli(runner), shipped_profiles(), time.time, ("gpu",))
     snap = obs.observe()
     held = snap.job(JobId(str(job))).placement
     node = held.slots[0][0]
     free = next(n for n in snap.nodes if n.name == node)
     grown = Placement.of([(node, g) for g in sorted({*held.slots[0][1], *free.free_gpus})][:2])
     store = Store(tmp_path / "s.db")
-    act = SlurmActuator(runner, store, time.time, records=lambda: obs.last_jobs)
+    act = SlurmActuator(runner, store, time.time, records=lambda: obs.records)
     (outcome,) = act.apply(snap, (Action(ActionKind.GROW, JobId(str(job)), held, grown, 2, 1, 1, 0.1),))
     assert outcome.ok and outcome.message == "requeued at the new size", outcome.message
     deadline = time.monotonic() + 60

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +15,11 @@ from slurm_elastic.config import parse
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, Placement
 from slurm_elastic.daemon import Daemon
-from slurm_elastic.jobreports import ingest, runtimes
+from slurm_elastic.observe.progress import ingest
+from slurm_elastic.observe.view import ClusterView
 from slurm_elastic.slurm.actions import SlurmActuator, reconcile
-from slurm_elastic.slurm.cli import SlurmObserver, run_command
+from slurm_elastic.slurm.cli_backend import SlurmCli
+from slurm_elastic.slurm.commands import run_command
 from slurm_elastic.store import Store
 from slurm_elastic.testing import shipped_profiles
 
@@ -48,9 +49,8 @@ def test_daemon_killed_mid_grow_is_settled_without_repeating(cluster: DevCluster
 
     store = Store(tmp_path / "s.db")
 
-    def observer() -> SlurmObserver:
-        return SlurmObserver(("gpu",), shipped_profiles(), time.time, runner, satellites=store.satellites,
-                             runtimes=partial(runtimes, store))
+    def observer() -> ClusterView:
+        return ClusterView(SlurmCli(runner), shipped_profiles(), time.time, ("gpu",), store=store)
 
     obs = observer()
     snap = obs.observe()
@@ -60,7 +60,7 @@ def test_daemon_killed_mid_grow_is_settled_without_repeating(cluster: DevCluster
     grow = Action(ActionKind.GROW, JobId(job), held, Placement.of([(node, held.slots[0][1][0]), (other, 0)]),
                   64, 32, 1, 0.1)
     with pytest.raises(Killed):
-        SlurmActuator(dying, store, time.time, records=lambda: obs.last_jobs).apply(snap, (grow,))
+        SlurmActuator(dying, store, time.time, records=lambda: obs.records).apply(snap, (grow,))
     assert [e.action.kind for e in store.unfinished_actions()] == [ActionKind.GROW]
     assert len(store.satellites()) == 1
 
@@ -68,7 +68,7 @@ def test_daemon_killed_mid_grow_is_settled_without_repeating(cluster: DevCluster
     cfg = parse(f'[daemon]\npartitions = ["gpu"]\npolicy = "dp"\ndry_run = false\nstore = "{store.path}"\n'
                 "poll_interval = 0.2\nmax_idle = 1.0\n")
     obs2 = observer()
-    act2 = SlurmActuator(runner, store, time.time, records=lambda: obs2.last_jobs)
+    act2 = SlurmActuator(runner, store, time.time, records=lambda: obs2.records)
     assert len(reconcile(store, obs2.observe(), time.time)) == 1 and store.unfinished_actions() == []
     daemon = Daemon(cfg, obs2, store, act2)
     deadline = time.monotonic() + 240
@@ -81,11 +81,11 @@ def test_daemon_killed_mid_grow_is_settled_without_repeating(cluster: DevCluster
                for e in store.actions_of(job)]
     # Not repeated: the next daemon grows the job again only if the first daemon's satellite never
     # joined (then a new try is right); once a worker joined, the job is at its maximum.
-    ingest(store, [r for r in obs2.jobs() if r.job_id == job])
-    joined = [r["t"] for r in store.progress_of(job) if r["kind"] == "resize" and r["gpus"] == 2]
+    ingest(store, [r for r in obs2.source.jobs() if r.job_id == job])
+    joined = [r.t for r in store.progress_of(job) if r.kind == "resize" and r.world == 2]
     regrown = [e.started for e in store.actions_of(job) if e.action.kind is ActionKind.GROW][1:]
     assert joined and all(t < joined[0] for t in regrown), journal
-    assert max(r["gpus"] for r in store.progress_of(job)) == 2, journal
+    assert max(r.world for r in store.progress_of(job)) == 2, journal
     rows = store.progress_of(job)
-    assert any(r["kind"] == "resize" and r["gpus"] == 2 for r in rows), rows
-    assert [r["samples"] for r in rows if r["kind"] == "end"] == [epochs * size]
+    assert any(r.kind == "resize" and r.world == 2 for r in rows), rows
+    assert [r.samples for r in rows if r.kind == "end"] == [epochs * size]

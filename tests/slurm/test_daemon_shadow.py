@@ -10,7 +10,9 @@ import pytest
 
 from slurm_elastic.config import parse
 from slurm_elastic.daemon import Daemon
-from slurm_elastic.slurm.cli import SlurmObserver, run_command
+from slurm_elastic.observe.view import ClusterView
+from slurm_elastic.slurm.cli_backend import SlurmCli
+from slurm_elastic.slurm.commands import run_command
 from slurm_elastic.store import Store
 from slurm_elastic.testing import shipped_profiles
 
@@ -19,11 +21,11 @@ from .conftest import DevCluster
 pytestmark = pytest.mark.slurm
 
 
-def _observer(cluster: DevCluster) -> SlurmObserver:
+def _observer(cluster: DevCluster) -> ClusterView:
     def runner(argv: Sequence[str]) -> str:
         return run_command(argv, env=cluster.env)
 
-    return SlurmObserver(partitions=("gpu",), profiles=shipped_profiles(), clock=lambda: 0.0, runner=runner)
+    return ClusterView(SlurmCli(runner), shipped_profiles(), lambda: 0.0, ("gpu",))
 
 
 def test_shadow_daemon_plans_the_real_queue(cluster: DevCluster, tmp_path: Path) -> None:

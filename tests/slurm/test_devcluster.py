@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_elastic.slurm import devcluster
+from slurm_elastic.dev import devcluster
 
 from .conftest import DevCluster
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +14,11 @@ import pytest
 
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, Placement
-from slurm_elastic.jobreports import ingest, runtimes
+from slurm_elastic.observe.progress import ingest
+from slurm_elastic.observe.view import ClusterView
 from slurm_elastic.slurm.actions import SlurmActuator
-from slurm_elastic.slurm.cli import SlurmObserver, run_command
+from slurm_elastic.slurm.cli_backend import SlurmCli
+from slurm_elastic.slurm.commands import run_command
 from slurm_elastic.store import Store
 from slurm_elastic.testing import shipped_profiles
 
@@ -45,9 +46,8 @@ def test_launcher_job_grows_onto_a_satellite_and_shrinks_back(cluster: DevCluste
         return run_command(argv, env=cluster.env)
 
     store = Store(tmp_path / "s.db")
-    obs = SlurmObserver(("gpu",), shipped_profiles(), time.time, runner, satellites=store.satellites,
-                        runtimes=partial(runtimes, store))
-    act = SlurmActuator(runner, store, time.time, records=lambda: obs.last_jobs)
+    obs = ClusterView(SlurmCli(runner), shipped_profiles(), time.time, ("gpu",), store=store)
+    act = SlurmActuator(runner, store, time.time, records=lambda: obs.records)
     _wait("the first progress report", lambda: obs.observe() is not None and bool(store.progress_of(job)))
 
     snap = obs.observe()
@@ -63,7 +63,7 @@ def test_launcher_job_grows_onto_a_satellite_and_shrinks_back(cluster: DevCluste
     def world(n: int) -> bool:
         obs.observe()
         rows = store.progress_of(job)
-        return any(r["kind"] == "resize" and r["gpus"] == n for r in rows)
+        return any(r.kind == "resize" and r.world == n for r in rows)
 
     _wait("the joined world of 2 workers", lambda: world(2))
     _wait("a throughput measured at 2 workers", lambda: obs.observe().job(JobId(job)).observed_throughput is not None)
@@ -75,14 +75,14 @@ def test_launcher_job_grows_onto_a_satellite_and_shrinks_back(cluster: DevCluste
     assert outcome.ok and "w1 leave" in outcome.message and f"satellites {sat} end" in outcome.message
     _wait("the satellite to end by itself", lambda: cluster.job(int(sat))["job_state"] == "COMPLETED")
     _wait("the job to finish", lambda: cluster.job(int(job))["job_state"] == "COMPLETED", timeout=240)
-    ingest(store, [r for r in obs.jobs() if r.job_id == job])  # the last reports, written as the job ended
+    ingest(store, [r for r in obs.source.jobs() if r.job_id == job])  # the last reports, written as the job ended
     assert act.tend() == [f"satellite {sat} of job {job} ended"] and store.satellites() == {}
     rows = store.progress_of(job)
-    end = [r for r in rows if r["kind"] == "end"]
-    sizes = [r["gpus"] for r in rows if r["kind"] == "resize"]
+    end = [r for r in rows if r.kind == "end"]
+    sizes = [r.world for r in rows if r.kind == "resize"]
     assert sizes == [2, 1], rows
     assert end and end[-1]["samples"] == epochs * size, end  # no sample lost or repeated across both resizes
-    pauses = [r["pause_s"] for r in rows if r["kind"] == "resize"]
+    pauses = [r.pause_s for r in rows if r.kind == "resize"]
     assert all(p is not None and p < 10 for p in pauses), pauses
     log = Path(str(out).replace("%j", job)).read_text()
     sat_log = Path(str(out).replace("%j", sat)).read_text()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +13,10 @@ import pytest
 
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, Placement
-from slurm_elastic.jobreports import runtimes
+from slurm_elastic.observe.view import ClusterView
 from slurm_elastic.slurm.actions import SlurmActuator
-from slurm_elastic.slurm.cli import SlurmObserver, run_command
+from slurm_elastic.slurm.cli_backend import SlurmCli
+from slurm_elastic.slurm.commands import run_command
 from slurm_elastic.store import Store
 from slurm_elastic.testing import shipped_profiles
 
@@ -36,15 +36,14 @@ def test_launcher_job_shrinks_in_place(cluster: DevCluster, tmp_path: Path, subm
         return run_command(argv, env=cluster.env)
 
     store = Store(tmp_path / "s.db")
-    obs = SlurmObserver(("gpu",), shipped_profiles(), time.time, runner, satellites=store.satellites,
-                        runtimes=partial(runtimes, store))
+    obs = ClusterView(SlurmCli(runner), shipped_profiles(), time.time, ("gpu",), store=store)
     snap = obs.observe()
     held = snap.job(JobId(job)).placement
     assert held.num_nodes == 2
     assert snap.job(JobId(job)).shrink_sizes == (1,)  # the batch host stays; the other node can go
     keep = held.slots[0]
     shrink = Action(ActionKind.SHRINK, JobId(job), held, Placement((keep,)), 32, 32, 1, 0.1)
-    act = SlurmActuator(runner, store, time.time, records=lambda: obs.last_jobs)
+    act = SlurmActuator(runner, store, time.time, records=lambda: obs.records)
     (outcome,) = act.apply(snap, (shrink,))
     assert outcome.ok, outcome.message
     deadline = time.monotonic() + 60

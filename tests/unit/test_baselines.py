@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from slurm_elastic.core import planner
+from slurm_elastic import policies
 from slurm_elastic.core.baselines import (
     FifoPlanner,
     OptimusMemo,
@@ -49,11 +49,11 @@ def _reasons(plan: Plan) -> dict[str, str]:
 
 
 def test_registry_lists_the_baselines_and_passes_parameters() -> None:
-    assert {"fifo", "tiresias", "optimus"} <= set(planner.available())
-    assert planner.create("fifo", backfill=True).backfill is True  # type: ignore[attr-defined]
-    t = planner.create("tiresias", thresholds=[100, 200], promote_after=60)
+    assert {"fifo", "tiresias", "optimus"} <= set(policies.available())
+    assert policies.create("fifo", backfill=True).backfill is True  # type: ignore[attr-defined]
+    t = policies.create("tiresias", thresholds=[100, 200], promote_after=60)
     assert t.thresholds == (100.0, 200.0) and t.promote_after == 60.0  # type: ignore[attr-defined]
-    assert planner.create("optimus", interval=0).interval == 0.0  # type: ignore[attr-defined]
+    assert policies.create("optimus", interval=0).interval == 0.0  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(("policy", "params", "key"), [
@@ -68,7 +68,7 @@ def test_registry_lists_the_baselines_and_passes_parameters() -> None:
 ])
 def test_bad_parameters_name_key_value_and_rule(policy: str, params: dict[str, Any], key: str) -> None:
     with pytest.raises(ConfigError, match=key.replace(".", r"\.") + " = .*: must"):
-        planner.create(policy, **params)
+        policies.create(policy, **params)
 
 
 # -- fifo ----------------------------------------------------------------------------------------

@@ -56,7 +56,7 @@ class FakeObserver:
             raise RuntimeError("squeue timed out")
         return self.snapshot
 
-    def change_key(self) -> int:
+    def poll(self) -> int:
         return self.key
 
 
@@ -97,7 +97,6 @@ def test_every_shipped_site_config_loads(path: Path) -> None:
 
 def test_acting_daemon_does_not_repeat_an_action_on_its_way(tmp_path: Path) -> None:
     from slurm_elastic.core.actions import Action
-    from slurm_elastic.core.model import InFlightResize
     from slurm_elastic.core.rounds import ActionOutcome
 
     applied: list[Action] = []
@@ -110,9 +109,6 @@ def test_acting_daemon_does_not_repeat_an_action_on_its_way(tmp_path: Path) -> N
         def tend(self) -> list[str]:
             return []
 
-        def on_the_way(self, snapshot: ClusterSnapshot) -> tuple[InFlightResize, ...]:
-            return ()
-
     snap = make_snapshot(make_nodes(1), [make_job("1", max_gpus=4)], now=0.0)
     obs = FakeObserver(snap)
     now = [0.0]
@@ -124,3 +120,34 @@ def test_acting_daemon_does_not_repeat_an_action_on_its_way(tmp_path: Path) -> N
     obs.snapshot = make_snapshot(make_nodes(1), [make_job("1", max_gpus=4)], now=100.0)
     d.round()  # no sign of it after the in-flight timeout: planned (and acted) again
     assert [a.kind.value for a in applied] == ["start", "start"]
+
+
+def test_owed_work_is_done_at_every_poll_not_only_in_rounds(tmp_path: Path) -> None:
+    """A node release that falls due between rounds is done at the next poll (it waited up to
+    ``max_idle`` for the next round when tending ran inside observation)."""
+    from slurm_elastic.core.actions import Action
+    from slurm_elastic.core.rounds import ActionOutcome
+
+    tended: list[float] = []
+    now = [0.0]
+
+    class Act:
+        def apply(self, snapshot: ClusterSnapshot, actions: tuple[Action, ...]) -> tuple[ActionOutcome, ...]:
+            return tuple(ActionOutcome(a, True) for a in actions)
+
+        def tend(self) -> list[str]:
+            tended.append(now[0])
+            return [f"job 7 released its other nodes at {now[0]}"] if now[0] == 3.0 else []
+
+    def sleep(s: float) -> None:
+        now[0] += s
+
+    obs = FakeObserver(make_snapshot(make_nodes(1), []))
+    cfg = Config(DaemonConfig(policy="dp", store=tmp_path / "s.db", dry_run=False, poll_interval=1.0, max_idle=60.0))
+    d = Daemon(cfg, obs, Store(cfg.daemon.store), Act(), sleep=sleep, clock=lambda: now[0])
+    assert d.due() and d.round()  # the first poll plans
+    for _ in range(5):
+        assert not d.due()  # the queue did not change: no round ...
+        sleep(1.0)
+    assert tended == [0.0, 0.0, 1.0, 2.0, 3.0, 4.0]  # ... but the act step ran at every poll
+    assert d.rounds == 1

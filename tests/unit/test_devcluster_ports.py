@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_elastic.slurm import devcluster
+from slurm_elastic.dev import devcluster
 
 
 def _leave_cluster_up(root: Path) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from slurm_elastic.core import planner
+from slurm_elastic import policies
 from slurm_elastic.core.constraints import validate_plan
 from slurm_elastic.core.drl import (
     GLOBAL_FEATURES,
@@ -268,7 +268,7 @@ def test_save_load_round_trip_gives_the_same_decisions(tmp_path: Path) -> None:
         snap = random_snapshot(np.random.default_rng(seed), 4, 4, 14)
         assert (DrlPlanner(back).plan(snap, None, np.random.default_rng(0)).plan
                 == DrlPlanner(w32).plan(snap, None, np.random.default_rng(0)).plan)
-    via_registry = planner.create("drl", model=str(path))
+    via_registry = policies.create("drl", model=str(path))
     snap = random_snapshot(np.random.default_rng(5), 4, 4, 14)
     assert (via_registry.plan(snap, None, np.random.default_rng(0)).plan
             == DrlPlanner(w32).plan(snap, None, np.random.default_rng(0)).plan)
@@ -301,16 +301,16 @@ def test_bad_model_files_name_the_file_and_the_problem(tmp_path: Path) -> None:
             files.load(path)
         assert str(path) in str(exc.value) and message in str(exc.value), str(exc.value)
     with pytest.raises(ConfigError, match="no such file"):
-        planner.create("drl", model=str(tmp_path / "missing.npz"))
+        policies.create("drl", model=str(tmp_path / "missing.npz"))
     with pytest.raises(ConfigError, match="bad parameters"):
-        planner.create("drl", colour="blue")
+        policies.create("drl", colour="blue")
 
 
 def test_the_shipped_model_loads_and_plans() -> None:
     assert files.DEFAULT_MODEL.is_file()
     assert files.DEFAULT_MODEL.stat().st_size < 1_000_000
-    assert "drl" in planner.available()
-    pol = planner.create("drl")
+    assert "drl" in policies.available()
+    pol = policies.create("drl")
     snap = random_snapshot(np.random.default_rng(1), 16, 4, 30)
     res = pol.plan(snap, None, np.random.default_rng(0))
     validate_plan(snap, res.plan)

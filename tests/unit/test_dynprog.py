@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from slurm_elastic.core import planner
+from slurm_elastic import policies
 from slurm_elastic.core.constraints import validate_plan
 from slurm_elastic.core.dynprog import DpMemo, DynamicProgramPlanner, solve
 from slurm_elastic.core.model import JobId, Node, NodeName, NodeState
@@ -33,8 +33,8 @@ def test_solve_reports_infeasible() -> None:
 def test_drop_mode_drops_what_does_not_fit_and_queue_mode_keeps_it() -> None:
     jobs = [make_job(i, min_gpus=2, max_gpus=4, requested_gpus=2, submit_time=i) for i in range(3)]
     snap = make_snapshot(make_nodes(1), jobs)
-    drop = planner.create("dp", mode="drop").plan(snap, None, np.random.default_rng(0)).plan
-    queue = planner.create("dp").plan(snap, None, np.random.default_rng(0)).plan
+    drop = policies.create("dp", mode="drop").plan(snap, None, np.random.default_rng(0)).plan
+    queue = policies.create("dp").plan(snap, None, np.random.default_rng(0)).plan
     validate_plan(snap, drop)
     assert [p.job_id for p in drop.jobs] == ["0", "1"]
     assert [(u.job_id, u.dropped) for u in drop.unplaced] == [("2", True)]
@@ -47,13 +47,13 @@ def test_admission_skips_a_big_job_and_admits_a_later_small_one() -> None:
     small = make_job("small", submit_time=2)
     run = make_job("run", placement=[("n000", 0)], max_gpus=4)
     snap = make_snapshot(make_nodes(1), [run, big, small])
-    plan = planner.create("dp").plan(snap, None, np.random.default_rng(0)).plan
+    plan = policies.create("dp").plan(snap, None, np.random.default_rng(0)).plan
     assert sorted(p.job_id for p in plan.jobs) == ["run", "small"]
 
 
 def test_uses_best_batch_and_all_gpus() -> None:
     snap = make_snapshot(make_nodes(2), [make_job("a", max_gpus=8, requested_gpus=1)])
-    plan = planner.create("dp").plan(snap, None, np.random.default_rng(0)).plan
+    plan = policies.create("dp").plan(snap, None, np.random.default_rng(0)).plan
     (jp,) = plan.jobs
     assert jp.num_gpus >= 4 and jp.global_batch >= jp.num_gpus
 
@@ -74,7 +74,7 @@ def test_preempts_latest_started_when_running_set_no_longer_fits() -> None:
     b = replace(make_job("b", min_gpus=2, max_gpus=4, requested_gpus=2, placement=[("n001", 0), ("n001", 1)]),
                 start_time=50.0)
     snap = make_snapshot(nodes, [a, b])
-    plan = planner.create("dp").plan(snap, None, np.random.default_rng(0)).plan
+    plan = policies.create("dp").plan(snap, None, np.random.default_rng(0)).plan
     validate_plan(snap, plan)
     assert [p.job_id for p in plan.jobs] == ["a"]
     assert "preempted by dp" in plan.unplaced[0].reason

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from slurm_elastic.core import planner
+from slurm_elastic import policies
 from slurm_elastic.core.constraints import validate_plan
 from slurm_elastic.core.efq import EfqMemo, EfqPlanner, advance_gps
 from slurm_elastic.core.model import ClusterSnapshot, JobState, Plan
@@ -138,7 +138,7 @@ def test_deterministic_and_rng_free() -> None:
     jobs = [make_job(i, "linear" if i % 2 else "flat", max_gpus=8, target_epochs=float(i), submit_time=float(i))
             for i in range(1, 6)]
     snap = make_snapshot(nodes, jobs, now=10.0, profiles=PROFILES)
-    p = planner.create("efq")
+    p = policies.create("efq")
     a = p.plan(snap, None, np.random.default_rng(0))
     b = p.plan(snap, None, np.random.default_rng(99))
     assert a.plan == b.plan and a.memo.finish == b.memo.finish
@@ -158,14 +158,14 @@ def test_rigid_and_running_jobs_keep_plans_valid() -> None:
                                 {"default_epochs_to_go": -1.0}, {"default_epochs_to_go": float("nan")}])
 def test_bad_parameters_are_refused(kw: dict[str, Any]) -> None:
     with pytest.raises(ConfigError, match="efq"):
-        planner.create("efq", **kw)
+        policies.create("efq", **kw)
 
 
 def test_registered_and_unknown_parameter_refused() -> None:
-    assert "efq" in planner.available()
+    assert "efq" in policies.available()
     with pytest.raises(ConfigError, match="known parameters"):
-        planner.create("efq", beta=1)
-    assert isinstance(planner.create("efq", alpha=0.8), EfqPlanner)
+        policies.create("efq", beta=1)
+    assert isinstance(policies.create("efq", alpha=0.8), EfqPlanner)
 
 
 def test_job_that_does_not_fit_its_request_starts_smaller() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from slurm_elastic.core import planner
+from slurm_elastic import policies
 from slurm_elastic.core import scaling_policy as sp
 from slurm_elastic.core.constraints import validate_plan
 from slurm_elastic.core.evolutionary import OnesMemo, OnesPlanner, _Ctx, _fill, _reorder, _scores
@@ -105,8 +105,8 @@ def test_reorder_packs_each_job_contiguously_in_first_occurrence_order() -> None
 
 
 def test_registry_knows_ones_and_dp() -> None:
-    assert {"ones", "dp"} <= set(planner.available())
-    assert planner.create("ones", generations=2).generations == 2  # type: ignore[attr-defined]
+    assert {"ones", "dp"} <= set(policies.available())
+    assert policies.create("ones", generations=2).generations == 2  # type: ignore[attr-defined]
 
 
 def test_preempted_job_resumes_when_gpus_free() -> None:

@@ -7,8 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from slurm_elastic import config
-from slurm_elastic.core import planner
+from slurm_elastic import config, policies
 from slurm_elastic.core.constraints import validate_plan
 from slurm_elastic.core.fairness import FtfGuardedPlanner, FtfMemo, ftf_estimates
 from slurm_elastic.errors import ConfigError
@@ -43,7 +42,7 @@ def _fifo_case() -> Any:
 
 def test_guard_reserves_gpus_for_a_job_behind_its_fair_share() -> None:
     snap = _fifo_case()
-    fifo = planner.create("fifo")
+    fifo = policies.create("fifo")
     plain = fifo.plan(snap, None, np.random.default_rng(0)).plan
     assert {p.job_id for p in plain.jobs} == {"hog"}  # fifo never preempts: "old" waits
     guarded = FtfGuardedPlanner(fifo, 1.5)
@@ -60,7 +59,7 @@ def test_guard_reserves_gpus_for_a_job_behind_its_fair_share() -> None:
 
 def test_reservation_is_sticky_until_the_job_finishes() -> None:
     snap = _fifo_case()
-    guarded = FtfGuardedPlanner(planner.create("fifo"), 1.5)
+    guarded = FtfGuardedPlanner(policies.create("fifo"), 1.5)
     memo = guarded.plan(snap, None, np.random.default_rng(0)).memo
     # Many arrivals make its fair time long (rho below the bound), yet it stays reserved.
     crowd = [make_job(f"c{i}", "linear", submit_time=399.0, target_epochs=1.0) for i in range(30)]
@@ -74,7 +73,7 @@ def test_reservation_is_sticky_until_the_job_finishes() -> None:
 @pytest.mark.parametrize("policy", ["ones", "dp", "dp-fixed"])
 def test_optimizers_take_the_bound_and_stay_valid(policy: str) -> None:
     snap = _fifo_case()
-    p = planner.create(policy, ftf_bound=1.5)
+    p = policies.create(policy, ftf_bound=1.5)
     res = p.plan(snap, None, np.random.default_rng(0))
     validate_plan(snap, res.plan)
     assert isinstance(res.memo, FtfMemo) and "old" in res.memo.reserved
@@ -83,22 +82,22 @@ def test_optimizers_take_the_bound_and_stay_valid(policy: str) -> None:
 
 def test_off_by_default() -> None:
     snap = _fifo_case()
-    a = planner.create("dp").plan(snap, None, np.random.default_rng(0))
-    b = planner.create("dp", ftf_bound=0).plan(snap, None, np.random.default_rng(0))
+    a = policies.create("dp").plan(snap, None, np.random.default_rng(0))
+    b = policies.create("dp", ftf_bound=0).plan(snap, None, np.random.default_rng(0))
     assert a.plan == b.plan and not isinstance(a.memo, FtfMemo)
 
 
 @pytest.mark.parametrize("bound", [1.0, 0.5, -1, float("inf"), True])
 def test_bad_bounds_are_refused(bound: Any) -> None:
     with pytest.raises(ConfigError, match="ftf_bound"):
-        planner.create("ones", ftf_bound=bound)
+        policies.create("ones", ftf_bound=bound)
     with pytest.raises(ConfigError, match="ftf_bound"):
-        planner.create("dp", ftf_bound=bound)
+        policies.create("dp", ftf_bound=bound)
 
 
 def test_configurable_from_toml() -> None:
     cfg = config.parse('[daemon]\npolicy = "ones"\n[policy.ones]\nftf_bound = 1.5\n')
     assert cfg.policy_params == {"ftf_bound": 1.5}
-    assert planner.create("ones", **cfg.policy_params).ftf_bound == 1.5  # type: ignore[attr-defined]
+    assert policies.create("ones", **cfg.policy_params).ftf_bound == 1.5  # type: ignore[attr-defined]
     with pytest.raises(ConfigError, match="ftf_bound"):
         config.parse('[daemon]\npolicy = "dp"\n[policy.dp]\nftf_bound = 0.9\n')

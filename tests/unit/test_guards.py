@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurm_elastic.core import planner
+from slurm_elastic import policies
 from slurm_elastic.core.constraints import plan_violations
 from slurm_elastic.core.guards import GuardedPlanner, GuardMemo, Guards
 from slurm_elastic.core.model import JobId
@@ -16,7 +16,7 @@ from slurm_elastic.testing import make_job, make_nodes, make_snapshot, snapshot_
 
 
 def _plan(snap, guards: Guards, memo=None, policy: str = "dp"):  # type: ignore[no-untyped-def]
-    return GuardedPlanner(planner.create(policy), guards).plan(snap, memo, np.random.default_rng(0))
+    return GuardedPlanner(policies.create(policy), guards).plan(snap, memo, np.random.default_rng(0))
 
 
 def test_rigid_protection_keeps_gpus_for_a_queued_rigid_job() -> None:

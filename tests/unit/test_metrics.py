@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from slurm_elastic.core import planner
+from slurm_elastic import policies
 from slurm_elastic.core.rounds import ActionOutcome, run_round
 from slurm_elastic.errors import ConfigError
 from slurm_elastic.metrics import Metrics, serve
@@ -29,7 +29,7 @@ class _Ports:
 
 def test_metrics_after_a_round_are_served_on_http() -> None:
     ports = _Ports()
-    rec = run_round(ports, planner.create("dp"), ports, None, np.random.default_rng(0))
+    rec = run_round(ports, policies.create("dp"), ports, None, np.random.default_rng(0))
     m = Metrics()
     m.observe_round(rec, 0.25)
     server = serve(m, "127.0.0.1:0")
@@ -59,7 +59,7 @@ def test_predictor_error_of_a_job_that_reports_its_throughput() -> None:
     snap = replace(snap, jobs=(replace(job, observed_throughput=1.1 * predicted),))
     ports = _Ports()
     ports.snap = snap
-    rec = run_round(ports, planner.create("fifo"), ports, None, np.random.default_rng(0))
+    rec = run_round(ports, policies.create("fifo"), ports, None, np.random.default_rng(0))
     m = Metrics()
     m.observe_round(rec, 0.1)
     assert snap.jobs[0].state is JobState.RUNNING

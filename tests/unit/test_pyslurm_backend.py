@@ -23,16 +23,19 @@ import pytest
 
 from slurm_elastic.core.model import Job, JobState, NodeState
 from slurm_elastic.errors import ElasticError
-from slurm_elastic.slurm.cli import SlurmCommandError, SlurmObserver
-from slurm_elastic.slurm.parse import GpuRequest, JobRecord, NodeRecord, SlurmJsonError, UnsupportedSlurmVersion
+from slurm_elastic.observe.view import ClusterView
+from slurm_elastic.slurm.cli_backend import SlurmCli
+from slurm_elastic.slurm.commands import SlurmCommandError
+from slurm_elastic.slurm.dialects import SlurmJsonError, UnsupportedSlurmVersion
 from slurm_elastic.slurm.pyslurm_backend import (
     PyslurmApi,
-    PyslurmObserver,
+    PyslurmSource,
     PyslurmUnavailable,
-    choose_observer,
+    choose_source,
     job_record,
     load_pyslurm,
 )
+from slurm_elastic.slurm.records import GpuRequest, JobRecord, NodeRecord
 from slurm_elastic.testing import shipped_profiles
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "slurm-json" / "25.11"
@@ -160,8 +163,8 @@ def fake_api(jobs: Sequence[FakeJob] | None = None, nodes: Sequence[FakeNode] | 
                    FakeLoader(list(recorded_nodes() if nodes is None else nodes)))
 
 
-def pyslurm_observer(api: FakeApi, partitions: tuple[str, ...] = ("gpu",)) -> PyslurmObserver:
-    return PyslurmObserver(partitions, shipped_profiles(), lambda: NOW, api, release=(25, 11, 7))
+def pyslurm_observer(api: FakeApi, partitions: tuple[str, ...] = ("gpu",)) -> ClusterView:
+    return ClusterView(PyslurmSource(api, release=(25, 11, 7)), shipped_profiles(), lambda: NOW, partitions)
 
 
 class Recorded:
@@ -181,8 +184,8 @@ class Recorded:
         return json.dumps(doc)
 
 
-def cli_observer(partitions: tuple[str, ...] = ("gpu",), runner: Recorded | None = None) -> SlurmObserver:
-    return SlurmObserver(partitions, shipped_profiles(), lambda: NOW, runner or Recorded())
+def cli_observer(partitions: tuple[str, ...] = ("gpu",), runner: Recorded | None = None) -> ClusterView:
+    return ClusterView(SlurmCli(runner or Recorded()), shipped_profiles(), lambda: NOW, partitions)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -228,9 +231,9 @@ def test_free_gpus_and_placements() -> None:
 def test_records_equal_the_cli_backends() -> None:
     obs = pyslurm_observer(fake_api(), ())
     cli = cli_observer(())
-    assert obs.nodes() == cli.nodes()
-    ours: dict[str, JobRecord] = {j.job_id: j for j in obs.jobs()}
-    theirs: dict[str, JobRecord] = {j.job_id: j for j in cli.jobs()}
+    assert obs.source.read()[0] == cli.source.read()[0]
+    ours: dict[str, JobRecord] = {j.job_id: j for j in obs.source.jobs()}
+    theirs: dict[str, JobRecord] = {j.job_id: j for j in cli.source.jobs()}
     assert ours.keys() == theirs.keys()
     for jid in ("9", "11"):
         assert ours[jid] == theirs[jid]
@@ -266,13 +269,13 @@ def test_elastic_and_rigid_jobs_equal_the_cli_backends() -> None:
 def test_change_key_matches_and_moves() -> None:
     api = fake_api()
     obs = pyslurm_observer(api)
-    key = obs.change_key()
-    assert key == obs.change_key()
+    key = obs.poll()
+    assert key == obs.poll()
     assert [k[:1] for k in key] == [("10",), ("11",), ("9",)]
     assert ("9", "RUNNING", "s01,s02") in key
     api.Jobs.items[2].state = "RUNNING"
     api.Jobs.items[2].allocated_nodes = "s[01-04]"
-    assert obs.change_key() != key
+    assert obs.poll() != key
 
 
 def test_one_observe_loads_jobs_and_nodes_once() -> None:
@@ -461,36 +464,35 @@ def test_matching_pyslurm_is_imported_without_auto_init_then_initialised(monkeyp
     assert release == (25, 11, 7)
     assert seen == ["import pyslurm auto_init_disabled=1", "slurm_init"]
     assert "PYSLURM_DISABLE_AUTO_INIT" not in os.environ  # restored
-    obs = PyslurmObserver(("gpu",), shipped_profiles(), lambda: NOW, api, release=release)
-    assert obs.observe() == cli_observer().observe()
+    obs = pyslurm_observer(api)
+    assert obs.source.release == release and obs.observe() == cli_observer().observe()
 
 
-def test_choose_observer_falls_back_to_the_cli_here() -> None:
+def test_choose_source_falls_back_to_the_cli_here() -> None:
     for version in ("22.05.8", "25.11.7"):
-        obs = choose_observer(("gpu",), shipped_profiles(), lambda: NOW, Recorded(version))
-        assert isinstance(obs, SlurmObserver)
-    obs = choose_observer(("gpu",), shipped_profiles(), lambda: NOW, Recorded())
+        assert isinstance(choose_source(Recorded(version)), SlurmCli)
+    obs = ClusterView(choose_source(Recorded()), shipped_profiles(), lambda: NOW, ("gpu",))
     assert obs.observe() == cli_observer().observe()
 
 
-def test_choose_observer_takes_a_matching_pyslurm() -> None:
+def test_choose_source_takes_a_matching_pyslurm() -> None:
     api = fake_api()
 
     def loader(runner: Callable[[Sequence[str]], str]) -> tuple[PyslurmApi, tuple[int, int, int]]:
         return api, (25, 11, 7)
 
-    obs = choose_observer(("gpu",), shipped_profiles(), lambda: NOW, Recorded(), loader=loader)
-    assert isinstance(obs, PyslurmObserver) and obs.observe() == cli_observer().observe()
-    cli = choose_observer(("gpu",), shipped_profiles(), lambda: NOW, Recorded(), prefer="cli", loader=loader)
-    assert isinstance(cli, SlurmObserver)
+    source = choose_source(Recorded(), loader=loader)
+    obs = ClusterView(source, shipped_profiles(), lambda: NOW, ("gpu",))
+    assert isinstance(source, PyslurmSource) and obs.observe() == cli_observer().observe()
+    assert isinstance(choose_source(Recorded(), prefer="cli", loader=loader), SlurmCli)
 
 
-def test_choose_observer_can_insist_on_pyslurm() -> None:
+def test_choose_source_can_insist_on_pyslurm() -> None:
     def loader(runner: Callable[[Sequence[str]], str]) -> tuple[PyslurmApi, tuple[int, int, int]]:
         raise PyslurmUnavailable("pyslurm is not installed")
 
     with pytest.raises(PyslurmUnavailable, match="not installed"):
-        choose_observer(("gpu",), shipped_profiles(), lambda: NOW, Recorded(), prefer="pyslurm", loader=loader)
+        choose_source(Recorded(), prefer="pyslurm", loader=loader)
     with pytest.raises(UnsupportedSlurmVersion):
-        choose_observer(("gpu",), shipped_profiles(), lambda: NOW, Recorded("23.11.1"))
+            choose_source(Recorded("23.11.1"))
 

@@ -10,14 +10,17 @@ from pathlib import Path
 
 import pytest
 
+from slurm_elastic.contract import parse_elastic_request
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, JobState, NodeName, NodeState, Placement
-from slurm_elastic.jobreports import ingest, runtime_of
+from slurm_elastic.observe.inflight import owed_by_store
+from slurm_elastic.observe.progress import ingest, runtime_of
+from slurm_elastic.observe.snapshot import build_snapshot, fold
 from slurm_elastic.orders import Channel, verify
 from slurm_elastic.slurm.actions import SlurmActuator
-from slurm_elastic.slurm.parse import GpuRequest, JobRecord, NodeRecord, build_snapshot, parse_elastic_request
-from slurm_elastic.slurm.satellites import NotExpressible, fold, initial_workers, leaving, new_satellites, sbatch_argv
-from slurm_elastic.store import Store
+from slurm_elastic.slurm.records import GpuRequest, JobRecord, NodeRecord
+from slurm_elastic.slurm.satellites import NotExpressible, initial_workers, leaving, new_satellites, sbatch_argv
+from slurm_elastic.store import ProgressRow, Store
 from slurm_elastic.testing import make_job, make_nodes, make_snapshot, shipped_profiles
 from slurm_elastic_launcher.agent import Order
 from slurm_elastic_launcher.reports import Reporter
@@ -244,8 +247,8 @@ def test_reports_are_verified_stored_once_and_summarised(tmp_path: Path) -> None
     assert ingest(store, [r]) == 4
     assert ingest(store, [r]) == 0  # read once: the offset is kept with the rows
     rows = store.progress_of("7")
-    assert [x["kind"] for x in rows] == ["progress", "progress", "resize", "progress"]
-    assert [x["metric"] for x in rows] == [None, None, None, 0.75]
+    assert [x.kind for x in rows] == ["progress", "progress", "resize", "progress"]
+    assert [x.metric for x in rows] == [None, None, None, 0.75]
     rt = runtime_of(rows)
     assert rt is not None
     assert rt.samples_processed == 1280 and rt.local_batch == 32 and rt.epoch_size == 1000
@@ -276,7 +279,7 @@ def test_channel_refuses_a_join_script_others_can_write(tmp_path: Path) -> None:
 
 
 def test_a_refused_satellite_withdraws_the_joiners_it_ordered(tmp_path: Path) -> None:
-    from slurm_elastic.slurm.cli import SlurmCommandError
+    from slurm_elastic.slurm.commands import SlurmCommandError
 
     comment, secret = _job_files(tmp_path)
 
@@ -306,11 +309,11 @@ def test_a_shrink_gives_its_nodes_back_once_the_job_trains_without_them(tmp_path
     (out,) = act.apply(snap, (shrink,))
     assert out.ok and "w2,w3 leave" in out.message and "keeps n000 once they have left" in out.message
     assert ran == [] and act.tend() == []  # not before the job trains in its new world
-    act.store.add_progress("7", 6.0, samples=640, gpus=2, global_batch=64, kind="resize", pause_s=0.1)
+    act.store.add_progress("7", ProgressRow(t=6.0, samples=640, world=2, global_batch=64, kind="resize", pause_s=0.1))
     act.clock = lambda: 7.0
     assert act.tend() == [] and ran == []  # the job trains without them, but they have not said they left
     for t in (6.2, 6.5):
-        act.store.add_progress("7", t, samples=640, gpus=4, global_batch=128, kind="left")
+        act.store.add_progress("7", ProgressRow(t=t, samples=640, world=4, global_batch=128, kind="left"))
     act.clock = lambda: 9.0
     assert act.tend() == [] and ran == []  # the leavers get EXIT_GRACE_S to exit
     act.clock = lambda: 9.6
@@ -336,11 +339,12 @@ def test_resizes_under_way_come_from_the_store_and_survive_a_restart(tmp_path: P
     assert all(o.ok for o in act.apply(snap, (grow, shrink)))
     records["100"] = rec("100", {}, state=JobState.PENDING, admin="slurm-elastic satellite-of=7")
     fresh = SlurmActuator(act.runner, Store(tmp_path / "s.db"), clock=lambda: 6.0, records=lambda: records)
-    assert set(fresh.on_the_way(snap)) == {InFlightResize(JobId("7"), 4, 5.0), InFlightResize(JobId("8"), 2, 5.0)}
+    assert set(owed_by_store(fresh.store, records, snap)) == {InFlightResize(JobId("7"), 4, 5.0),
+                                                               InFlightResize(JobId("8"), 2, 5.0)}
     # a job that trained to the end is left alone while its workers exit
     fresh.store.drop_release("8")
-    fresh.store.add_progress("8", 9.0, samples=100, gpus=4, global_batch=128, kind="end")
-    assert InFlightResize(JobId("8"), 4, 9.0) in fresh.on_the_way(snap)
+    fresh.store.add_progress("8", ProgressRow(t=9.0, samples=100, world=4, global_batch=128, kind="end"))
+    assert InFlightResize(JobId("8"), 4, 9.0) in owed_by_store(fresh.store, records, snap)
     late = Action(ActionKind.GROW, JobId("8"), place({"n001": 2, "n002": 2}), place({"n001": 2, "n002": 2, "n003": 2}),
                   192, 32, 1, 0.1)
     (out,) = fresh.apply(snap, (late,))

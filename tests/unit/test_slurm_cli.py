@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from slurm_elastic.slurm.cli import SlurmCommandError, SlurmObserver, run_command, slurm_release
-from slurm_elastic.slurm.parse import UnsupportedSlurmVersion
+from slurm_elastic.observe.view import ClusterView
+from slurm_elastic.slurm.cli_backend import SlurmCli
+from slurm_elastic.slurm.commands import SlurmCommandError, run_command, slurm_release
+from slurm_elastic.slurm.dialects import UnsupportedSlurmVersion
 from slurm_elastic.testing import shipped_profiles
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "slurm-json"
@@ -33,20 +35,19 @@ class Recorded:
                                                             ("25.11", "25.11.7", ["sinfo", "-N", "--json"])])
 def test_observer_builds_a_snapshot_from_each_version(release: str, version: str, sinfo: list[str]) -> None:
     rec = Recorded(release, version)
-    obs = SlurmObserver(partitions=("gpu",), profiles=shipped_profiles(), clock=lambda: 1_000_000.0, runner=rec)
+    obs = ClusterView(SlurmCli(rec), shipped_profiles(), lambda: 1_000_000.0, ("gpu",))
     snap = obs.observe()
     assert rec.calls[0] == ["sinfo", "--version"] and sinfo in rec.calls and ["squeue", "--json"] in rec.calls
     assert len(snap.nodes) == 4 and all(len(n.gpus) == 4 for n in snap.nodes)
     held = sum(j.num_gpus for j in snap.jobs)
     free = sum(len(n.free_gpus) for n in snap.nodes)
     assert held + free <= 16 and held > 0
-    assert obs.change_key() == obs.change_key()
+    assert obs.poll() == obs.poll()
 
 
 def test_unsupported_release_is_refused_at_start() -> None:
     with pytest.raises(UnsupportedSlurmVersion, match=r"Slurm 23\.11\.1 is not supported .* supported: 22\.05, 25\.11"):
-        SlurmObserver(partitions=(), profiles=shipped_profiles(), clock=lambda: 0.0,
-                      runner=Recorded("22.05", "23.11.1"))
+        SlurmCli(Recorded("22.05", "23.11.1"))
     with pytest.raises(UnsupportedSlurmVersion, match="no Slurm release found"):
         slurm_release(lambda argv: "hello\n")
 

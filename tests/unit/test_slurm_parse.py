@@ -14,27 +14,26 @@ from typing import Any
 
 import pytest
 
+from slurm_elastic.contract import ContractError, parse_elastic_request
 from slurm_elastic.core.model import ElasticMode, JobId, JobState, NodeName, NodeState
-from slurm_elastic.slurm.parse import (
-    GpuRequest,
-    JobRuntime,
+from slurm_elastic.observe.progress import JobRuntime
+from slurm_elastic.observe.snapshot import build_snapshot
+from slurm_elastic.slurm.dialects import (
     JsonDialect,
     SlurmJsonError,
     UnsupportedSlurmVersion,
-    build_snapshot,
     detect_version,
-    expand_hostlist,
     map_job_state,
     map_node_state,
-    parse_elastic_request,
+)
+from slurm_elastic.slurm.hostlist import (
+    expand_hostlist,
     parse_gres,
     parse_gres_detail,
     parse_index_list,
-    parse_jobs,
-    parse_nodes,
-    parse_sacct,
     parse_tres_gpus,
 )
+from slurm_elastic.slurm.records import GpuRequest, parse_jobs, parse_nodes, parse_sacct
 from slurm_elastic.testing import shipped_profiles
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm-json"
@@ -603,7 +602,7 @@ def test_elastic_request_forms() -> None:
     ("slurm-elastic gpus=2:4 batch", "must be key=value"),
 ])
 def test_elastic_request_errors_name_job_value_rule(comment: str, rule: str) -> None:
-    with pytest.raises(SlurmJsonError, match=rf"^job 42: AdminComment .*: '.*': {rule}"):
+    with pytest.raises(ContractError, match=rf"^job 42: AdminComment .*: '.*': {rule}"):
         parse_elastic_request(comment, job_id="42")
 
 
@@ -683,7 +682,7 @@ def test_build_snapshot_errors() -> None:
         build_snapshot(nodes, jobs, now=1000, profiles=shipped_profiles(), progress={"1": JobRuntime(model="nope")})
     bad = copy.deepcopy(jobs)
     bad[0] = parse_jobs(squeue_2205(job_2205(job_id=1, admin_comment="slurm-elastic gpus=9:1")))[0]
-    with pytest.raises(SlurmJsonError, match=r"^job 1: AdminComment .*MAX must be 0"):
+    with pytest.raises(ContractError, match=r"^job 1: AdminComment .*MAX must be 0"):
         build_snapshot(nodes, bad, now=1000, profiles=shipped_profiles())
     beyond = parse_jobs(squeue_2205(job_2205(job_id=9, nodes="n01", gres_detail=["gpu:v100:1(IDX:7)"])))
     with pytest.raises(SlurmJsonError, match=r"job 9: key 'gres_detail': GPU indices \[7\] on node n01 beyond its 4"):

@@ -9,7 +9,7 @@ import pytest
 
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, JobPlan, Placement, Plan, Unplaced
-from slurm_elastic.store import Store, StoreError, action_from_json, action_to_json
+from slurm_elastic.store import ProgressRow, Store, StoreError, action_from_json, action_to_json
 
 GROW = Action(ActionKind.GROW, JobId("7"), Placement.of([("n01", 0)]), Placement.of([("n01", 0), ("n02", 1)]),
               256, 128, 1, 0.2, "faster")
@@ -51,12 +51,13 @@ def test_outcome_cannot_be_recorded_twice(tmp_path: Path) -> None:
 def test_progress_is_appended_and_validated(tmp_path: Path) -> None:
     store = Store(tmp_path / "s.db")
     assert store.latest_progress("7") is None
-    store.add_progress("7", 1.0, samples=100, gpus=2, global_batch=256, throughput=900.0)
-    store.add_progress("7", 2.0, samples=300, gpus=4, global_batch=512, loss=1.5)
+    store.add_progress("7", ProgressRow(t=1.0, kind="progress", samples=100, world=2, global_batch=256,
+                                        throughput=900.0))
+    store.add_progress("7", ProgressRow(t=2.0, samples=300, world=4, global_batch=512, loss=1.5, kind="progress"))
     latest = store.latest_progress("7")
-    assert latest is not None and latest["samples"] == 300 and latest["gpus"] == 4
+    assert latest is not None and latest.samples == 300 and latest.world == 4
     with pytest.raises(StoreError, match="samples=-1"):
-        store.add_progress("7", 3.0, samples=-1, gpus=1, global_batch=1)
+        store.add_progress("7", ProgressRow(t=3.0, samples=-1, world=1, global_batch=1, kind="progress"))
 
 
 def test_refuses_a_database_of_another_schema_version(tmp_path: Path) -> None:
@@ -73,8 +74,24 @@ def test_refuses_a_database_of_another_schema_version(tmp_path: Path) -> None:
 def test_report_inputs_cover_the_jobs_and_the_jobs_their_satellites_belong_to(tmp_path: Path) -> None:
     store = Store(tmp_path / "s.db")
     store.add_satellite("9", "7", 1.0, [("w2", "n1")])
-    store.add_progress("7", 2.0, samples=10, gpus=2, global_batch=64, kind="resize", pause_s=0.1)
+    store.add_progress("7", ProgressRow(t=2.0, samples=10, world=2, global_batch=64, kind="resize", pause_s=0.1))
     got = store.report_inputs(["9", "8"])
     assert got["satellites"] == {"9": "7"}
     assert set(got["journal"]) == set(got["progress"]) == {"7", "8", "9"}
-    assert [r["kind"] for r in got["progress"]["7"]] == ["resize"] and got["progress"]["8"] == []
+    assert [r.kind for r in got["progress"]["7"]] == ["resize"] and got["progress"]["8"] == []
+
+
+def test_a_version_2_store_is_migrated_and_its_rows_keep_their_world(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    con = sqlite3.connect(db)
+    con.executescript(
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+        "INSERT INTO meta VALUES ('schema', '2');"
+        "CREATE TABLE progress (id INTEGER PRIMARY KEY, job_id TEXT NOT NULL, t REAL NOT NULL,"
+        " samples INTEGER NOT NULL, gpus INTEGER NOT NULL, global_batch INTEGER NOT NULL, throughput REAL, loss REAL, metric REAL,"
+        " kind TEXT NOT NULL DEFAULT 'progress', pause_s REAL, epoch_size INTEGER);"
+        "INSERT INTO progress(job_id, t, samples, gpus, global_batch, kind)"
+        " VALUES ('7', 1.0, 64, 3, 96, 'resize');")
+    con.close()
+    rows = Store(db).progress_of("7")
+    assert rows == [ProgressRow(t=1.0, kind="resize", samples=64, world=3, global_batch=96)]

@@ -1,0 +1,213 @@
+"""The wire form of the channel between the daemon and a job: signed orders in, signed reports out.
+
+This module owns, in one place, the bytes both sides sign and check: the daemon signs orders with
+:func:`sign_order` and checks reports with :func:`verify_report` (``slurm_elastic.orders`` imports
+them from here); the launcher checks orders with :meth:`Order.parse` and signs reports with
+:func:`sign_report`. It imports nothing but the standard library, so the controller may import it
+while the launcher never imports the controller.
+
+Wire form: one line of sorted, compact, ASCII JSON (``json.dumps(..., sort_keys=True,
+separators=(",", ":"))``) holding the body and ``mac``, the hex HMAC-SHA256, keyed with the job's
+secret, of :func:`canonical` of the body (the same JSON without ``mac``). Every line names its job
+(``job_id``); a line for another job is refused, so each side can speak only for its own job.
+
+* An order is ``{"job_id", "seq", "kind", "workers", "local_batch", "mac"}``: ``seq`` ≥ 1 increases by
+  one per order of the job, ``kind`` is one of :data:`ORDER_KINDS`, ``workers`` the worker ids of the
+  new world in rank order (unique, non-empty for a resize), ``local_batch`` ≥ 0 (0: keep the policy's).
+* A report is any JSON object with ``job_id`` and ``kind`` (one of :data:`REPORT_KINDS`); its fields
+  are described in :mod:`.reports`, which writes them.
+
+Verification never raises on hostile input: a line that is not JSON (or not UTF-8), not an object,
+lacks a field, or carries a ``mac`` that is not a string of hex digits is refused like a bad MAC.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+MAC_KEY = "mac"
+ORDER_KINDS = ("resize", "stop")
+REPORT_KINDS = ("progress", "resize", "end", "left")
+_ORDER_FIELDS = frozenset({"job_id", "seq", "kind", "workers", "local_batch"})
+
+
+class OrderRejectedError(ValueError):
+    """An order names another job, has a bad MAC or is malformed."""
+
+
+class _RefusedError(ValueError):
+    """A signed line that does not verify: ``malformed`` (not even a signed object) or a bad MAC."""
+
+    def __init__(self, reason: str, malformed: bool = True) -> None:
+        super().__init__(reason)
+        self.malformed = malformed
+
+
+def canonical(body: Mapping[str, Any]) -> bytes:
+    """The signed bytes of an order's or a report's body: sorted compact ASCII JSON, without ``mac``."""
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode("ascii")
+
+
+def _mac(body: Mapping[str, Any], secret: bytes) -> str:
+    return hmac.new(secret, canonical(body), hashlib.sha256).hexdigest()
+
+
+def _sign(body: Mapping[str, Any], secret: bytes) -> str:
+    if MAC_KEY in body:
+        raise ValueError(f"a body to sign must not hold {MAC_KEY!r}")
+    return json.dumps({**body, MAC_KEY: _mac(body, secret)}, sort_keys=True, separators=(",", ":"))
+
+
+def _open(line: str | bytes, secret: bytes) -> tuple[dict[str, Any], str]:
+    """The body (without ``mac``) of a signed line whose MAC matches, and that MAC.
+
+    Raises:
+        _RefusedError: not a UTF-8 JSON object with a string ``mac``, or a bad MAC.
+    """
+    try:
+        body = json.loads(line)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, too many digits
+        raise _RefusedError(str(exc)) from None
+    if not isinstance(body, dict):
+        raise _RefusedError(f"a JSON {type(body).__name__}, not an object")
+    mac = body.pop(MAC_KEY, None)
+    if not isinstance(mac, str):
+        raise _RefusedError(f"{MAC_KEY!r} is missing or not a string")
+    try:
+        expected = _mac(body, secret).encode("ascii")
+    except (ValueError, RecursionError) as exc:  # nested just deep enough to parse, not to re-serialise
+        raise _RefusedError(str(exc)) from None
+    # compare bytes: hmac.compare_digest raises TypeError on a str that is not ASCII
+    given = mac.encode("ascii") if mac.isascii() else b""
+    if not hmac.compare_digest(given, expected):
+        raise _RefusedError("bad MAC", malformed=False)
+    return body, mac
+
+
+# -- orders --------------------------------------------------------------------------------------
+
+
+def order_body(job_id: str, seq: int, kind: str, workers: Sequence[str], local_batch: int) -> dict[str, Any]:
+    """The body of an order, without its MAC (what :func:`canonical` turns into the signed bytes)."""
+    return {"job_id": job_id, "seq": seq, "kind": kind, "workers": list(workers), "local_batch": local_batch}
+
+
+def sign_order(job_id: str, seq: int, kind: str, workers: Sequence[str], local_batch: int, secret: bytes) -> str:
+    """One order's wire line (no newline), signed with the job's secret."""
+    return _sign(order_body(job_id, seq, kind, workers, local_batch), secret)
+
+
+@dataclass(frozen=True, slots=True)
+class Order:
+    """A command from the daemon to one job.
+
+    Attributes:
+        job_id: the job it is for; others refuse it.
+        seq: order number, increasing per job (≥ 1).
+        kind: ``"resize"`` or ``"stop"``.
+        workers: worker ids of the new world in rank order (resize only).
+        local_batch: new per-worker batch (exo) or global batch (endo), or 0 to keep the policy's.
+        mac: hex HMAC-SHA256 over :meth:`canonical` with the job's secret.
+    """
+
+    job_id: str
+    seq: int
+    kind: str
+    workers: tuple[str, ...] = ()
+    local_batch: int = 0
+    mac: str = ""
+
+    def body(self) -> dict[str, Any]:
+        """Every field but the MAC."""
+        return order_body(self.job_id, self.seq, self.kind, self.workers, self.local_batch)
+
+    def canonical(self) -> bytes:
+        """The signed bytes: sorted compact JSON of every field but the MAC."""
+        return canonical(self.body())
+
+    def signed(self, secret: bytes) -> Order:
+        """This order with its MAC set."""
+        return Order(self.job_id, self.seq, self.kind, self.workers, self.local_batch, _mac(self.body(), secret))
+
+    def to_json(self) -> str:
+        """Wire form (one line)."""
+        return json.dumps({**self.body(), MAC_KEY: self.mac}, sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def parse(cls, raw: str | bytes, job_id: str, secret: bytes) -> Order:
+        """Parse and authenticate one order.
+
+        Args:
+            raw: wire form.
+            job_id: this job's id.
+            secret: this job's secret.
+
+        Returns:
+            The verified order.
+
+        Raises:
+            OrderRejectedError: malformed, bad MAC, for another job, or not a valid order; never
+                anything else, whatever ``raw`` holds.
+        """
+        try:
+            body, mac = _open(raw, secret)
+        except _RefusedError as exc:
+            raise OrderRejectedError(f"{'malformed ' if exc.malformed else ''}order {_excerpt(raw)}: {exc}") from None
+        if set(body) != _ORDER_FIELDS:
+            raise OrderRejectedError(f"malformed order {_excerpt(raw)}: fields must be {sorted(_ORDER_FIELDS)}")
+        job, seq, kind, workers, local_batch = (body[k] for k in ("job_id", "seq", "kind", "workers", "local_batch"))
+        if not (isinstance(job, str) and isinstance(kind, str) and _is_int(seq) and _is_int(local_batch)
+                and isinstance(workers, list) and all(isinstance(w, str) for w in workers)):
+            raise OrderRejectedError(f"malformed order {_excerpt(raw)}: a field has the wrong type")
+        order = cls(job, seq, kind, tuple(workers), local_batch, mac)
+        if order.job_id != job_id:
+            raise OrderRejectedError(f"order {order.seq} is for job {order.job_id!r}, not {job_id!r}")
+        if order.kind not in ORDER_KINDS or order.seq < 1:
+            raise OrderRejectedError(f"order {order.seq}: kind {order.kind!r} / seq must be resize|stop / ≥ 1")
+        if order.kind == "resize" and (not order.workers or len(set(order.workers)) != len(order.workers)):
+            raise OrderRejectedError(f"order {order.seq}: a resize needs unique, non-empty workers")
+        if order.local_batch < 0:
+            raise OrderRejectedError(f"order {order.seq}: local_batch must be ≥ 0")
+        return order
+
+
+def verify_order(line: str | bytes, job_id: str, secret: bytes) -> Order | None:
+    """The order of a wire line if it verifies (:meth:`Order.parse`), else ``None``."""
+    try:
+        return Order.parse(line, job_id, secret)
+    except OrderRejectedError:
+        return None
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _excerpt(raw: str | bytes) -> str:
+    return repr(raw[:200])
+
+
+# -- reports -------------------------------------------------------------------------------------
+
+
+def sign_report(body: Mapping[str, Any], secret: bytes) -> str:
+    """The wire line (no newline) of a report ``body`` (which must not hold ``mac``), with its MAC.
+
+    Raises:
+        ValueError: ``body`` holds ``mac``.
+    """
+    return _sign(body, secret)
+
+
+def verify_report(line: str | bytes, job_id: str, secret: bytes) -> dict[str, Any] | None:
+    """The body of a signed line if its MAC matches and it names ``job_id``, else ``None`` (never raises)."""
+    try:
+        body, _ = _open(line, secret)
+    except _RefusedError:
+        return None
+    return body if body.get("job_id") == job_id else None

@@ -1,0 +1,171 @@
+"""Launcher reports into the daemon: each job's signed report lines, as typed progress rows, and what they say now.
+
+This module owns two passive steps of every observation: :func:`ingest` reads the new signed
+reports of each started launcher job (:meth:`slurm_elastic.orders.Channel.reports`, from the
+offset the store kept) and stores them as :class:`~slurm_elastic.store.ProgressRow` s, and
+:func:`runtime_of` turns a job's rows into the :class:`JobRuntime` its snapshot is built with
+(samples done, throughput measured at the current size, per-GPU batch, epoch size, losses, last
+resize). A job without a channel, or whose files break a rule, simply has no reports; a refused
+line (bad MAC, another job, a malformed or impossible field) is logged and skipped, never trusted.
+It changes nothing in Slurm.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from slurm_elastic.core.model import JobState, ProgressReport
+from slurm_elastic.orders import Channel, ChannelError
+from slurm_elastic.slurm.records import JobRecord
+from slurm_elastic.store import ProgressRow, Store
+
+log = logging.getLogger(__name__)
+
+REPORT_KINDS = frozenset({"progress", "resize", "end", "left"})
+"""The kinds of report a launcher writes (:class:`~slurm_elastic.store.ProgressRow`)."""
+
+
+class ReportRefused(ValueError):  # noqa: N818 (an outcome: the line is skipped)
+    """A verified report line whose fields break a rule (the message names the field and the rule)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobRuntime:
+    """What the daemon knows about a running job beyond Slurm (from its store and the launcher).
+
+    Every field is optional; :func:`~slurm_elastic.observe.snapshot.build_snapshot` falls back to documented defaults.
+
+    Attributes:
+        model: throughput-profile key (``ClusterSnapshot.profiles``).
+        epoch_size: samples per epoch.
+        samples_processed: samples trained so far.
+        local_batch: per-GPU batch now (samples).
+        base_lr: learning rate at the base batch.
+        target_epochs: epochs the user declared.
+        observed_throughput: samples/s measured at the current placement.
+        last_change_time: when the allocation last changed (seconds since the epoch).
+        samples_at_last_change: ``samples_processed`` at ``last_change_time``.
+        run_time: seconds executed so far (overrides ``now - start_time``).
+        progress: latest loss/metric report.
+    """
+
+    model: str | None = None
+    epoch_size: int | None = None
+    samples_processed: int = 0
+    local_batch: int | None = None
+    base_lr: float | None = None
+    target_epochs: float | None = None
+    observed_throughput: float | None = None
+    last_change_time: float | None = None
+    samples_at_last_change: int = 0
+    run_time: float | None = None
+    progress: ProgressReport = field(default_factory=ProgressReport)
+
+
+def _number(report: Mapping[str, Any], key: str, kind: type, *, optional: bool = False) -> Any:
+    value = report.get(key)
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or (kind is int and not isinstance(value, int)):
+        raise ReportRefused(f"{key}={value!r}: must be {'an integer' if kind is int else 'a number'}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ReportRefused(f"{key}={value!r}: must be finite")
+    if value < 0:
+        raise ReportRefused(f"{key}={value!r}: must be >= 0")
+    return kind(value)
+
+
+def row_of(report: Mapping[str, Any]) -> ProgressRow:
+    """The progress row of one verified report (the launcher's wire form: ``world`` workers …).
+
+    Raises:
+        ReportRefused: a field is missing, of the wrong type, negative or not finite, or the kind is unknown.
+    """
+    kind = report.get("kind")
+    if kind not in REPORT_KINDS:
+        raise ReportRefused(f"kind={kind!r}: must be one of {', '.join(sorted(REPORT_KINDS))}")
+    throughput = _number(report, "throughput", float, optional=True)
+    pause = _number(report, "pause_s", float, optional=True) if kind == "resize" else None
+    return ProgressRow(
+        t=_number(report, "t", float), kind=str(kind), samples=_number(report, "samples", int),
+        world=_number(report, "world", int), global_batch=_number(report, "global_batch", int),
+        throughput=throughput or None, loss=_number(report, "loss", float, optional=True),
+        metric=_number(report, "metric", float, optional=True),
+        pause_s=(pause or 0.0) if kind == "resize" else None,
+        epoch_size=_number(report, "epoch_size", int, optional=True) or None,
+    )
+
+
+def ingest(store: Store, records: Iterable[JobRecord]) -> int:
+    """Append the new reports of every started launcher job to the store; returns how many."""
+    added = 0
+    for rec in records:
+        if rec.state is JobState.PENDING or not rec.comment:  # finished: its last reports are read once
+            continue
+        try:
+            channel = Channel.open(rec.job_id, rec.user, rec.comment)
+            reports, offset, refused = channel.reports(store.report_offset(rec.job_id))
+        except ChannelError:
+            continue
+        rows = []
+        for report in reports:
+            try:
+                rows.append(row_of(report))
+            except ReportRefused as exc:
+                refused += 1
+                log.warning("job %s: report refused: %s", rec.job_id, exc)
+        if refused:
+            log.warning("job %s: %d report line(s) refused (bad MAC, another job's, or malformed)", rec.job_id,
+                        refused)
+        if rows or refused or reports:
+            store.add_reports(rec.job_id, rows, offset)
+            added += len(rows)
+    return added
+
+
+def runtime_of(rows: Sequence[ProgressRow]) -> JobRuntime | None:
+    """What a job's progress rows (oldest first) say about it now, or ``None`` without rows.
+
+    Throughput is the mean of the progress windows since the last resize (the current world);
+    the last change is the last resize report.
+    """
+    rows = [r for r in rows if r.kind != "left"]  # a dropped worker's farewell says nothing of the job now
+    if not rows:
+        return None
+    last = rows[-1]
+    resizes = [r for r in rows if r.kind == "resize"]
+    since = rows.index(resizes[-1]) + 1 if resizes else 0
+    window = [r.throughput for r in rows[since:]
+              if r.kind == "progress" and r.throughput and r.world == last.world]
+    losses = [r.loss for r in rows if r.loss is not None]
+    world = last.world or 1
+    epoch_size = next((r.epoch_size for r in reversed(rows) if r.epoch_size), None)
+    return JobRuntime(
+        epoch_size=epoch_size,
+        samples_processed=last.samples,
+        local_batch=max(1, last.global_batch // world),
+        observed_throughput=sum(window) / len(window) if window else None,
+        last_change_time=resizes[-1].t if resizes else None,
+        samples_at_last_change=resizes[-1].samples if resizes else 0,
+        progress=ProgressReport(initial_loss=losses[0] if losses else None,
+                                current_loss=losses[-1] if losses else None),
+    )
+
+
+def runtimes(store: Store, records: Iterable[JobRecord]) -> dict[str, JobRuntime]:
+    """The runtime of every job in ``records`` that has reported (from the store; nothing is read here)."""
+    out: dict[str, JobRuntime] = {}
+    for rec in records:
+        rt = runtime_of(store.progress_of(rec.job_id))
+        if rt is not None:
+            out[rec.job_id] = rt
+    return out
+
+
+def finished_training(rows: Sequence[ProgressRow]) -> bool:
+    """Whether the job's last report says its training ended (its workers are exiting)."""
+    return bool(rows) and rows[-1].kind == "end"

@@ -1,0 +1,262 @@
+"""The snapshot of one observation: Slurm's records plus what the store knows, turned into the core's terms.
+
+This module owns the one function every observer ends in, :func:`snapshot_of` (records of the managed
+partitions, satellites folded into their jobs, the launchers' runtimes, then :func:`build_snapshot`
+with the model defaults), the change key the daemon polls (:func:`fingerprint`), and
+:func:`fold`, which makes a job and its satellite allocations one job. Pure: no command, no file,
+no clock (``now`` is passed in).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from slurm_elastic.contract import ElasticRequest, parse_elastic_request
+from slurm_elastic.core.model import ClusterSnapshot, Job, JobState, Node, Placement
+from slurm_elastic.observe.progress import JobRuntime
+from slurm_elastic.orders import COMMENT_KEY
+from slurm_elastic.slurm.dialects import DocKind, SlurmJsonError
+from slurm_elastic.slurm.records import JobRecord, NodeRecord
+from slurm_elastic_predictor.profiles import MODEL_DEFAULTS
+from slurm_elastic_predictor.throughput import ThroughputModel
+
+
+def snapshot_of(nodes: Sequence[NodeRecord], jobs: Sequence[JobRecord], *, now: float,
+                profiles: Mapping[str, ThroughputModel], partitions: Sequence[str] = (),
+                default_model: str = "cifar10", satellites: Mapping[str, str] | None = None,
+                runtimes: Mapping[str, JobRuntime] | None = None) -> ClusterSnapshot:
+    """The snapshot of one observation (either backend).
+
+    Args:
+        nodes: every node Slurm lists; those of ``partitions`` are managed (all when empty).
+        jobs: every job Slurm lists (satellites unfolded).
+        now: the snapshot instant, seconds since the epoch.
+        profiles: throughput models by model key.
+        partitions: the managed partitions.
+        default_model: model assumed for elastic jobs without a reported one.
+        satellites: satellite job id -> its job's id (the store's).
+        runtimes: what the launchers reported, by job id (:func:`~slurm_elastic.observe.progress.runtimes`).
+    """
+    wanted = set(partitions)
+    managed_nodes = [n for n in nodes if not wanted or wanted & set(n.partitions)]
+    managed = in_partitions(jobs, partitions)
+    return build_snapshot(managed_nodes, fold(managed, satellites or {}), now=now, profiles=profiles,
+                          default_model=default_model, progress=runtimes)
+
+
+def in_partitions(jobs: Sequence[JobRecord], partitions: Sequence[str]) -> list[JobRecord]:
+    """Jobs in (or, while pending, asking for) one of ``partitions``; all jobs when none are given."""
+    if not partitions:
+        return list(jobs)
+    wanted = set(partitions)
+    return [j for j in jobs if not j.partition or set(j.partition.split(",")) & wanted]
+
+
+def fingerprint(jobs: Sequence[JobRecord]) -> tuple[tuple[str, str, str], ...]:
+    """Job ids, states and node lists, sorted: changes whenever the queue does."""
+    return tuple(sorted((j.job_id, ",".join(j.slurm_state), ",".join(j.nodes)) for j in jobs))
+
+
+def fold(records: Sequence[JobRecord], satellites: Mapping[str, str]) -> list[JobRecord]:
+    """Records with each running satellite's GPUs added to its running parent's, satellites left out.
+
+    A running launcher job also gets its ``release_blocks``: what Slurm can free of it, one whole
+    block at a time (a node of its own allocation but the batch host, a whole satellite).
+
+    A satellite whose parent is not running (gone, or requeued) stays as its own record, so its
+    GPUs count as busy until the daemon cancels it; a pending satellite is left out (the grow is
+    still on its way).
+    """
+    by_id: dict[str, JobRecord] = {r.job_id: r for r in records}
+    extra: dict[str, list[JobRecord]] = defaultdict(list)
+    out = []
+    for r in records:
+        parent = by_id.get(satellites.get(r.job_id, ""))
+        if r.job_id in satellites and parent is not None and parent.state is JobState.RUNNING:
+            if r.state is JobState.RUNNING:
+                extra[parent.job_id].append(r)
+            continue
+        out.append(r)
+    return [_folded(r, extra.get(r.job_id, [])) for r in out]
+
+
+def _folded(r: JobRecord, sats: list[JobRecord]) -> JobRecord:
+    blocks = None
+    if r.state is JobState.RUNNING and COMMENT_KEY in r.comment:
+        own = [len(g) for n, g in r.gpus if n != r.batch_host]
+        blocks = tuple(own + [sum(len(g) for _, g in s.gpus) for s in sats])
+    if not sats:
+        return r if blocks is None else replace(r, release_blocks=blocks)
+    return replace(r, nodes=tuple(dict.fromkeys([*r.nodes, *(n for s in sats for n in s.nodes)])),
+                   gpus=r.gpus + tuple(g for s in sats for g in s.gpus), release_blocks=blocks)
+
+_FALLBACK_MODEL_DEFAULTS = (32, 10_000)
+_DEFAULT_LR = 0.1
+
+
+def build_snapshot(
+    nodes: Sequence[NodeRecord],
+    jobs: Sequence[JobRecord],
+    *,
+    now: float,
+    profiles: Mapping[str, ThroughputModel],
+    default_model: str = "cifar10",
+    progress: Mapping[str, JobRuntime] | None = None,
+) -> ClusterSnapshot:
+    """Turn parsed nodes and jobs into the core's :class:`ClusterSnapshot` (pure).
+
+    Rules:
+
+    * Nodes: GPU indices ``0..gpus-1``; a GPU is free unless ``gres_used`` lists it or a job in
+      ``jobs`` holds it (``squeue`` and ``sinfo`` are two calls; a GPU either says is busy is busy).
+    * Finished jobs (completing included) are left out; their GPUs stay busy through ``gres_used``.
+    * Only GPUs on the given nodes count: a job's GPUs elsewhere (other partitions) are dropped.
+    * Rigid jobs (no ``slurm-elastic`` AdminComment) become ``Job(elastic=False)`` with
+      ``min = max = requested =`` the GPUs they hold (running) or ask for (waiting), batch 1 per GPU;
+      rigid jobs without GPUs on these nodes (CPU jobs, jobs elsewhere) are left out.
+    * Elastic jobs: GPU range from the request, ``max`` clamped to the snapshot's GPUs (no maximum
+      means all of them) and never below ``min``. ``requested_gpus`` is the GPUs held when running,
+      else the GPU request clamped into the range (``min`` when there is none). Model, epoch size,
+      progress and learning rate come from ``progress[job_id]`` when given, else ``default_model``
+      with its :data:`MODEL_DEFAULTS` per-GPU batch ``b`` (capped by the profile's
+      ``max_local_batch``) and epoch size, and learning rate 0.1. The batch range is the request's,
+      else ``b * min_gpus : b * max_gpus``; the base batch is ``b * requested_gpus`` clamped into it.
+      A running job's per-GPU batch is the reported one, else ``ceil(global / gpus)`` capped by
+      ``max_local_batch`` (global = base batch). A job that reports its per-GPU batch and declared
+      no batch range keeps that per-GPU batch: it is ``b`` and the job's ``max_local_batch``.
+      Run time is the reported one, else ``now - start``.
+
+    Args:
+        nodes: from :func:`~slurm_elastic.slurm.records.parse_nodes` (already filtered to the managed partitions).
+        jobs: from :func:`~slurm_elastic.slurm.records.parse_jobs` (already filtered to the managed partitions).
+        now: the snapshot instant, seconds since the epoch.
+        profiles: throughput models by model key.
+        default_model: model assumed for elastic jobs without a reported one.
+        progress: what the daemon knows per job id beyond Slurm.
+
+    Raises:
+        ContractError: a malformed elastic AdminComment.
+        SlurmJsonError: a running elastic job with no GPU on these
+            nodes; a job holding a GPU index its node does not have; an unknown model.
+    """
+    progress = progress or {}
+    node_gpus = {n.name: n.gpus for n in nodes}
+    total_gpus = sum(node_gpus.values())
+    held: dict[str, set[int]] = {}
+    out_jobs: list[Job] = []
+    for rec in jobs:
+        if rec.state is JobState.FINISHED:
+            continue
+        running = rec.state is JobState.RUNNING
+        slots: list[tuple[str, int]] = []
+        if running:
+            for node, idx in rec.gpus:
+                if node not in node_gpus:
+                    continue
+                bad = [g for g in idx if g >= node_gpus[node]]
+                if bad:
+                    raise SlurmJsonError(f"{DocKind.SQUEUE.value}: job {rec.job_id}: key 'gres_detail': GPU "
+                                         f"indices {bad} on node {node} beyond its {node_gpus[node]} GPUs")
+                slots.extend((node, g) for g in idx)
+        for held_node, g in slots:
+            held.setdefault(held_node, set()).add(g)
+        request = parse_elastic_request(rec.admin_comment, job_id=rec.job_id)
+        if request is None:
+            job = _rigid_job(rec, slots, running, now)
+        else:
+            job = _elastic_job(rec, request, slots, running, now=now, total_gpus=total_gpus, profiles=profiles,
+                               default_model=default_model, runtime=progress.get(rec.job_id))
+        if job is not None:
+            out_jobs.append(job)
+    out_nodes = []
+    for n in sorted(nodes, key=lambda r: r.name):
+        gpus = tuple(range(n.gpus))
+        busy = set(n.used_gpus) | held.get(n.name, set())
+        out_nodes.append(Node(n.name, gpus, tuple(g for g in gpus if g not in busy), n.state))
+    out_jobs.sort(key=lambda j: (j.submit_time, _id_key(j.job_id)))
+    return ClusterSnapshot(now=now, nodes=tuple(out_nodes), jobs=tuple(out_jobs), profiles=dict(profiles))
+
+
+def _id_key(job_id: str) -> tuple[int, str]:
+    head = re.match(r"^\d+", job_id)
+    return (int(head.group(0)) if head else 0, job_id)
+
+
+def _rigid_job(rec: JobRecord, slots: list[tuple[str, int]], running: bool, now: float) -> Job | None:
+    k = len(slots) if running else rec.requested_gpus
+    if k < 1:
+        return None
+    start = float(rec.start_time) if running and rec.start_time else None
+    return Job(
+        job_id=rec.job_id, user=rec.user, account=rec.account, submit_time=float(rec.submit_time or 0),
+        state=rec.state, min_gpus=k, max_gpus=k, min_batch=k, max_batch=k, base_batch=k, base_lr=_DEFAULT_LR,
+        requested_gpus=k, max_local_batch=1, elastic=False, placement=Placement.of(slots),
+        local_batch=1 if running else 0, start_time=start,
+        run_time=max(0.0, now - start) if start is not None else 0.0,
+    )
+
+
+def _elastic_job(rec: JobRecord, req: ElasticRequest, slots: list[tuple[str, int]], running: bool, *,
+                 now: float, total_gpus: int, profiles: Mapping[str, ThroughputModel], default_model: str,
+                 runtime: JobRuntime | None) -> Job:
+    if running and not slots:
+        raise SlurmJsonError(f"{DocKind.SQUEUE.value}: job {rec.job_id}: key 'gres_detail': the elastic job "
+                             "runs but holds no GPU on the managed nodes (rule: elastic jobs run on GPUs)")
+    rt = runtime or JobRuntime()
+    model = rt.model or default_model
+    if model not in profiles:
+        raise SlurmJsonError(f"job {rec.job_id}: model {model!r} has no throughput profile "
+                             f"(known: {sorted(profiles)})")
+    b_default, epoch_default = MODEL_DEFAULTS.get(model, _FALLBACK_MODEL_DEFAULTS)
+    max_local = max(1, profiles[model].max_local_batch)
+    b = max(1, min(b_default, max_local))
+    if req.min_batch is None and rt.local_batch:
+        # A launcher job that declared no batch range keeps its own per-GPU batch (the launcher's
+        # policy): the planner sees it as both the job's per-GPU batch and its limit.
+        b = max_local = rt.local_batch
+    min_gpus = req.min_gpus
+    max_gpus = max(min_gpus, min(req.max_gpus or total_gpus, total_gpus) if total_gpus else min_gpus)
+    k = len(slots)
+    asked = rec.requested_gpus
+    requested = k if running else min(max(asked or min_gpus, min_gpus), max_gpus)
+    min_batch = req.min_batch if req.min_batch is not None else b * min_gpus
+    if req.max_batch is not None:
+        max_batch = req.max_batch
+    elif req.min_batch is not None:
+        max_batch = max(req.min_batch, b * max_gpus)
+    else:
+        max_batch = b * max_gpus
+    base_batch = min(max(b * requested, min_batch), max_batch)
+    local = 0
+    if running:
+        local = rt.local_batch or min(max_local, max(1, math.ceil(base_batch / k)))
+    start = float(rec.start_time) if rec.start_time and rec.state is not JobState.PENDING else None
+    run_time = rt.run_time if rt.run_time is not None else (max(0.0, now - start) if running and start else 0.0)
+    last_change = rt.last_change_time
+    if last_change is None and running:
+        last_change = float(rec.resize_time or rec.start_time or now)
+    return Job(
+        job_id=rec.job_id, user=rec.user, account=rec.account, submit_time=float(rec.submit_time or 0),
+        state=rec.state, min_gpus=min_gpus, max_gpus=max_gpus, min_batch=min_batch, max_batch=max_batch,
+        base_batch=base_batch, base_lr=rt.base_lr or _DEFAULT_LR, requested_gpus=requested,
+        max_local_batch=max_local, mode=req.mode, elastic=True, epoch_size=rt.epoch_size or epoch_default,
+        samples_processed=rt.samples_processed, target_epochs=rt.target_epochs,
+        observed_throughput=rt.observed_throughput, placement=Placement.of(slots), local_batch=local,
+        start_time=start, run_time=run_time, last_change_time=last_change,
+        samples_at_last_change=rt.samples_at_last_change, model=model, progress=rt.progress,
+        shrink_sizes=_shrink_sizes(k, rec.release_blocks) if running else None,
+    )
+
+
+def _shrink_sizes(k: int, blocks: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    """The counts below ``k`` reachable by freeing whole blocks (``None`` when any count can go)."""
+    if blocks is None:
+        return None
+    sums = {0}
+    for b in blocks:
+        sums |= {s + b for s in sums}
+    return tuple(sorted(k - s for s in sums if 0 < s < k))

@@ -1,0 +1,44 @@
+"""The CLI backend: Slurm's records read with ``squeue --json`` and ``sinfo --json``.
+
+This module owns :class:`SlurmCli`, a record source for :mod:`slurm_elastic.observe`: every node
+(``sinfo --json`` on 22.05, ``sinfo -N --json`` on 25.11) and every job (``squeue --json``) as
+typed records. It only reads; it never changes Slurm, and it does not build snapshots.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from slurm_elastic.slurm.commands import Runner, run_command, run_json, slurm_release
+from slurm_elastic.slurm.records import JobRecord, NodeRecord, parse_jobs, parse_nodes
+
+
+@dataclass
+class SlurmCli:
+    """Reads Slurm through its commands (argv lists via ``runner``).
+
+    Args:
+        runner: runs a command, returns stdout (default: :func:`~slurm_elastic.slurm.commands.run_command`).
+
+    Raises:
+        UnsupportedSlurmVersion: at creation, when ``sinfo --version`` names a release not read here.
+    """
+
+    runner: Runner = run_command
+    release: tuple[int, int, int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.release = slurm_release(self.runner)
+        self._sinfo = ["sinfo", "--json"] if self.release[:2] == (22, 5) else ["sinfo", "-N", "--json"]
+
+    def nodes(self) -> list[NodeRecord]:
+        """Every node (``sinfo --json``; ``sinfo -N --json`` on 25.11)."""
+        return parse_nodes(run_json(self.runner, self._sinfo))
+
+    def jobs(self) -> list[JobRecord]:
+        """Every job Slurm lists (``squeue --json``)."""
+        return parse_jobs(run_json(self.runner, ["squeue", "--json"]))
+
+    def read(self) -> tuple[list[NodeRecord], list[JobRecord]]:
+        """Every node, then every job."""
+        return self.nodes(), self.jobs()

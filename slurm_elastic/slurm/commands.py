@@ -1,0 +1,87 @@
+"""Running Slurm's commands: argv lists, never a shell, with a timeout; the release check; ``--json`` decoding.
+
+This module owns :func:`run_command` (the one place a Slurm command is started; the actuator and
+the readers get it injected as a ``runner`` so the unit tests can feed recorded output),
+:func:`slurm_release` and :func:`run_json`. Which commands change Slurm is
+:mod:`slurm_elastic.slurm.actions`' business alone; the readers are
+:mod:`slurm_elastic.slurm.cli_backend` and :mod:`slurm_elastic.slurm.pyslurm_backend`.
+
+Supported: Slurm 22.05 (JSON openapi/v0.0.38) and 25.11 (data_parser/v0.0.44). Any other version
+is refused at start with the version found and the supported ones.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from slurm_elastic.errors import ElasticError
+from slurm_elastic.slurm.dialects import SlurmJsonError, UnsupportedSlurmVersion
+
+log = logging.getLogger(__name__)
+
+SUPPORTED_RELEASES = ((22, 5), (25, 11))
+COMMAND_TIMEOUT_S = 30.0
+
+Runner = Callable[[Sequence[str]], str]
+
+
+class SlurmCommandError(ElasticError):
+    """A Slurm command failed (the message has the command line, the exit code and stderr)."""
+
+
+def run_command(argv: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = COMMAND_TIMEOUT_S) -> str:
+    """Run one Slurm command (argv list, no shell) and return its standard output.
+
+    Raises:
+        SlurmCommandError: the program is missing, timed out, or exited non-zero.
+    """
+    try:
+        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False,
+                              env=dict(env) if env is not None else None)
+    except FileNotFoundError as exc:
+        raise SlurmCommandError(f"{argv[0]}: not found (is Slurm's client installed and on PATH?)") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise SlurmCommandError(f"{' '.join(argv)}: no answer within {timeout:g} s") from exc
+    if proc.returncode != 0:
+        raise SlurmCommandError(f"{' '.join(argv)}: exit {proc.returncode}: {proc.stderr.strip()[:500]}")
+    return proc.stdout
+
+
+def slurm_release(runner: Runner) -> tuple[int, int, int]:
+    """The running Slurm's release from ``sinfo --version`` (e.g. ``slurm 22.05.8`` -> (22, 5, 8)).
+
+    Raises:
+        UnsupportedSlurmVersion: a release this slurm-elastic does not parse.
+    """
+    text = runner(["sinfo", "--version"]).strip()
+    m = re.search(r"(\d+)\.(\d+)\.(\d+)", text)
+    if not m:
+        raise UnsupportedSlurmVersion(f"sinfo --version printed {text!r}: no Slurm release found")
+    release = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
+    if release[:2] not in SUPPORTED_RELEASES:
+        known = ", ".join(f"{a}.{b:02d}" for a, b in SUPPORTED_RELEASES)
+        raise UnsupportedSlurmVersion(
+            f"Slurm {'.'.join(map(str, release))} is not supported (its --json output differs); supported: {known}"
+        )
+    return release
+
+
+def run_json(runner: Runner, argv: Sequence[str]) -> dict[str, Any]:
+    """Run a ``--json`` Slurm command and return the parsed top-level object.
+
+    Raises:
+        SlurmJsonError: the output is not a JSON object.
+    """
+    text = runner(argv)
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SlurmJsonError(f"{' '.join(argv)}: output is not JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise SlurmJsonError(f"{' '.join(argv)}: output is a {type(doc).__name__}, not a JSON object")
+    return doc

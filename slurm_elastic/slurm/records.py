@@ -1,0 +1,532 @@
+"""Slurm's records (nodes, jobs, accounting) as typed values, read from its ``--json`` documents.
+
+This module owns :class:`NodeRecord`, :class:`JobRecord` and :class:`AccountingRecord` and the
+functions that read them from ``sinfo``/``squeue``/``sacct``/``scontrol --json`` documents, in any
+supported dialect (:mod:`slurm_elastic.slurm.dialects`). Running the commands is
+:mod:`slurm_elastic.slurm.commands`'; turning records into a snapshot is :mod:`slurm_elastic.observe`.
+It reads no file, runs no command, reads no clock and does not log.
+
+Job ids (:attr:`JobRecord.job_id`) are the ids ``squeue`` prints and ``scontrol`` accepts:
+
+* a plain job: ``"123"``;
+* an array task: ``"<array_job_id>_<array_task_id>"`` (e.g. ``"100_7"``); a pending array record
+  not yet split into tasks: ``"<array_job_id>_[<array_task_string>]"`` (e.g. ``"100_[3-9]"``);
+* a heterogeneous-job component: ``"<het_job_id>+<het_job_offset>"`` (e.g. ``"200+1"``).
+
+The numeric Slurm id of the record is kept in :attr:`JobRecord.slurm_job_id`.
+
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from slurm_elastic.core.model import JobId, JobState, NodeName, NodeState, Placement
+from slurm_elastic.slurm.dialects import (
+    DocKind,
+    SlurmJsonError,
+    SlurmJsonVersion,
+    Where,
+    as_int,
+    as_str,
+    as_str_list,
+    as_time,
+    check_errors,
+    detect_version,
+    get_path,
+    map_job_state,
+    map_node_state,
+    require,
+    typename,
+)
+from slurm_elastic.slurm.hostlist import (
+    expand_hostlist,
+    parse_gres,
+    parse_gres_detail,
+    parse_tres_gpus,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    """One node as Slurm reports it.
+
+    Attributes:
+        name: Slurm node name.
+        state: reduced scheduling state (see the module docstring for the mapping).
+        slurm_state: base state then flags as Slurm printed them, upper case (``("MIXED", "DRAIN")``).
+        gpus: GPUs configured (sum of the ``gpu`` entries of ``gres``).
+        gpu_types: GPU types named in ``gres`` (``("v100",)``; empty when untyped).
+        used_gpus: indices of GPUs allocated to jobs, from ``gres_used`` ``IDX:`` lists, sorted.
+        partitions: partitions the node belongs to, sorted.
+        reason: the drain/down reason (``""`` if none).
+    """
+
+    name: NodeName
+    state: NodeState
+    slurm_state: tuple[str, ...]
+    gpus: int
+    gpu_types: tuple[str, ...]
+    used_gpus: tuple[int, ...]
+    partitions: tuple[str, ...]
+    reason: str = ""
+
+    @property
+    def free_gpus(self) -> tuple[int, ...]:
+        """GPU indices no job holds according to ``gres_used``."""
+        used = set(self.used_gpus)
+        return tuple(g for g in range(self.gpus) if g not in used)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRequest:
+    """The GPUs a job asked for (``--gres``/``--gpus-per-node``, ``--gpus``, ``--gpus-per-task``).
+
+    Attributes:
+        per_node: from ``tres_per_node`` (``None`` if no GPU is asked per node).
+        per_job: from ``tres_per_job``.
+        per_task: from ``tres_per_task``.
+        gpu_type: GPU type named in the request (``"v100"``), ``""`` if none.
+    """
+
+    per_node: int | None = None
+    per_job: int | None = None
+    per_task: int | None = None
+    gpu_type: str = ""
+
+    def total(self, node_count: int, tasks: int | None) -> int:
+        """GPUs of the whole request: per job, else per node x nodes, else per task x tasks, else 0."""
+        if self.per_job is not None:
+            return self.per_job
+        if self.per_node is not None:
+            return self.per_node * max(1, node_count)
+        if self.per_task is not None:
+            return self.per_task * max(1, tasks or 1)
+        return 0
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """One job as ``squeue --json`` (or ``scontrol show job --json``) reports it.
+
+    Attributes:
+        job_id: display id (plain, ``array_task`` or ``het+offset``; see the module docstring).
+        slurm_job_id: the record's numeric Slurm job id.
+        name: job name.
+        user: owner's user name.
+        account: account charged.
+        partition: partition (comma list while pending on several).
+        state: reduced life-cycle state (see the module docstring).
+        slurm_state: base state then flags, as printed (22.05: the one word printed).
+        submit_time: seconds since the epoch, ``None`` if unset.
+        start_time: seconds since the epoch, ``None`` if unset (for pending jobs Slurm reports the
+            *expected* start here).
+        resize_time: when the allocation last changed size, ``None`` if never.
+        nodes: allocated nodes, hostlist expanded, in Slurm's node order.
+        node_count: nodes allocated (or requested while pending).
+        tasks: tasks requested, ``None`` if unset.
+        gpus: per allocated node, the GPU indices held (from ``gres_detail``, node order).
+        gpu_request: what the job asked for.
+        admin_comment: AdminComment (``""`` if unset).
+        comment: user comment (``""`` if unset).
+        batch_host: node running the batch script, ``None`` if none.
+        restart_count: times the job was requeued.
+        array_job_id, array_task_id: array ids (``None`` if not an array task).
+        het_job_id, het_job_offset: heterogeneous-job ids (``None`` if not a het job).
+        release_blocks: for a running launcher job, the GPU counts Slurm can free one at a time
+            (a node of its own allocation other than the batch host, a whole satellite); ``None``
+            when any count can go (set by :func:`slurm_elastic.slurm.satellites.fold`).
+    """
+
+    job_id: JobId
+    slurm_job_id: int
+    name: str
+    user: str
+    account: str
+    partition: str
+    state: JobState
+    slurm_state: tuple[str, ...]
+    submit_time: int | None
+    start_time: int | None
+    resize_time: int | None
+    nodes: tuple[NodeName, ...]
+    node_count: int
+    tasks: int | None
+    gpus: tuple[tuple[NodeName, tuple[int, ...]], ...]
+    gpu_request: GpuRequest
+    admin_comment: str
+    comment: str
+    batch_host: str | None
+    restart_count: int = 0
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    het_job_id: int | None = None
+    het_job_offset: int | None = None
+    release_blocks: tuple[int, ...] | None = None
+
+    @property
+    def placement(self) -> Placement:
+        """The GPUs held, as a core :class:`Placement`."""
+        return Placement.of((n, g) for n, gs in self.gpus for g in gs)
+
+    @property
+    def allocated_gpus(self) -> int:
+        """GPUs held now (0 unless running)."""
+        return sum(len(gs) for _, gs in self.gpus)
+
+    @property
+    def requested_gpus(self) -> int:
+        """GPUs of the request (see :meth:`GpuRequest.total`)."""
+        return self.gpu_request.total(self.node_count, self.tasks)
+
+
+@dataclass(frozen=True, slots=True)
+class AccountingRecord:
+    """One job as ``sacct --json`` reports it.
+
+    Attributes:
+        job_id: display id, as for :class:`JobRecord`.
+        slurm_job_id: numeric Slurm job id.
+        name: job name.
+        user, account, partition: as in Slurm.
+        state: reduced state.
+        slurm_state: state as printed (``state.current``).
+        submit_time, start_time, end_time: seconds since the epoch, ``None`` if unset (0).
+        elapsed: seconds the job ran (``time.elapsed``).
+        allocated_gpus: ``tres.allocated`` entry of type ``gres`` named ``gpu`` (0 if absent).
+        nodes: nodes, hostlist expanded (empty if none).
+        admin_comment: ``comment.administrator`` (``""`` if unset).
+    """
+
+    job_id: JobId
+    slurm_job_id: int
+    name: str
+    user: str
+    account: str
+    partition: str
+    state: JobState
+    slurm_state: tuple[str, ...]
+    submit_time: int | None
+    start_time: int | None
+    end_time: int | None
+    elapsed: int
+    allocated_gpus: int
+    nodes: tuple[NodeName, ...]
+    admin_comment: str
+
+
+def parse_nodes(doc: Mapping[str, Any]) -> list[NodeRecord]:
+    """Read nodes from ``sinfo --json`` (22.05), ``sinfo -N --json`` or ``scontrol show node --json`` (25.11).
+
+    25.11's ``sinfo -N`` lists a node once per partition; the records are merged (partitions united)
+    and must agree on state and GRES. A 25.11 ``sinfo --json`` record grouping several nodes is
+    refused: sinfo groups nodes whose GRES totals may differ (it compares them only when its format
+    prints them), so per-node GPUs cannot be trusted; use ``sinfo -N --json``.
+
+    Returns:
+        Nodes sorted by name.
+
+    Raises:
+        UnsupportedSlurmVersion: unknown dialect.
+        SlurmJsonError: a missing key, malformed GRES, disagreeing duplicates, or Slurm errors.
+    """
+    kind = DocKind.SCONTROL_NODE if "sinfo" not in doc and _command(doc) == "show" else DocKind.SINFO
+    version = detect_version(doc, kind)
+    check_errors(doc, kind)
+    where = Where(kind, "document")
+    records: list[NodeRecord] = []
+    if version.is_legacy:
+        nodes = require(doc, "nodes", where)
+        records = [_node_object(n, kind, legacy=True) for n in _list_of_objects(nodes, "nodes", where)]
+    elif "sinfo" in doc:
+        rows = _list_of_objects(doc["sinfo"], "sinfo", where)
+        records = [_sinfo_row(r, i) for i, r in enumerate(rows)]
+    else:
+        nodes = require(doc, "nodes", where)
+        records = [_node_object(n, kind, legacy=False) for n in _list_of_objects(nodes, "nodes", where)]
+    merged: dict[str, NodeRecord] = {}
+    for rec in records:
+        prev = merged.get(rec.name)
+        if prev is None:
+            merged[rec.name] = rec
+            continue
+        if (prev.slurm_state, prev.gpus, prev.used_gpus, prev.gpu_types) != (
+                rec.slurm_state, rec.gpus, rec.used_gpus, rec.gpu_types):
+            raise Where(kind, f"node {rec.name}").error(
+                "state/gres", "listed twice with different state or GRES (rule: one snapshot per document)")
+        parts = tuple(sorted(set(prev.partitions) | set(rec.partitions)))
+        merged[rec.name] = NodeRecord(prev.name, prev.state, prev.slurm_state, prev.gpus, prev.gpu_types,
+                                      prev.used_gpus, parts, prev.reason)
+    return [merged[k] for k in sorted(merged)]
+
+
+def _command(doc: Mapping[str, Any]) -> str:
+    meta = doc.get("meta")
+    cmd = meta.get("command") if isinstance(meta, Mapping) else None
+    return cmd[0] if isinstance(cmd, list) and cmd and isinstance(cmd[0], str) else ""
+
+
+def _list_of_objects(value: object, key: str, where: Where) -> list[Mapping[str, Any]]:
+    if not isinstance(value, list):
+        raise where.error(key, f"must be a list, got {typename(value)}")
+    for i, v in enumerate(value):
+        if not isinstance(v, Mapping):
+            raise where.error(f"{key}[{i}]", f"must be an object, got {typename(v)}")
+    return value
+
+
+def _node_gpus(gres: str | None, used: str | None, where: Where) -> tuple[int, tuple[str, ...], tuple[int, ...]]:
+    try:
+        total_items = [g for g in parse_gres(gres) if g.name == "gpu"]
+        used_items = [g for g in parse_gres(used) if g.name == "gpu"]
+    except SlurmJsonError as exc:
+        raise where.error("gres/gres_used", str(exc)) from exc
+    total = sum(g.count for g in total_items)
+    types = tuple(sorted({g.gtype for g in total_items if g.gtype}))
+    idx: set[int] = set()
+    for g in used_items:
+        if g.indices is None:
+            if g.count:
+                raise where.error("gres_used", f"{used!r} has no IDX list (rule: GPUs configured with File=)")
+            continue
+        if len(g.indices) != g.count:
+            raise where.error("gres_used", f"{used!r}: count {g.count} != {len(g.indices)} indices")
+        idx.update(g.indices)
+    bad = sorted(i for i in idx if i >= total)
+    if bad:
+        raise where.error("gres_used", f"{used!r}: indices {bad} beyond the node's {total} GPUs ({gres!r})")
+    return total, types, tuple(sorted(idx))
+
+
+def _node_object(n: Mapping[str, Any], kind: DocKind, *, legacy: bool) -> NodeRecord:
+    name = as_str(require(n, "name", Where(kind, "node ?")), "name", Where(kind, "node ?"))
+    if not name:
+        raise Where(kind, "node ?").error("name", "must not be empty")
+    where = Where(kind, f"node {name}")
+    raw_state = require(n, "state", where)
+    if legacy:
+        base = as_str(raw_state, "state", where)
+        flags = as_str_list(n.get("state_flags"), "state_flags", where)
+        states = (base.upper(), *(f.upper() for f in flags))
+    else:
+        states = tuple(s.upper() for s in as_str_list(raw_state, "state", where))
+        if not states:
+            raise where.error("state", "is an empty list (rule: base state first)")
+    gres = as_str(require(n, "gres", where), "gres", where)
+    used = as_str(require(n, "gres_used", where), "gres_used", where)
+    total, types, used_idx = _node_gpus(gres, used, where)
+    parts = as_str_list(require(n, "partitions", where), "partitions", where)
+    state = map_node_state(states[0], states[1:], gpus_in_use=bool(used_idx))
+    return NodeRecord(NodeName(name), state, states, total, types, used_idx, tuple(sorted(set(parts))),
+                      as_str(n.get("reason"), "reason", where))
+
+
+def _sinfo_row(r: Mapping[str, Any], i: int) -> NodeRecord:
+    where = Where(DocKind.SINFO, f"sinfo[{i}]")
+    names = as_str_list(get_path(r, "nodes.nodes", where), "nodes.nodes", where)
+    if len(names) != 1:
+        raise where.error("nodes.nodes", f"lists {len(names)} nodes {list(names)} (rule: one node per record: "
+                          "run `sinfo -N --json`; grouped records may merge nodes with different GRES)")
+    name = names[0]
+    where = Where(DocKind.SINFO, f"node {name}")
+    states = tuple(s.upper() for s in as_str_list(get_path(r, "node.state", where), "node.state", where))
+    if not states:
+        raise where.error("node.state", "is an empty list (rule: base state first)")
+    gres = as_str(get_path(r, "gres.total", where), "gres.total", where)
+    used = as_str(get_path(r, "gres.used", where), "gres.used", where)
+    total, types, used_idx = _node_gpus(gres, used, where)
+    part = as_str(get_path(r, "partition.name", where), "partition.name", where)
+    reason = r.get("reason")
+    desc = as_str(reason.get("description"), "reason.description", where) if isinstance(reason, Mapping) else ""
+    state = map_node_state(states[0], states[1:], gpus_in_use=bool(used_idx))
+    return NodeRecord(NodeName(name), state, states, total, types, used_idx, (part,) if part else (), desc)
+
+
+# --------------------------------------------------------------------------------------------------
+# Jobs
+
+
+def parse_jobs(doc: Mapping[str, Any]) -> list[JobRecord]:
+    """Read jobs from ``squeue --json`` (22.05 or 25.11) or ``scontrol show job --json`` (25.11).
+
+    Returns:
+        Jobs in document order.
+
+    Raises:
+        UnsupportedSlurmVersion: unknown dialect.
+        SlurmJsonError: a missing key (named with the job id), a malformed state, GRES or TRES string,
+            a hostlist that does not parse, or errors reported by Slurm.
+    """
+    kind = DocKind.SCONTROL_JOB if _command(doc) == "show" else DocKind.SQUEUE
+    version = detect_version(doc, kind)
+    check_errors(doc, kind)
+    jobs = _list_of_objects(require(doc, "jobs", Where(kind, "document")), "jobs", Where(kind, "document"))
+    return [_job(j, kind, version) for j in jobs]
+
+
+def _raw_id(j: Mapping[str, Any]) -> str:
+    raw = j.get("job_id")
+    if isinstance(raw, Mapping):
+        raw = raw.get("number")
+    return str(raw) if isinstance(raw, int) else "?"
+
+
+def _job_ids(j: Mapping[str, Any], where: Where, *, array_key: str, task_key: str, task_str_key: str | None,
+             het_key: str, offset_key: str) -> tuple[JobId, int, int | None, int | None, int | None, int | None]:
+    jid = as_int(require(j, "job_id", where), "job_id", where)
+    if jid is None:
+        raise where.error("job_id", "must be set")
+    array_id = as_int(get_path(j, array_key, where), array_key, where) or None
+    task_id = as_int(get_path(j, task_key, where), task_key, where)
+    if task_id is not None and task_id >= 0xFFFFFFFE:  # NO_VAL / INFINITE printed as plain ints
+        task_id = None
+    het_id = as_int(get_path(j, het_key, where), het_key, where) or None
+    offset = as_int(get_path(j, offset_key, where), offset_key, where)
+    if offset is not None and offset >= 0xFFFFFFFE:
+        offset = None
+    if het_id is not None:
+        display = f"{het_id}+{offset or 0}"
+    elif array_id is not None and task_id is not None:
+        display = f"{array_id}_{task_id}"
+    elif array_id is not None:
+        tasks = as_str(j.get(task_str_key), task_str_key, where) if task_str_key else ""
+        display = f"{array_id}_[{tasks}]" if tasks else str(jid)
+    else:
+        display = str(jid)
+    return JobId(display), jid, array_id, (task_id if array_id is not None else None), het_id, (
+        offset if het_id is not None else None)
+
+
+def _job(j: Mapping[str, Any], kind: DocKind, version: SlurmJsonVersion) -> JobRecord:
+    where = Where(kind, f"job {_raw_id(j)}")
+    display, jid, array_id, task_id, het_id, offset = _job_ids(
+        j, where, array_key="array_job_id", task_key="array_task_id", task_str_key="array_task_string",
+        het_key="het_job_id", offset_key="het_job_offset")
+    where = Where(kind, f"job {display}")
+    raw_state = require(j, "job_state", where)
+    if version.is_legacy:
+        states: tuple[str, ...] = (as_str(raw_state, "job_state", where).upper(),)
+    else:
+        states = tuple(s.upper() for s in as_str_list(raw_state, "job_state", where))
+    restart = as_int(j.get("restart_cnt"), "restart_cnt", where) or 0
+    try:
+        state = map_job_state(states, restart)
+    except SlurmJsonError as exc:
+        raise where.error("job_state", str(exc)) from exc
+    nodes_str = as_str(require(j, "nodes", where), "nodes", where)
+    try:
+        nodes = tuple(NodeName(n) for n in expand_hostlist(nodes_str))
+    except SlurmJsonError as exc:
+        raise where.error("nodes", str(exc)) from exc
+    detail_raw = require(j, "gres_detail", where)
+    if detail_raw is None:
+        detail_raw = []
+    if not isinstance(detail_raw, list) or not all(d is None or isinstance(d, str) for d in detail_raw):
+        raise where.error("gres_detail", f"must be a list of strings, got {detail_raw!r}")
+    try:
+        gpus = parse_gres_detail(detail_raw, nodes, where="gres_detail")
+    except SlurmJsonError as exc:
+        raise where.error("gres_detail", str(exc)) from exc
+    req: dict[str, int | None] = {}
+    gtype = ""
+    for key in ("tres_per_node", "tres_per_job", "tres_per_task"):
+        text = as_str(require(j, key, where), key, where)
+        try:
+            count, t = parse_tres_gpus(text, key)
+        except SlurmJsonError as exc:
+            raise where.error(key, str(exc)) from exc
+        req[key] = count
+        gtype = gtype or t
+    node_count = as_int(require(j, "node_count", where), "node_count", where) or len(nodes)
+    batch_host = as_str(require(j, "batch_host", where), "batch_host", where) or None
+    return JobRecord(
+        job_id=display, slurm_job_id=jid,
+        name=as_str(j.get("name"), "name", where),
+        user=as_str(require(j, "user_name", where), "user_name", where),
+        account=as_str(require(j, "account", where), "account", where),
+        partition=as_str(require(j, "partition", where), "partition", where),
+        state=state, slurm_state=states,
+        submit_time=as_time(require(j, "submit_time", where), "submit_time", where),
+        start_time=as_time(require(j, "start_time", where), "start_time", where),
+        resize_time=as_time(require(j, "resize_time", where), "resize_time", where),
+        nodes=nodes, node_count=node_count, tasks=as_int(j.get("tasks"), "tasks", where), gpus=gpus,
+        gpu_request=GpuRequest(req["tres_per_node"], req["tres_per_job"], req["tres_per_task"], gtype),
+        admin_comment=as_str(require(j, "admin_comment", where), "admin_comment", where),
+        comment=as_str(require(j, "comment", where), "comment", where),
+        batch_host=batch_host, restart_count=restart,
+        array_job_id=array_id, array_task_id=task_id, het_job_id=het_id, het_job_offset=offset,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Accounting
+
+_SACCT_EMPTY = ("Nothing found",)
+
+
+def parse_sacct(doc: Mapping[str, Any]) -> list[AccountingRecord]:
+    """Read jobs from ``sacct --json`` (22.05 ``openapi/dbv0.0.38`` or 25.11 ``data_parser/v0.0.44``).
+
+    22.05 reports an empty result as the error ``Nothing found``; that gives ``[]``. A resized job
+    appears once per shape under the same id: the earlier records say ``RESIZING`` and are mapped to
+    ``FINISHED`` (closed segments, each with its own GPUs, nodes and times); ids are therefore not
+    unique in the result.
+
+    Raises:
+        UnsupportedSlurmVersion: unknown dialect.
+        SlurmJsonError: a missing key or malformed value (named with the job id), or Slurm errors.
+    """
+    kind = DocKind.SACCT
+    version = detect_version(doc, kind)
+    check_errors(doc, kind, tolerate=_SACCT_EMPTY)
+    jobs = _list_of_objects(doc.get("jobs") or [], "jobs", Where(kind, "document"))
+    return [_sacct_job(j, version) for j in jobs]
+
+
+def _sacct_job(j: Mapping[str, Any], version: SlurmJsonVersion) -> AccountingRecord:
+    kind = DocKind.SACCT
+    where = Where(kind, f"job {_raw_id(j)}")
+    display, jid, *_ = _job_ids(j, where, array_key="array.job_id", task_key="array.task_id",
+                                task_str_key=None, het_key="het.job_id", offset_key="het.job_offset")
+    if j.get("array") and isinstance(j["array"], Mapping):
+        tasks = as_str(j["array"].get("task"), "array.task", where)
+        if display == str(jid) and tasks and (as_int(j["array"].get("job_id"), "array.job_id", where) or 0):
+            display = JobId(f"{j['array']['job_id']}_[{tasks}]")
+    where = Where(kind, f"job {display}")
+    current = get_path(j, "state.current", where)
+    if version.is_legacy:
+        states: tuple[str, ...] = (as_str(current, "state.current", where).upper(),)
+    else:
+        states = tuple(s.upper() for s in as_str_list(current, "state.current", where))
+    try:
+        # A resized job has one record per shape; the earlier ones say RESIZING and are closed.
+        state = JobState.FINISHED if "RESIZING" in states else map_job_state(states, 0)
+    except SlurmJsonError as exc:
+        raise where.error("state.current", str(exc)) from exc
+    tres = get_path(j, "tres.allocated", where)
+    gpus = 0
+    for i, t in enumerate(_list_of_objects(tres if tres is not None else [], "tres.allocated", where)):
+        if t.get("type") == "gres" and t.get("name") == "gpu":
+            c = as_int(require(t, "count", Where(kind, f"job {display} tres.allocated[{i}]")), "count", where)
+            gpus = c or 0
+    nodes_str = as_str(require(j, "nodes", where), "nodes", where)
+    try:
+        nodes = tuple(NodeName(n) for n in expand_hostlist(nodes_str if nodes_str != "None assigned" else ""))
+    except SlurmJsonError as exc:
+        raise where.error("nodes", str(exc)) from exc
+    return AccountingRecord(
+        job_id=display, slurm_job_id=jid, name=as_str(j.get("name"), "name", where),
+        user=as_str(require(j, "user", where), "user", where),
+        account=as_str(require(j, "account", where), "account", where),
+        partition=as_str(require(j, "partition", where), "partition", where),
+        state=state, slurm_state=states,
+        submit_time=as_time(get_path(j, "time.submission", where), "time.submission", where),
+        start_time=as_time(get_path(j, "time.start", where), "time.start", where),
+        end_time=as_time(get_path(j, "time.end", where), "time.end", where),
+        elapsed=as_int(get_path(j, "time.elapsed", where), "time.elapsed", where) or 0,
+        allocated_gpus=gpus, nodes=nodes,
+        admin_comment=as_str(get_path(j, "comment.administrator", where), "comment.administrator", where),
+    )
+
