@@ -8,7 +8,7 @@ Subcommands:
 * ``reproduce`` -- the seed papers' comparisons as a markdown table (and a report); no site guards.
 * ``profiles``  -- fit the throughput model on the shipped profiles and report its error.
 * ``bench planner|simulate`` -- planning latency / simulation speed as JSON.
-* ``devcluster up|down|status`` -- a real local Slurm dev cluster (root; see ``slurm/devcluster.py``).
+* ``devcluster up|down|status`` -- a real local Slurm dev cluster (root; see ``dev/devcluster.py``).
 * ``install-plugin`` -- build the ``--elastic`` SPANK plugin and print/write its config lines.
 * ``daemon``    -- the loop beside slurmctld (shadow mode, or acting through ``scontrol``).
 * ``status``    -- elastic jobs: GPUs now and planned, batch, state (like squeue).

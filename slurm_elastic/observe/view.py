@@ -9,7 +9,7 @@ it never changes anything in Slurm.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -17,7 +17,6 @@ from slurm_elastic.core.model import ClusterSnapshot
 from slurm_elastic.observe.inflight import owed_by_store
 from slurm_elastic.observe.progress import ingest, runtimes
 from slurm_elastic.observe.snapshot import fingerprint, in_partitions, snapshot_of
-from slurm_elastic.slurm.commands import Runner
 from slurm_elastic.slurm.records import JobRecord, NodeRecord
 from slurm_elastic.store import Store
 from slurm_elastic_predictor.throughput import ThroughputModel
@@ -33,7 +32,7 @@ class RecordSource(Protocol):
         ...
 
     @property
-    def runner(self) -> Runner:
+    def runner(self) -> Callable[[Sequence[str]], str]:
         """Runs Slurm's commands (argv lists); the acting step is handed it, the view never calls it."""
         ...
 

@@ -39,9 +39,10 @@ Slurm 22.05, in 5 of 6 immediate restarts).
 
 Each action is written to the store before its first command and again after its last, so a
 daemon that dies in between finds it on restart (:func:`reconcile`). Commands are argv lists run
-through an injected runner; no shell. Satellites are tended every round (:meth:`SlurmActuator.tend`):
-one whose job ended is cancelled, one that did not start in time is cancelled and its workers
-are taken out of the job's order.
+through an injected runner; no shell. Owed work is done at every poll of the daemon, between
+rounds too (:meth:`SlurmActuator.tend`): node releases that fell due, and satellites (one whose
+job ended is cancelled, one that did not start in time is cancelled and its workers are taken out
+of the job's order). This is the only module that changes Slurm.
 """
 
 from __future__ import annotations

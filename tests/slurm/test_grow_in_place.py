@@ -14,7 +14,6 @@ import pytest
 
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, Placement
-from slurm_elastic.observe.progress import ingest
 from slurm_elastic.observe.view import ClusterView
 from slurm_elastic.slurm.actions import SlurmActuator
 from slurm_elastic.slurm.cli_backend import SlurmCli
@@ -75,13 +74,13 @@ def test_launcher_job_grows_onto_a_satellite_and_shrinks_back(cluster: DevCluste
     assert outcome.ok and "w1 leave" in outcome.message and f"satellites {sat} end" in outcome.message
     _wait("the satellite to end by itself", lambda: cluster.job(int(sat))["job_state"] == "COMPLETED")
     _wait("the job to finish", lambda: cluster.job(int(job))["job_state"] == "COMPLETED", timeout=240)
-    ingest(store, [r for r in obs.source.jobs() if r.job_id == job])  # the last reports, written as the job ended
+    obs.poll()  # the queue the act step reads, and the last reports, written as the job ended
     assert act.tend() == [f"satellite {sat} of job {job} ended"] and store.satellites() == {}
     rows = store.progress_of(job)
     end = [r for r in rows if r.kind == "end"]
     sizes = [r.world for r in rows if r.kind == "resize"]
     assert sizes == [2, 1], rows
-    assert end and end[-1]["samples"] == epochs * size, end  # no sample lost or repeated across both resizes
+    assert end and end[-1].samples == epochs * size, end  # no sample lost or repeated across both resizes
     pauses = [r.pause_s for r in rows if r.kind == "resize"]
     assert all(p is not None and p < 10 for p in pauses), pauses
     log = Path(str(out).replace("%j", job)).read_text()

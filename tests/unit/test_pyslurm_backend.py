@@ -32,9 +32,9 @@ from slurm_elastic.slurm.pyslurm_backend import (
     PyslurmSource,
     PyslurmUnavailable,
     choose_source,
-    job_record,
     load_pyslurm,
 )
+from slurm_elastic.slurm.pyslurm_records import job_record
 from slurm_elastic.slurm.records import GpuRequest, JobRecord, NodeRecord
 from slurm_elastic.testing import shipped_profiles
 

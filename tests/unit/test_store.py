@@ -88,7 +88,8 @@ def test_a_version_2_store_is_migrated_and_its_rows_keep_their_world(tmp_path: P
         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
         "INSERT INTO meta VALUES ('schema', '2');"
         "CREATE TABLE progress (id INTEGER PRIMARY KEY, job_id TEXT NOT NULL, t REAL NOT NULL,"
-        " samples INTEGER NOT NULL, gpus INTEGER NOT NULL, global_batch INTEGER NOT NULL, throughput REAL, loss REAL, metric REAL,"
+        " samples INTEGER NOT NULL, gpus INTEGER NOT NULL, global_batch INTEGER NOT NULL, throughput REAL,"
+        " loss REAL, metric REAL,"
         " kind TEXT NOT NULL DEFAULT 'progress', pause_s REAL, epoch_size INTEGER);"
         "INSERT INTO progress(job_id, t, samples, gpus, global_batch, kind)"
         " VALUES ('7', 1.0, 64, 3, 96, 'resize');")

@@ -1,0 +1,55 @@
+"""The shape of the controller, as rules: who may change Slurm, who owns the AdminComment grammar,
+and that observing is passive (beside the import-linter contracts in setup.cfg)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2] / "slurm_elastic"
+
+# Commands that change Slurm state, as the first word of an argv list.
+CHANGING = {"scancel", "sbatch", "scontrol", "runuser", "srun", "salloc"}
+# Modules allowed to build such argv lists: the actuator and its satellites; development and user tools
+# (the dev cluster, `slurm-elastic submit` and its templates, the benchmarks that submit their own jobs).
+MAY_CHANGE_SLURM = {"slurm/actions.py", "slurm/satellites.py", "dev/devcluster.py", "submit.py", "templates.py",
+                    "bench.py"}
+
+
+def _modules() -> list[tuple[str, ast.Module]]:
+    return [(str(p.relative_to(ROOT)), ast.parse(p.read_text())) for p in sorted(ROOT.rglob("*.py"))]
+
+
+def _strings(tree: ast.Module) -> list[str]:
+    """String constants that are not docstrings."""
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    return [n.value for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs]
+
+
+def test_only_the_actuator_builds_commands_that_change_slurm() -> None:
+    found = []
+    for name, tree in _modules():
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.List) and node.elts and isinstance(node.elts[0], ast.Constant)
+                    and node.elts[0].value in CHANGING and name not in MAY_CHANGE_SLURM):
+                found.append(f"{name}:{node.lineno}: {node.elts[0].value}")
+    assert found == []
+
+
+def test_the_admin_comment_grammar_lives_in_contract_only() -> None:
+    outside = [name for name, tree in _modules() if name != "contract.py"
+               and any("satellite-of" in s or s.startswith("slurm-elastic gpus=") for s in _strings(tree))]
+    assert outside == []
+
+
+def test_observing_runs_no_command_and_imports_no_actuator() -> None:
+    for name, tree in _modules():
+        if not name.startswith("observe/"):
+            continue
+        imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert not imported & {"subprocess", "slurm_elastic.slurm.actions", "slurm_elastic.slurm.commands",
+                               "slurm_elastic.slurm.satellites"}, name
