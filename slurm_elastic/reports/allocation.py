@@ -7,8 +7,8 @@ This module owns two layers:
   launchers' progress rows and the daemon's satellite map (all three from the store), to one
   JSON-ready dict of tables;
 * rendering (:func:`write_json`, :func:`write_csv`, :func:`write_html`): ``allocation.json``, one
-  CSV per table, or ``index.html`` with PNG plots drawn on an explicit Agg canvas (the helpers and
-  style of :mod:`slurm_elastic.reports.simulation`).
+  CSV per table, or ``index.html`` with this page's PNG plots, drawn and written with the shared
+  helpers of :mod:`slurm_elastic.reports.render`.
 
 It must not run Slurm commands, open the store or read the clock: the caller hands it the records,
 the journal, the progress rows, the satellite map and the window (``slurm-elastic report`` does that).
@@ -19,7 +19,8 @@ Definitions (times are seconds since the epoch, durations seconds):
   earlier shapes say ``RESIZING``. Those *segments* are one job. A *satellite* allocation is counted
   as part of its parent job: its GPU-hours go to the parent's account and user (and to the
   satellite's own partition), and it counts as one resize of that job. A record is a satellite of
-  ``<jobid>`` when its AdminComment is ``slurm-elastic satellite-of=<jobid> ...`` (what the daemon
+  ``<jobid>`` when its AdminComment is ``slurm-elastic satellite-of=<jobid> ...``
+  (:func:`slurm_elastic.contract.satellite_parent` reads it; what the daemon
   sets with ``scontrol update JobId=<sat> AdminComment="slurm-elastic satellite-of=<jobid>"``, see
   :func:`slurm_elastic.slurm.satellites.mark_argv`), or, failing that, when the daemon's store lists
   its id as a satellite of ``<jobid>`` (``satellites``: the AdminComment can be missing from the
@@ -50,7 +51,7 @@ Definitions (times are seconds since the epoch, durations seconds):
 * **Scaled-job efficiency** (from the launcher's progress rows, over the job's whole life, not
   clipped to the window). A row of kind ``progress`` or ``end`` with a positive ``throughput``
   measures the window since the job's previous row (of any kind), ``dt = t - t_prev``, all at the
-  row's ``gpus`` (= workers: every resize writes a row, which starts a new window, so a window
+  row's ``world`` (= workers = GPUs: every resize writes a row, which starts a new window, so a window
   never spans two sizes; ``resize`` rows, whose window includes the pause, measure nothing). At
   each measured size ``k``: ``T(k)`` = summed ``dt`` (training seconds), and the throughput
   ``X(k) = sum(throughput x dt) / T(k)`` (samples/s: samples trained at ``k`` over seconds trained
@@ -74,7 +75,6 @@ Definitions (times are seconds since the epoch, durations seconds):
 
 from __future__ import annotations
 
-import base64
 import html
 import itertools
 import json
@@ -86,29 +86,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from slurm_elastic.contract import is_elastic, satellite_parent
 from slurm_elastic.core.actions import ActionKind
 from slurm_elastic.core.model import JobState
 from slurm_elastic.errors import ElasticError
-from slurm_elastic.reports.simulation import (
-    _CSS,
-    _UNIT_NAMES,
-    _colours,
-    _decimals,
-    _mpl_label,
-    _new_figure,
-    _no_data,
-    _save,
-    _time_unit,
-    _write_csv,
-)
-from slurm_elastic.slurm.parse import ELASTIC_TAG, AccountingRecord
+from slurm_elastic.reports import render
+from slurm_elastic.slurm.records import AccountingRecord
 
 if TYPE_CHECKING:
-    from slurm_elastic.store import JournalEntry
+    from slurm_elastic.store import JournalEntry, ProgressRow
 
 __all__ = [
     "CSV_TABLES",
-    "SATELLITE_KEY",
     "JobScaling",
     "JobUsage",
     "ReportDataError",
@@ -116,16 +105,11 @@ __all__ = [
     "SizeThroughput",
     "allocation_tables",
     "group_jobs",
-    "is_elastic",
     "job_scaling",
-    "satellite_parent",
     "write_csv",
     "write_html",
     "write_json",
 ]
-
-SATELLITE_KEY = "satellite-of"
-"""AdminComment key of a satellite allocation: ``slurm-elastic satellite-of=<jobid> ...``."""
 
 RESIZE_KINDS = frozenset({ActionKind.SHRINK, ActionKind.GROW, ActionKind.MOVE})
 """Journaled action kinds that change a job's GPUs."""
@@ -166,24 +150,6 @@ class ReportDataError(ElasticError):
 # --------------------------------------------------------------------------------------------------
 # Jobs from segments
 # --------------------------------------------------------------------------------------------------
-
-
-def is_elastic(admin_comment: str) -> bool:
-    """True when the AdminComment's first token is ``slurm-elastic``."""
-    tokens = admin_comment.split()
-    return bool(tokens) and tokens[0] == ELASTIC_TAG
-
-
-def satellite_parent(admin_comment: str) -> str | None:
-    """The parent job id of a satellite allocation (``slurm-elastic satellite-of=<jobid> ...``), else ``None``."""
-    tokens = admin_comment.split()
-    if not tokens or tokens[0] != ELASTIC_TAG:
-        return None
-    for tok in tokens[1:]:
-        key, sep, value = tok.partition("=")
-        if key == SATELLITE_KEY and sep and value:
-            return value
-    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -557,17 +523,17 @@ class JobScaling:
         return gap
 
 
-def job_scaling(rows: Sequence[Mapping[str, Any]]) -> JobScaling:
+def job_scaling(rows: Sequence[ProgressRow]) -> JobScaling:
     """Measure a job's throughput per size and its resize pauses from its progress rows. Pure.
 
     Args:
-        rows: the job's progress rows (:meth:`Store.progress_of`: ``t``, ``kind``, ``gpus``,
+        rows: the job's progress rows (:meth:`Store.progress_of`; read: ``t``, ``kind``, ``world``,
             ``throughput`` (samples/s or ``None``), ``pause_s``), in any order; sorted by ``t`` here.
 
     Returns:
         The per-size throughput (see the module docstring), sizes seen, and resize reports.
     """
-    ordered = sorted(rows, key=lambda r: float(r["t"]))
+    ordered = sorted(rows, key=lambda r: r.t)
     seconds: dict[int, float] = {}
     samples: dict[int, float] = {}
     seen: set[int] = set()
@@ -575,16 +541,16 @@ def job_scaling(rows: Sequence[Mapping[str, Any]]) -> JobScaling:
     pauses: list[float] = []
     prev: float | None = None
     for r in ordered:
-        t, k, kind = float(r["t"]), int(r["gpus"]), str(r["kind"])
+        t, k, kind = float(r.t), r.world, r.kind
         if k > 0:
             seen.add(k)
         if kind == "resize":
             resizes += 1
-            if r.get("pause_s") is not None:
-                pauses.append(float(r["pause_s"]))
+            if r.pause_s is not None:
+                pauses.append(float(r.pause_s))
         elif kind in MEASURED_KINDS and prev is not None and t > prev and k > 0:
-            thr = r.get("throughput")
-            if thr is not None and float(thr) > 0:
+            thr = r.throughput
+            if thr is not None and thr > 0:
                 seconds[k] = seconds.get(k, 0.0) + (t - prev)
                 samples[k] = samples.get(k, 0.0) + float(thr) * (t - prev)
         prev = t
@@ -649,7 +615,7 @@ def _scaling_rows(jobs: Sequence[JobUsage], scaling: Mapping[str, JobScaling | N
 def allocation_tables(records: Sequence[AccountingRecord], *, since: float | None = None,
                       until: float | None = None, total_gpus: int | None = None,
                       journal: Mapping[str, Sequence[JournalEntry]] | None = None,
-                      progress: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+                      progress: Mapping[str, Sequence[ProgressRow]] | None = None,
                       satellites: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Every table of the allocation report (definitions in the module docstring). Pure.
 
@@ -808,122 +774,73 @@ def write_csv(tables: Mapping[str, Any], out_dir: Path) -> list[Path]:
     for name, columns in CSV_TABLES.items():
         rows = [tables[name]] if name == "summary" else tables[name]
         path = out_dir / f"{name}.csv"
-        _write_csv(path, columns, rows)
+        render.write_csv(path, columns, rows)
         paths.append(path)
     return paths
 
 
-def _iso(t: float) -> str:
-    import datetime as dt
-
-    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
 def _plot_utilization(path: Path, tables: Mapping[str, Any], span: tuple[str, float]) -> bytes:
-    fig, (ax,) = _new_figure()
+    fig, (ax,) = render.new_figure()
     pts = tables["utilization"]
     lo = tables["summary"]["since"]
     total = tables["summary"]["total_gpus"]
     if len(pts) > 1:
         ax.step([(p["t"] - lo) / span[1] for p in pts], [p["gpus_held"] for p in pts], where="post",
-                color=_colours(1)[0], linewidth=1.8, label="GPUs held")
+                color=render.colours(1)[0], linewidth=1.8, label="GPUs held")
     else:
-        _no_data(ax, "no GPU held in the window")
+        render.no_data(ax, "no GPU held in the window")
     if total:
         ax.axhline(total, color="0.3", linestyle="--", linewidth=1.2, label=f"cluster GPUs ({total})")
-    ax.set_xlabel(f"time since {_iso(lo)} ({span[0]})")
+    ax.set_xlabel(f"time since {render.iso_utc(lo)} ({span[0]})")
     ax.set_ylabel("GPUs held (count)")
     ax.set_ylim(bottom=0)
     ax.set_title("GPUs held over time")
     ax.grid(True, alpha=0.3)
     ax.legend(loc="best")
-    return _save(fig, path)
+    return render.save_png(fig, path)
 
 
 def _plot_accounts(path: Path, tables: Mapping[str, Any]) -> bytes:
     rows = tables["by_account"]
-    fig, (ax,) = _new_figure(width=max(8.0, 0.8 * len(rows) + 3))
+    fig, (ax,) = render.new_figure(width=max(8.0, 0.8 * len(rows) + 3))
     if rows:
-        names = [_mpl_label(r["account"]) for r in rows]
+        names = [render.mpl_label(r["account"]) for r in rows]
         xs = range(len(rows))
-        el, rg = _colours(2)
+        el, rg = render.colours(2)
         ax.bar(xs, [r["rigid_gpu_hours"] for r in rows], color=rg, label="rigid")
         ax.bar(xs, [r["elastic_gpu_hours"] for r in rows], bottom=[r["rigid_gpu_hours"] for r in rows],
                color=el, label="elastic")
         ax.set_xticks(list(xs), names, rotation=20 if len(rows) > 4 else 0, ha="right" if len(rows) > 4 else "center")
         ax.legend(loc="best")
     else:
-        _no_data(ax, "no GPU-hours in the window")
+        render.no_data(ax, "no GPU-hours in the window")
     ax.set_ylabel("GPU-hours")
     ax.set_title("GPU-hours by account (elastic vs rigid)")
     ax.grid(True, axis="y", alpha=0.3)
-    return _save(fig, path)
+    return render.save_png(fig, path)
 
 
 def _plot_cdfs(path: Path, tables: Mapping[str, Any], dur: tuple[str, float]) -> bytes:
-    fig, axes = _new_figure(ncols=2, width=10.0)
-    colours = _colours(2)
+    fig, axes = render.new_figure(ncols=2, width=10.0)
+    colours = render.colours(2)
     for ax, metric, title in ((axes[0], "jct", "Job completion time"), (axes[1], "queue", "Queue time")):
         drawn = False
         for cls, colour in zip(("elastic", "rigid"), colours, strict=True):
             vals = sorted(v / dur[1] for j in tables["jobs"] if (j["elastic"] == (cls == "elastic"))
                           and (v := j[metric]) is not None)
             if vals:
-                ys = [(k + 1) / len(vals) for k in range(len(vals))]
-                ax.step([vals[0], *vals], [0.0, *ys], where="post", color=colour, linewidth=1.8,
-                        label=f"{cls} ({len(vals)} jobs)")
+                render.step_cdf(ax, vals, len(vals), colour, f"{cls} ({len(vals)} jobs)")
                 drawn = True
         if drawn:
             ax.legend(loc="lower right")
         else:
-            _no_data(ax, "no values")
+            render.no_data(ax, "no values")
         ax.set_xlabel(f"{title.lower()} ({dur[0]})")
         ax.set_ylabel("fraction of jobs")
         ax.set_ylim(0, 1.02)
         ax.set_title(f"{title} CDF")
         ax.grid(True, alpha=0.3)
-    return _save(fig, path)
-
-
-def _fmt(value: Any, places: int) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, float):
-        return f"{value:,.{places}f}"
-    if isinstance(value, list | tuple):
-        return " / ".join(_fmt(v, places) for v in value)
-    return str(value)
-
-
-def _numbers(value: Any) -> list[float]:
-    """The numbers of a cell (a list cell's entries), booleans excluded."""
-    if isinstance(value, list | tuple):
-        return [x for v in value for x in _numbers(v)]
-    return [float(value)] if isinstance(value, int | float) and not isinstance(value, bool) else []
-
-
-def _html_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], scale: Mapping[str, float]) -> list[str]:
-    esc = html.escape
-    out = ["<table>", "<thead><tr>" + "".join(f"<th>{esc(c)}</th>" for c in columns) + "</tr></thead>", "<tbody>"]
-    places = {}
-    for c in columns:
-        nums = [v / scale.get(c, 1.0) for r in rows for v in _numbers(r.get(c))]
-        places[c] = _decimals(nums) if nums else 0
-    for r in rows:
-        cells = []
-        for k, c in enumerate(columns):
-            v = r.get(c)
-            if isinstance(v, int | float) and not isinstance(v, bool) and c in scale:
-                v = float(v) / scale[c]
-            cls = ' class="label"' if k == 0 else ""
-            cells.append(f"<td{cls}>{esc(_fmt(v, places[c]))}</td>")
-        out.append("<tr>" + "".join(cells) + "</tr>")
-    out += ["</tbody>", "</table>"]
-    return out
+    return render.save_png(fig, path)
 
 
 _CAPTIONS = {
@@ -944,14 +861,12 @@ def write_html(tables: Mapping[str, Any], out_dir: Path, *, title: str = "GPU al
     Returns:
         The PNG paths (in the order of :data:`PLOTS`), then ``index.html``.
     """
-    from matplotlib import style
-
     out_dir.mkdir(parents=True, exist_ok=True)
     s = tables["summary"]
-    span = _time_unit(max(0.0, s["until"] - s["since"]))
-    dur = _time_unit(max([j["jct"] for j in tables["jobs"] if j["jct"] is not None], default=0.0))
+    span = render.time_unit(max(0.0, s["until"] - s["since"]))
+    dur = render.time_unit(max([j["jct"] for j in tables["jobs"] if j["jct"] is not None], default=0.0))
     paths = [out_dir / name for name in PLOTS]
-    with style.context(["default", {"font.size": 10, "axes.titlesize": 11, "legend.fontsize": 9}]):
+    with render.plot_style():
         images = {
             PLOTS[0]: _plot_utilization(paths[0], tables, span),
             PLOTS[1]: _plot_accounts(paths[1], tables),
@@ -959,12 +874,11 @@ def write_html(tables: Mapping[str, Any], out_dir: Path, *, title: str = "GPU al
         }
     esc = html.escape
     util = s["mean_utilization"]
-    lines = ["<!DOCTYPE html>", '<html lang="en">', '<head><meta charset="utf-8">', f"<title>{esc(title)}</title>",
-             f"<style>{_CSS}</style>", "</head>", "<body>", f"<h1>{esc(title)}</h1>",
-             f"<p>Window {esc(_iso(s['since']))} – {esc(_iso(s['until']))}. {s['gpu_jobs']} GPU jobs "
+    since, until = render.iso_utc(s["since"]), render.iso_utc(s["until"])
+    lines = [f"<p>Window {esc(since)} – {esc(until)}. {s['gpu_jobs']} GPU jobs "
              f"({s['elastic_jobs']} elastic), {s['jobs_without_gpus']} jobs without GPUs left out. "
              f"{s['gpu_hours']:,.2f} GPU-hours ({s['elastic_gpu_hours']:,.2f} elastic, "
-             f"{s['rigid_gpu_hours']:,.2f} rigid). Cluster GPUs: {esc(_fmt(s['total_gpus'], 0))}; mean "
+             f"{s['rigid_gpu_hours']:,.2f} rigid). Cluster GPUs: {esc(render.format_value(s['total_gpus'], 0))}; mean "
              f"utilization: {'–' if util is None else f'{100 * util:.1f}%'}.</p>"]
     for note in tables["notes"]:
         lines.append(f'<p class="note">Note: {esc(note)}.</p>')
@@ -972,7 +886,8 @@ def write_html(tables: Mapping[str, Any], out_dir: Path, *, title: str = "GPU al
         ("GPU-hours by account", "by_account", {}),
         ("GPU-hours by user", "by_user", {}),
         ("GPU-hours by partition", "by_partition", {}),
-        (f"JCT and queue time ({_UNIT_NAMES[dur[0]]})", "distributions", {"p50": dur[1], "p90": dur[1], "max": dur[1]}),
+        (f"JCT and queue time ({render.UNIT_NAMES[dur[0]]})", "distributions",
+         {"p50": dur[1], "p90": dur[1], "max": dur[1]}),
         ("Finish-time fairness per account", "fairness", {}),
         ("Resizes", "resizes", {}),
         ("Scaled-job efficiency per job (sizes in GPUs, throughput in samples/s)", "scaling", {}),
@@ -981,7 +896,7 @@ def write_html(tables: Mapping[str, Any], out_dir: Path, *, title: str = "GPU al
     for heading, name, scale in sections:
         lines.append(f"<h2>{esc(heading)}</h2>")
         if tables[name]:
-            lines += _html_table(tables[name], CSV_TABLES[name], scale)
+            lines += render.html_table(tables[name], CSV_TABLES[name], scale)
         else:
             lines.append('<p class="note">None in the window.</p>')
     lines.append('<p class="note">GPU-hours are clipped to the window; share is of all GPU-hours. FTF = JCT / '
@@ -991,11 +906,7 @@ def write_html(tables: Mapping[str, Any], out_dir: Path, *, title: str = "GPU al
                  "Efficiency at k GPUs = (X(k)/k) / (X(k0)/k0), X the measured throughput and k0 the smallest "
                  "measured size; the mean is weighted by the GPU-seconds measured at each size.</p>")
     lines.append("<h2>Plots</h2>")
-    for name, png in images.items():
-        data = base64.b64encode(png).decode("ascii")
-        lines.append(f'<figure><a href="{esc(name)}"><img src="data:image/png;base64,{data}" alt="{esc(name)}"></a>'
-                     f"<figcaption>{esc(_CAPTIONS[name])}</figcaption></figure>")
-    lines += ["</body>", "</html>", ""]
+    lines += [render.html_figure(name, png, _CAPTIONS[name]) for name, png in images.items()]
     index = out_dir / "index.html"
-    index.write_text("\n".join(lines), encoding="utf-8")
+    index.write_text(render.html_page(title, lines), encoding="utf-8")
     return [*paths, index]

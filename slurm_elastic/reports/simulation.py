@@ -8,13 +8,11 @@ simulator produces (one per policy × seed run) and writes a report directory. I
   the key;
 * pure tables (:func:`summary_table`, and the HTML text): per-series means and standard deviations
   over seeds, no I/O;
-* rendering (:func:`write_report`): PNG plots drawn with matplotlib's Agg canvas, CSVs and
-  ``index.html``.
+* rendering (:func:`write_report`): this page's PNG plots, CSVs and ``index.html``, drawn and
+  written with the shared helpers of :mod:`slurm_elastic.reports.render` (Agg canvas, matplotlib
+  imported lazily, default style).
 
-It must not simulate, schedule or talk to Slurm: everything it shows comes from its input. matplotlib
-is imported lazily inside the drawing functions, so importing this module stays cheap, and the global
-pyplot backend is never touched (figures are drawn on an explicit Agg canvas, under matplotlib's
-default style, so a user's ``matplotlibrc`` does not change the report).
+It must not simulate, schedule or talk to Slurm: everything it shows comes from its input.
 
 A *series* is one (workload, policy, GPUs, resize cost) combination; its runs differ only in the
 seed. Series are labelled by their policy name, with the attributes that differ between series
@@ -24,11 +22,8 @@ first run in the input.
 
 from __future__ import annotations
 
-import base64
-import csv
 import html
 import itertools
-import json
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -37,10 +32,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from slurm_elastic.errors import ElasticError
+from slurm_elastic.reports import render
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
-    from matplotlib.figure import Figure
 
 __all__ = [
     "FILES",
@@ -75,7 +70,6 @@ FILES: tuple[str, ...] = (
 )  # fmt: skip
 
 _LOG_SPREAD = 100.0  # a CDF gets a log x axis when max/min of its positive values exceeds this
-_DPI = 110
 
 
 class ReportInputError(ElasticError):
@@ -333,32 +327,6 @@ def _summary_rows(series: Sequence[_Series]) -> list[dict[str, Any]]:
     return rows
 
 
-def _time_unit(seconds: float) -> tuple[str, float]:
-    """The unit that shows a typical duration of ``seconds`` with 1–3 integer digits."""
-    if seconds < 120:
-        return "s", 1.0
-    if seconds < 120 * 60:
-        return "min", 60.0
-    return "h", 3600.0
-
-
-_UNIT_NAMES = {"s": "seconds", "min": "minutes", "h": "hours"}
-
-
-def _decimals(values: Sequence[float]) -> int:
-    """Decimals that show a column's largest value with about three significant digits (none if all are whole)."""
-    if all(v == int(v) for v in values):
-        return 0
-    mag = max(abs(v) for v in values)
-    if mag >= 100:
-        return 0
-    if mag >= 10:
-        return 1
-    if mag >= 1:
-        return 2
-    return 3
-
-
 def _cell(stat: Mapping[str, Any], scale: float, places: int) -> str:
     """``mean ± std`` with ``places`` decimals, the mean alone below two seeds, "–" if unknown."""
     mean, std = stat["mean"], stat["std"]
@@ -377,7 +345,7 @@ def _units(rows: Sequence[Mapping[str, Any]], series: Sequence[_Series]) -> tupl
         jcts = [max(vals) for s in series if (vals := s.pooled("jct"))]
     spans = [m for row in rows if (m := row["metrics"]["makespan"]["mean"]) is not None]
     spans += [r.t[-1] for s in series for r in s.runs if r.t]
-    return _time_unit(max(jcts, default=0.0)), _time_unit(max(spans, default=0.0))
+    return render.time_unit(max(jcts, default=0.0)), render.time_unit(max(spans, default=0.0))
 
 
 # (header, metric, scale kind) where scale kind is "dur", "span", a number, or 1.
@@ -412,19 +380,6 @@ _CAPTIONS: dict[str, str] = {
                    "jobs right of the dashed line at FTF = 1 were treated unfairly.",
 }
 
-_CSS = """
-body { font-family: sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
-h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 1.5em; }
-table { border-collapse: collapse; font-size: 0.85em; }
-th, td { border: 1px solid #bbb; padding: 0.3em 0.5em; text-align: right; white-space: nowrap; }
-th { background: #eee; } td.label { text-align: left; font-weight: bold; }
-.swatch { display: inline-block; width: 0.8em; height: 0.8em; margin-right: 0.4em; vertical-align: middle; }
-figure { margin: 1.5em 0; } figure img { max-width: 100%; border: 1px solid #ddd; }
-figcaption { font-size: 0.9em; color: #444; max-width: 900px; }
-.note { font-size: 0.85em; color: #555; }
-"""
-
-
 def _render_html(title: str, rows: Sequence[Mapping[str, Any]], series: Sequence[_Series],
                  colours: Sequence[str], dur: tuple[str, float], span: tuple[str, float],
                  images: Mapping[str, bytes]) -> str:
@@ -432,16 +387,7 @@ def _render_html(title: str, rows: Sequence[Mapping[str, Any]], series: Sequence
     esc = html.escape
     units = {"dur": dur, "span": span}
     head = ["Policy", "Seeds"] + [h.format(dur=dur[0], span=span[0]) for h, _, _ in _COLUMNS]
-    lines = [
-        "<!DOCTYPE html>",
-        '<html lang="en">',
-        '<head><meta charset="utf-8">',
-        f"<title>{esc(title)}</title>",
-        f"<style>{_CSS}</style>",
-        "</head>",
-        "<body>",
-        f"<h1>{esc(title)}</h1>",
-    ]
+    lines: list[str] = []
     workloads = sorted({s.workload for s in series})
     clusters = sorted({s.gpus for s in series})
     costs = sorted({s.resize_cost for s in series})
@@ -454,7 +400,7 @@ def _render_html(title: str, rows: Sequence[Mapping[str, Any]], series: Sequence
               + "</tr></thead>", "<tbody>"]
     scales = [units[kind][1] if isinstance(kind, str) else kind for _, _, kind in _COLUMNS]
     places = [
-        _decimals([m / scale for row in rows if (m := row["metrics"][metric]["mean"]) is not None] or [0.0])
+        render.decimals([m / scale for row in rows if (m := row["metrics"][metric]["mean"]) is not None] or [0.0])
         for (_, metric, _), scale in zip(_COLUMNS, scales, strict=True)
     ]
     for row, colour in zip(rows, colours, strict=True):
@@ -470,17 +416,12 @@ def _render_html(title: str, rows: Sequence[Mapping[str, Any]], series: Sequence
         "</table>",
         f'<p class="note">Each cell is the mean ± sample standard deviation over the seeds of the row '
         f"(mean alone with one seed; – when no run knows the value). JCT, queue and execution times are "
-        f"in {esc(_UNIT_NAMES[dur[0]])}, makespan in {esc(_UNIT_NAMES[span[0]])}. Utilization is the "
+        f"in {esc(render.UNIT_NAMES[dur[0]])}, makespan in {esc(render.UNIT_NAMES[span[0]])}. Utilization is the "
         f"time-averaged share of busy GPUs; FTF is finish-time fairness (time in the shared cluster over "
         f"time with a fair 1/N share; &gt; 1 is unfair).</p>",
         "<h2>Plots</h2>",
     ]
-    for name, png in images.items():
-        data = base64.b64encode(png).decode("ascii")
-        lines.append(
-            f'<figure><a href="{esc(name)}"><img src="data:image/png;base64,{data}" alt="{esc(name)}"></a>'
-            f"<figcaption>{esc(_CAPTIONS[name])} (<a href=\"{esc(name)}\">{esc(name)}</a>)</figcaption></figure>"
-        )
+    lines += [render.html_figure(name, png, _CAPTIONS[name], link_in_caption=True) for name, png in images.items()]
     lines += [
         "<h2>Data</h2>",
         "<ul>",
@@ -488,34 +429,13 @@ def _render_html(title: str, rows: Sequence[Mapping[str, Any]], series: Sequence
         '<li><a href="jobs.csv">jobs.csv</a>: one row per job per run (times in seconds; empty cells are '
         "unknown values, e.g. the JCT of a dropped job).</li>",
         "</ul>",
-        "</body>",
-        "</html>",
-        "",
     ]
-    return "\n".join(lines)
+    return render.html_page(title, lines)
 
 
 # --------------------------------------------------------------------------------------------------
 # CSVs
 # --------------------------------------------------------------------------------------------------
-
-
-def _csv_value(value: Any) -> Any:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, Mapping | list | tuple):
-        return json.dumps(value, sort_keys=True)
-    return value
-
-
-def _write_csv(path: Path, columns: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> None:
-    with path.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(columns)
-        for row in rows:
-            writer.writerow([_csv_value(row.get(c)) for c in columns])
 
 
 def _run_columns(run: _Run) -> dict[str, Any]:
@@ -527,59 +447,19 @@ def _write_jobs_csv(path: Path, series: Sequence[_Series]) -> None:
     runs = [r for s in series for r in s.runs]
     extra = sorted({k for r in runs for j in r.jobs for k in j} - set(JOB_FIELDS) - set(_RUN_COLUMNS))
     rows = [{**j, **_run_columns(r)} for r in runs for j in r.jobs]
-    _write_csv(path, (*_RUN_COLUMNS, *JOB_FIELDS, *extra), rows)
+    render.write_csv(path, (*_RUN_COLUMNS, *JOB_FIELDS, *extra), rows)
 
 
 def _write_summary_csv(path: Path, series: Sequence[_Series]) -> None:
     runs = [r for s in series for r in s.runs]
     extra = sorted({k for r in runs for k in r.extra_metrics} - set(_RUN_COLUMNS))
     rows = [{**r.extra_metrics, **r.metrics, **_run_columns(r)} for r in runs]
-    _write_csv(path, (*_RUN_COLUMNS, *METRIC_KEYS, *extra), rows)
+    render.write_csv(path, (*_RUN_COLUMNS, *METRIC_KEYS, *extra), rows)
 
 
 # --------------------------------------------------------------------------------------------------
-# Plots (matplotlib imported lazily, drawn on an explicit Agg canvas)
+# Plots (drawn with render's helpers: lazy matplotlib, explicit Agg canvas)
 # --------------------------------------------------------------------------------------------------
-
-
-def _mpl_label(label: str) -> str:
-    """A legend/tick label matplotlib shows verbatim (no mathtext, not hidden by a leading ``_``)."""
-    label = label.replace("$", r"\$")
-    return " " + label if label.startswith("_") else label
-
-
-def _colours(n: int) -> list[str]:
-    from matplotlib import colormaps
-    from matplotlib.colors import to_hex
-
-    cmap = colormaps["tab10" if n <= 10 else "tab20"]
-    size = 10 if n <= 10 else 20
-    return [to_hex(cmap(i % size)) for i in range(n)]
-
-
-def _new_figure(ncols: int = 1, width: float = 8.0) -> tuple[Figure, list[Axes]]:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, 4.8), dpi=_DPI, layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(1, ncols, squeeze=False)
-    return fig, list(axes[0])
-
-
-def _save(fig: Figure, path: Path) -> bytes:
-    fig.savefig(path, format="png", metadata={"Software": None})
-    return path.read_bytes()
-
-
-def _no_data(ax: Axes, text: str) -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4")
-
-
-def _cdf(ax: Axes, values: Sequence[float], denominator: int, colour: str, label: str) -> None:
-    xs = sorted(values)
-    ys = [(k + 1) / denominator for k in range(len(xs))]
-    ax.step([xs[0], *xs], [0.0, *ys], where="post", color=colour, label=label, linewidth=1.8)
 
 
 def _log_if_spread(ax: Axes, values: Sequence[float]) -> bool:
@@ -591,31 +471,31 @@ def _log_if_spread(ax: Axes, values: Sequence[float]) -> bool:
 
 
 def _plot_jct_cdf(path: Path, series: Sequence[_Series], colours: Sequence[str], dur: tuple[str, float]) -> bytes:
-    fig, (ax,) = _new_figure()
+    fig, (ax,) = render.new_figure()
     pooled_all: list[float] = []
     for s, colour in zip(series, colours, strict=True):
         values = [v / dur[1] for v in s.pooled("jct")]
         if values and s.n_jobs:
-            _cdf(ax, values, s.n_jobs, colour, _mpl_label(s.label))
+            render.step_cdf(ax, values, s.n_jobs, colour, render.mpl_label(s.label))
             pooled_all += values
         else:
-            ax.plot([], [], color=colour, label=_mpl_label(s.label + " (no job completed)"))
+            ax.plot([], [], color=colour, label=render.mpl_label(s.label + " (no job completed)"))
     log = _log_if_spread(ax, pooled_all)
     if not pooled_all:
-        _no_data(ax, "no job completed in any run")
+        render.no_data(ax, "no job completed in any run")
     ax.set_xlabel(f"job completion time ({dur[0]}{', log scale' if log else ''})")
     ax.set_ylabel("fraction of submitted jobs")
     ax.set_ylim(0, 1.02)
     ax.set_title("Job completion time CDF (seeds pooled)")
     ax.grid(True, alpha=0.3)
     ax.legend(loc="lower right")
-    return _save(fig, path)
+    return render.save_png(fig, path)
 
 
 def _plot_queue_exec(path: Path, series: Sequence[_Series], colours: Sequence[str],
                      dur: tuple[str, float]) -> bytes:
-    fig, axes = _new_figure(ncols=2, width=max(9.0, 1.6 * len(series) + 4))
-    labels = [_mpl_label(s.label) for s in series]
+    fig, axes = render.new_figure(ncols=2, width=max(9.0, 1.6 * len(series) + 4))
+    labels = [render.mpl_label(s.label) for s in series]
     for ax, name, title in ((axes[0], "queue", "Queueing time"), (axes[1], "exec", "Execution time")):
         data = [[v / dur[1] for v in s.pooled(name)] for s in series]
         positions = [k + 1 for k, d in enumerate(data) if d]
@@ -626,19 +506,19 @@ def _plot_queue_exec(path: Path, series: Sequence[_Series], colours: Sequence[st
                 patch.set_facecolor(colours[p - 1])
                 patch.set_alpha(0.75)
         else:
-            _no_data(ax, "no values")
+            render.no_data(ax, "no values")
         ax.set_xticks(range(1, len(series) + 1), labels, rotation=20 if len(series) > 3 else 0,
                       ha="right" if len(series) > 3 else "center")
         ax.set_xlim(0.4, len(series) + 0.6)
         ax.set_ylabel(f"{title.lower()} ({dur[0]})")
         ax.set_title(f"{title} per policy (seeds pooled)")
         ax.grid(True, axis="y", alpha=0.3)
-    return _save(fig, path)
+    return render.save_png(fig, path)
 
 
 def _plot_timeline(path: Path, series: Sequence[_Series], colours: Sequence[str], span: tuple[str, float], *,
                    utilization: bool) -> bytes:
-    fig, (ax,) = _new_figure()
+    fig, (ax,) = render.new_figure()
     drawn = False
     for s, colour in zip(series, colours, strict=True):
         runs = [r for r in s.runs if r.t]
@@ -646,13 +526,14 @@ def _plot_timeline(path: Path, series: Sequence[_Series], colours: Sequence[str]
             t = [v / span[1] for v in run.t]
             y = [100.0 * b / run.gpus for b in run.busy_gpus] if utilization else run.completed
             solid = k == 0
+            label = render.mpl_label(s.label + (f" (seed {run.seed})" if len(runs) > 1 else "")) if solid else None
             ax.step(t, y, where="post", color=colour, linewidth=1.8 if solid else 0.9, alpha=1.0 if solid else 0.35,
-                    label=_mpl_label(s.label + (f" (seed {run.seed})" if len(runs) > 1 else "")) if solid else None)
+                    label=label)
             drawn = True
         if not runs:
-            ax.plot([], [], color=colour, label=_mpl_label(s.label + " (no timeline)"))
+            ax.plot([], [], color=colour, label=render.mpl_label(s.label + " (no timeline)"))
     if not drawn:
-        _no_data(ax, "no timeline recorded")
+        render.no_data(ax, "no timeline recorded")
     ax.set_xlabel(f"simulated time ({span[0]})")
     if utilization:
         ax.set_ylabel("GPU utilization (% of cluster GPUs busy)")
@@ -665,30 +546,30 @@ def _plot_timeline(path: Path, series: Sequence[_Series], colours: Sequence[str]
     ax.set_xlim(left=0)
     ax.grid(True, alpha=0.3)
     ax.legend(loc="lower right" if not utilization else "best")
-    return _save(fig, path)
+    return render.save_png(fig, path)
 
 
 def _plot_ftf_cdf(path: Path, series: Sequence[_Series], colours: Sequence[str]) -> bytes:
-    fig, (ax,) = _new_figure()
+    fig, (ax,) = render.new_figure()
     pooled_all: list[float] = []
     for s, colour in zip(series, colours, strict=True):
         values = s.pooled("ftf")
         if values:
-            _cdf(ax, values, len(values), colour, _mpl_label(s.label))
+            render.step_cdf(ax, values, len(values), colour, render.mpl_label(s.label))
             pooled_all += values
         else:
-            ax.plot([], [], color=colour, label=_mpl_label(s.label + " (no FTF known)"))
+            ax.plot([], [], color=colour, label=render.mpl_label(s.label + " (no FTF known)"))
     log = _log_if_spread(ax, [*pooled_all, 1.0])
     ax.axvline(1.0, color="0.3", linestyle="--", linewidth=1.2, label="FTF = 1 (fair share)")
     if not pooled_all:
-        _no_data(ax, "no job has a known FTF")
+        render.no_data(ax, "no job has a known FTF")
     ax.set_xlabel(f"finish-time fairness ρ (dimensionless{', log scale' if log else ''})")
     ax.set_ylabel("fraction of jobs with known FTF")
     ax.set_ylim(0, 1.02)
     ax.set_title("Finish-time fairness CDF (seeds pooled)")
     ax.grid(True, alpha=0.3)
     ax.legend(loc="lower right")
-    return _save(fig, path)
+    return render.save_png(fig, path)
 
 
 def write_report(results: Sequence[Mapping[str, Any]], out_dir: Path, *, title: str | None = None) -> list[Path]:
@@ -714,17 +595,15 @@ def write_report(results: Sequence[Mapping[str, Any]], out_dir: Path, *, title: 
     Raises:
         ReportInputError: ``results`` breaks the result schema (nothing is written then).
     """
-    from matplotlib import style
-
     series = _series(results)
     rows = _summary_rows(series)
     dur, span = _units(rows, series)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    colours = _colours(len(series))
+    colours = render.colours(len(series))
     paths = [out_dir / name for name in FILES]
     images: dict[str, bytes] = {}
-    with style.context(["default", {"font.size": 10, "axes.titlesize": 11, "legend.fontsize": 9}]):
+    with render.plot_style():
         images["jct_cdf.png"] = _plot_jct_cdf(paths[0], series, colours, dur)
         images["queue_exec_box.png"] = _plot_queue_exec(paths[1], series, colours, dur)
         images["completed_over_time.png"] = _plot_timeline(paths[2], series, colours, span, utilization=False)

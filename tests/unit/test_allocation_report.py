@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from slurm_elastic.contract import satellite_parent
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, JobState, NodeName, Placement
 from slurm_elastic.errors import ConfigError
@@ -20,16 +21,15 @@ from slurm_elastic.reports.allocation import (
     allocation_tables,
     group_jobs,
     job_scaling,
-    satellite_parent,
     write_csv,
     write_html,
     write_json,
 )
 from slurm_elastic.sim.runner import PolicySpec
 from slurm_elastic.sim.workload import load_trace
-from slurm_elastic.slurm.parse import AccountingRecord, parse_sacct
+from slurm_elastic.slurm.records import AccountingRecord, parse_sacct
 from slurm_elastic.slurm.satellites import mark_argv
-from slurm_elastic.store import JournalEntry
+from slurm_elastic.store import JournalEntry, ProgressRow
 from slurm_elastic.whatif import (
     TRACE_COLUMNS,
     history_rows,
@@ -206,14 +206,14 @@ def test_journal_resizes_and_cost() -> None:
     assert rows_by(allocation_tables(synthetic()), "resizes", "job_id")["11"]["resizes_journaled"] is None
 
 
-def row(t: float, kind: str, gpus: int, throughput: float | None = None,
-        pause_s: float | None = None) -> dict[str, Any]:
+def row(t: float, kind: str, world: int, throughput: float | None = None,
+        pause_s: float | None = None) -> ProgressRow:
     """A progress row as :meth:`Store.progress_of` returns it."""
-    return {"t": t, "samples": 0, "gpus": gpus, "global_batch": 32 * gpus, "throughput": throughput, "loss": None,
-            "metric": None, "kind": kind, "pause_s": pause_s, "epoch_size": 1000}
+    return ProgressRow(t=t, kind=kind, samples=0, world=world, global_batch=32 * world, throughput=throughput,
+                       pause_s=pause_s, epoch_size=1000)
 
 
-def progress() -> dict[str, list[dict[str, Any]]]:
+def progress() -> dict[str, list[ProgressRow]]:
     """Hand-computed launcher reports (throughput in samples/s, windows = time since the previous row)."""
     return {
         # job 11: X(2) = (200 x 100 + 230 x 200) / 300 = 220 over 300 s; X(4) = 352 over 100 s (the resize row's

@@ -1,9 +1,10 @@
-"""Unit tests of the simulation report renderer (tables, CSVs, PNGs, HTML, input checks)."""
+"""Unit tests of the simulation report renderer (tables, CSVs, PNGs, HTML, input checks) and the shared rendering."""
 
 from __future__ import annotations
 
 import copy
 import csv
+import html
 import re
 import statistics
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from slurm_elastic.errors import ElasticError
+from slurm_elastic.reports import render
 from slurm_elastic.reports.simulation import FILES, ReportInputError, summary_table, write_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -51,7 +53,7 @@ def _run(policy: str, seed: int, metrics: dict[str, float | None], jobs: list[di
 
 
 def _results() -> list[dict[str, Any]]:
-    tl = {"t": [0.0, 60.0, 600.0, 3600.0], "busy_gpus": [0, 8, 4, 0], "completed": [0, 0, 1, 3]}
+    tl: dict[str, list[float]] = {"t": [0.0, 60.0, 600.0, 3600.0], "busy_gpus": [0, 8, 4, 0], "completed": [0, 0, 1, 3]}
     a_jobs = [_job("1", 0, 10, 50, 0.9), _job("2", 5, 100, 900, 1.2), _job("3", 9, 600, 3000, 2.0)]
     b_jobs = [_job("1", 0, 5, 45, 0.8), _job("2", 5, 60, 700, 1.1, resizes=3)]
     return [
@@ -166,3 +168,19 @@ def test_empty_and_duplicate_runs_rejected() -> None:
     results.append(copy.deepcopy(results[0]))
     with pytest.raises(ReportInputError, match="run 4: key 'seed' repeats run 0"):
         summary_table(results)
+
+
+def test_shared_rendering_helpers(tmp_path: Path) -> None:
+    assert [render.time_unit(s)[0] for s in (119, 120, 7199, 7200)] == ["s", "min", "min", "h"]
+    assert [render.decimals(v) for v in ([1.0, 2.0], [150.5], [12.5], [1.5], [0.25])] == [0, 0, 1, 2, 3]
+    assert render.format_value([2_000, 1.25, None, True], 1) == "2,000 / 1.2 / – / yes"
+    assert render.mpl_label("_a$b") == " _a\\$b"
+    render.write_csv(tmp_path / "t.csv", ("a", "b", "c"), [{"a": None, "b": False, "c": [1, 2], "extra": 9}])
+    assert (tmp_path / "t.csv").read_text().splitlines() == ["a,b,c", ',false,"[1, 2]"']
+    table = "".join(render.html_table([{"name": EVIL, "h": 7200, "f": 0.25}], ("name", "h", "f"), {"h": 3600.0}))
+    assert '<tr><td class="label">&lt;b&gt;ones&lt;/b&gt;</td><td>2</td><td>0.250</td></tr>' in table
+    figure = render.html_figure("a&b.png", PNG_MAGIC, EVIL, link_in_caption=True)
+    assert 'href="a&amp;b.png"' in figure and "&lt;b&gt;ones&lt;/b&gt; (<a " in figure
+    page = render.html_page(EVIL, [figure])
+    assert page.startswith("<!DOCTYPE html>") and page.endswith("</body>\n</html>\n")
+    assert f"<title>{html.escape(EVIL)}</title>" in page and EVIL not in page

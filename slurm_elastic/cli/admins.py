@@ -1,0 +1,104 @@
+"""The site admins' subcommands: ``daemon``, ``check-config``, ``install-plugin``, ``what-if``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import TYPE_CHECKING
+
+from slurm_elastic import __version__
+
+if TYPE_CHECKING:
+    pass
+
+from slurm_elastic.cli.common import policy_specs, site_guards, view, window
+
+log = logging.getLogger(__name__)
+
+
+def cmd_daemon(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from slurm_elastic.config import load
+    from slurm_elastic.daemon import install_signal_handlers
+    from slurm_elastic.store import Store
+
+    cfg = load(args.config)
+    if args.dry_run:
+        cfg = replace(cfg, daemon=replace(cfg.daemon, dry_run=True))
+    if args.verbose == 0:
+        logging.getLogger().setLevel(logging.INFO)
+    import time
+
+    from slurm_elastic.slurm.actions import reconcile
+    from slurm_elastic.wiring import slurm_daemon
+
+    store = Store(cfg.daemon.store)
+    cluster = view(cfg, store)
+    if not cfg.daemon.dry_run:
+        for line in reconcile(store, cluster.observe(), time.time):
+            log.info("reconciled: %s", line)
+    daemon = slurm_daemon(cfg, cluster, store)
+    install_signal_handlers(daemon)
+    if cfg.daemon.metrics_address:
+        from slurm_elastic.metrics import serve
+
+        serve(daemon.metrics, cfg.daemon.metrics_address)
+    log.info("slurm-elastic %s: policy %s, partitions %s, %s, store %s", __version__, cfg.daemon.policy,
+             ",".join(cfg.daemon.partitions) or "all", "shadow mode" if cfg.daemon.dry_run else "acting",
+             cfg.daemon.store)
+    daemon.run(max_rounds=1 if args.once else None)
+    return 0
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from slurm_elastic.config import load
+
+    cfg = load(args.file)
+    print(json.dumps({"daemon": asdict(cfg.daemon), "policy_params": cfg.policy_params}, indent=2, default=str))
+    return 0
+
+
+def cmd_install_plugin(args: argparse.Namespace) -> int:
+    from slurm_elastic.spank.build import JOB_SUBMIT_LUA, build_plugin, install_lines, plugstack_line
+
+    plugin = build_plugin(args.out)
+    line = plugstack_line(plugin)
+    print(f"# plugstack.conf:\n{line}")
+    print("# slurm.conf:\n" + "\n".join(install_lines()))
+    if args.write:
+        from slurm_elastic.spank.build import write_plugstack
+
+        lua = write_plugstack(args.write, line)
+        print(f"wrote {args.write} and {lua} (copy of {JOB_SUBMIT_LUA})", file=sys.stderr)
+    return 0
+
+
+def cmd_what_if(args: argparse.Namespace) -> int:
+    from slurm_elastic.sim.runner import parse_seeds
+    from slurm_elastic.whatif import read_accounting, skipped_jobs, what_if
+
+    seeds = parse_seeds(args.seeds)
+    pols = policy_specs(args.policy, args.param)
+    guards = site_guards(args)
+    since, until = window(args)
+    records = read_accounting(since, until, account=args.account)
+    results = what_if(records, pols, seeds, args.gpus, args.gpus_per_node, elastic_range=args.elastic_range,
+                      resize_cost=args.resize_cost, guards=guards)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=1, default=float))
+    if args.report:
+        from slurm_elastic.reports.simulation import write_report
+
+        write_report(results, args.report, title=f"What-if: history {since:%Y-%m-%d %H:%M} – {until:%Y-%m-%d %H:%M} "
+                                                 f"on {args.gpus} GPUs")
+    skipped = skipped_jobs(records)
+    summary = {"replayed_jobs": results[0]["metrics"]["jobs"], "skipped_jobs_without_gpus": len(skipped),
+               "runs": [{"policy": r["policy"], "seed": r["seed"], **r["metrics"]} for r in results]}
+    print(json.dumps(summary, indent=2, default=float))
+    return 0

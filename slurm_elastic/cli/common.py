@@ -1,0 +1,63 @@
+"""Helpers the subcommands of several audiences share: the site guards of a simulated policy, a report window,
+the cluster view."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import TYPE_CHECKING, Any
+
+from slurm_elastic.errors import ConfigError
+
+if TYPE_CHECKING:
+    from slurm_elastic.core.guards import Guards
+
+
+log = logging.getLogger(__name__)
+
+
+def site_guards(args: argparse.Namespace) -> Guards | None:
+    """The guards of ``--config`` (or the shipped defaults); ``None`` with ``--no-guards``."""
+    from slurm_elastic import policies
+
+    if args.no_guards:
+        return None
+    if args.config is None:
+        return policies.DEFAULT_GUARDS
+    from slurm_elastic.config import load
+
+    return load(args.config).guards
+
+
+def window(args: argparse.Namespace) -> tuple[Any, Any]:
+    from datetime import datetime
+
+    from slurm_elastic.whatif import parse_when
+
+    now = datetime.now()
+    return parse_when(args.since, flag="--since", now=now), parse_when(args.until, flag="--until", now=now)
+
+
+def view(cfg: Any, store: Any = None) -> Any:
+    import time
+
+    from slurm_elastic.slurm.pyslurm_backend import choose_source
+    from slurm_elastic.wiring import cluster_view
+
+    return cluster_view(cfg, choose_source(), store, clock=time.time)
+
+
+def policy_specs(names: str, params: list[tuple[str, Any]]) -> list[Any]:
+    """``--policy a,b`` and ``--param POLICY.KEY=VALUE`` as the simulator's policy specs."""
+    from slurm_elastic.sim.runner import PolicySpec
+
+    pols = [n.strip() for n in names.split(",") if n.strip()]
+    if not pols:
+        raise ConfigError(f"--policy {names!r}: names no policy")
+    per: dict[str, dict[str, Any]] = {p: {} for p in pols}
+    for key, value in params:
+        pol, dot, name = key.partition(".")
+        if not dot or pol not in per:
+            raise ConfigError(f"--param {key}: must be POLICY.KEY=VALUE with POLICY one of {', '.join(pols)}")
+        per[pol][name] = value
+    return [PolicySpec(p, per[p]) for p in pols]

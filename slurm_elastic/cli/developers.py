@@ -1,0 +1,227 @@
+"""The developers' subcommands: ``plan``, ``simulate``, ``reproduce``, ``profiles``, ``bench``,
+``train-drl``, ``demo``, ``devcluster``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from slurm_elastic.errors import ConfigError
+
+if TYPE_CHECKING:
+    pass
+
+from slurm_elastic.cli.common import policy_specs, site_guards
+
+log = logging.getLogger(__name__)
+
+
+class ProgressBar:
+    """A one-line progress bar on stderr (only when stderr is a terminal, unless forced)."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total, self.done, self.enabled = total, 0, enabled
+
+    def step(self, text: str) -> None:
+        if not self.enabled:
+            return
+        self.done += 1
+        width = 30
+        fill = int(width * self.done / max(1, self.total))
+        print(f"\r[{'#' * fill}{'.' * (width - fill)}] {self.done}/{self.total} {text[:60]:<60}",
+              end="" if self.done < self.total else "\n", file=sys.stderr, flush=True)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from slurm_elastic import policies
+    from slurm_elastic.core.constraints import placement_score, validate_plan
+    from slurm_elastic.testing import random_snapshot
+
+    if args.list_policies:
+        print("\n".join(policies.available()))
+        return 0
+    if args.jobs < 0:
+        raise ConfigError(f"--jobs {args.jobs}: must be >= 0")
+    nodes = -(-args.gpus // args.gpus_per_node)
+    snap = random_snapshot(np.random.default_rng(args.seed), nodes, args.gpus_per_node, args.jobs)
+    planner = policies.create(args.policy, **dict(args.param))
+    memo: Any = None
+    rng = np.random.default_rng(args.seed)
+    for _ in range(args.rounds):
+        res = planner.plan(snap, memo, rng)
+        memo = res.memo
+    plan = res.plan
+    validate_plan(snap, plan)
+    jobs = {j.job_id: j for j in snap.jobs}
+    if args.json:
+        out = {
+            "policy": plan.policy,
+            "score": plan.score,
+            "notes": list(plan.notes),
+            "placement_score": placement_score(plan, args.gpus_per_node),
+            "jobs": [
+                {"job_id": p.job_id, "model": jobs[p.job_id].model, "gpus_now": jobs[p.job_id].num_gpus,
+                 "gpus": p.num_gpus, "nodes": [n for n, _ in p.placement.slots], "global_batch": p.global_batch,
+                 "local_batch": p.local_batch, "accumulation": p.accumulation, "lr": p.lr}
+                for p in plan.jobs
+            ],
+            "waiting": [{"job_id": u.job_id, "reason": u.reason, "dropped": u.dropped} for u in plan.unplaced],
+        }
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"policy {plan.policy}: {len(plan.jobs)} running, {len(plan.unplaced)} waiting, "
+          f"{sum(p.num_gpus for p in plan.jobs)}/{len(snap.schedulable_gpus())} GPUs, score {plan.score}")
+    for note in plan.notes:
+        print(f"note: {note}")
+    print(f"{'JOBID':>6} {'MODEL':<12} {'GPUS':>9} {'NODES':>5} {'BATCH':>7} {'LOCAL':>6} {'ACC':>3} {'LR':>8}")
+    for p in plan.jobs:
+        j = jobs[p.job_id]
+        print(f"{p.job_id:>6} {j.model:<12} {j.num_gpus:>4}->{p.num_gpus:<4} {p.placement.num_nodes:>5} "
+              f"{p.global_batch:>7} {p.local_batch:>6} {p.accumulation:>3} {p.lr:>8.4g}")
+    for u in plan.unplaced:
+        print(f"{u.job_id:>6} {jobs[u.job_id].model:<12} {'waiting' if not u.dropped else 'dropped':>9}  {u.reason}")
+    return 0
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from slurm_elastic.sim.runner import parse_seeds, run_comparison
+
+    seeds = parse_seeds(args.seeds)
+    pols = policy_specs(args.policy, args.param)
+    guards = site_guards(args)
+    gpus = args.gpus or (40 if (args.workload or "").startswith("ibm-") else 64)
+    bar = ProgressBar(len(seeds) * len(pols), enabled=not args.quiet and sys.stderr.isatty())
+    results = run_comparison(pols, seeds, workload=args.workload, trace=args.trace, gpus=gpus,
+                             gpus_per_node=args.gpus_per_node, resize_cost=args.resize_cost,
+                             round_gap=args.round_gap, progress=bar.step, guards=guards)
+    summary = [{"policy": r["policy"], "seed": r["seed"], **r["metrics"]} for r in results]
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=1, default=float))
+    if args.report:
+        from slurm_elastic.reports.simulation import write_report
+
+        write_report(results, args.report, title=f"{results[0]['workload']} on {gpus} GPUs")
+    print(json.dumps(summary, indent=2, default=float))
+    return 0
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from slurm_elastic.reports.simulation import write_report
+    from slurm_elastic.sim.runner import parse_seeds, reproduce
+
+    seeds = parse_seeds(args.seeds)
+    bar = ProgressBar(0, enabled=not args.quiet and sys.stderr.isatty())
+
+    def progress(text: str) -> None:
+        if bar.enabled:
+            print(f"\r{text[:100]:<100}", end="", file=sys.stderr, flush=True)
+
+    table, results = reproduce(seeds, quick=args.quick, progress=progress)
+    if bar.enabled:
+        print(file=sys.stderr)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "reproduce.md").write_text(table)
+    (args.out / "results.json").write_text(json.dumps(results, indent=1, default=float))
+    ones = [r for r in results if r["workload"] == "ones-longhorn"]
+    write_report(ones, args.out / "ones-longhorn", title="ones-longhorn: ONES vs baselines")
+    for gpus in sorted({r["gpus"] for r in results if r["workload"] == "ibm-categories"}):
+        ibm = [r for r in results if r["workload"] == "ibm-categories" and r["gpus"] == gpus]
+        write_report(ibm, args.out / f"ibm-categories-{gpus}", title=f"ibm-categories on {gpus} GPUs")
+    print(table)
+    return 0
+
+
+def cmd_profiles(args: argparse.Namespace) -> int:
+    from slurm_elastic_predictor.profiles import PROFILE_NAMES, load_profile_rows, v100_longhorn
+    from slurm_elastic_predictor.throughput import fit_error, fit_profile
+
+    rows: list[dict[str, Any]] = []
+    for name in PROFILE_NAMES:
+        single, multi = load_profile_rows(name)
+        model = fit_profile(name, single, multi)
+        err = fit_error(model, multi)
+        v100 = v100_longhorn(model)
+        rows.append({
+            "profile": name, "points": int(err["n"]), "median_ape": err["median_ape"], "p90_ape": err["p90_ape"],
+            "max_ape": err["max_ape"], "max_local_batch": model.max_local_batch,
+            "t4_samples_per_s_4gpu": float(model.throughput(4 * min(128, model.max_local_batch), 4)),
+            "v100_samples_per_s_4gpu": float(v100.throughput(4 * min(128, v100.max_local_batch), 4)),
+        })
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'profile':<12} {'points':>6} {'median':>7} {'p90':>7} {'max':>7}  (absolute % error of step time)")
+    for r in rows:
+        print(f"{r['profile']:<12} {r['points']:>6} {100 * r['median_ape']:>6.1f}% {100 * r['p90_ape']:>6.1f}% "
+              f"{100 * r['max_ape']:>6.1f}%")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from slurm_elastic.bench import bench_planner, bench_reaction, bench_simulate
+
+    if args.bench == "resize":
+        try:
+            from slurm_elastic_launcher.bench import bench_resize
+        except ImportError as exc:
+            raise ConfigError(
+                f"bench resize needs the launcher extra: pip install 'slurm-elastic[launcher]' ({exc})"
+            ) from exc
+        print(json.dumps(bench_resize(model=args.model, from_=args.from_, to=args.to, repeat=args.repeat), indent=2))
+        return 0
+    if args.bench == "reaction":
+        print(json.dumps(bench_reaction(root=args.root, repeat=args.repeat), indent=2))
+        return 0
+    if args.bench == "simulate":
+        out = bench_simulate(jobs=args.jobs, gpus=args.gpus, policy=args.policy, seed=args.seed,
+                             round_gap=args.round_gap)
+        print(json.dumps(out, indent=2))
+        return 0
+    result = bench_planner(gpus=args.gpus, gpus_per_node=args.gpus_per_node, jobs=args.jobs,
+                           policy=args.policy, repeat=args.repeat, seed=args.seed, params=dict(args.param))
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def cmd_train_drl(args: argparse.Namespace) -> int:
+    from slurm_elastic.drl.command import run
+
+    return run(args)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from slurm_elastic.demo import run_demo
+
+    logging.getLogger().setLevel(logging.INFO)
+    logging.getLogger("slurm_elastic.daemon").setLevel(logging.WARNING)  # the demo narrates; no round lines
+    summary = run_demo(args.out, nodes=args.nodes, gpus_per_node=args.gpus_per_node, policy=args.policy,
+                       timeout_s=args.timeout, keep=args.keep, say=lambda line: print(line, flush=True))
+    inexact = [j["job_id"] for j in summary["jobs"] if not j["exact"]]
+    unfinished = [f"{j['job_id']} {j['state']}" for j in summary["jobs"] if j["state"] != "COMPLETED"]
+    print("every job trained each sample of each epoch exactly once" if not inexact else
+          f"NOT the exact sample count for jobs {', '.join(inexact)}: see summary.json", flush=True)
+    if unfinished:
+        print(f"NOT every job ended COMPLETED: {', '.join(unfinished)} (the job's output is in the jobs folder)",
+              flush=True)
+    return 0 if not inexact and not unfinished else 1
+
+
+def cmd_devcluster(args: argparse.Namespace) -> int:
+    from slurm_elastic.dev import devcluster
+
+    if args.devcluster == "up":
+        info = devcluster.up(nodes=args.nodes, gpus_per_node=args.gpus_per_node, root=args.root)
+        print(json.dumps(info, indent=2))
+        print(f"dev cluster up in {info['seconds']} s; use it with: export SLURM_CONF={info['slurm_conf']}",
+              file=sys.stderr)
+    elif args.devcluster == "down":
+        print(json.dumps(devcluster.down(args.root), indent=2))
+    else:
+        print(json.dumps(devcluster.status(args.root), indent=2))
+    return 0

@@ -1,0 +1,209 @@
+"""The ``slurm-elastic`` argument parser: every subcommand, option, default and unit, grouped by who uses it."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from slurm_elastic import __version__
+from slurm_elastic.argtypes import int_at_least, param
+
+if TYPE_CHECKING:
+    pass
+
+
+log = logging.getLogger(__name__)
+_positive_int = int_at_least(1)
+_param = param
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="slurm-elastic", description="Elastic deep-learning scheduling for Slurm.")
+    p.add_argument("--version", action="version", version=f"slurm-elastic {__version__}")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    plan = sub.add_parser("plan", help="plan a demo cluster with a policy and print the plan")
+    plan.add_argument("--policy", default="ones", help="planner name (see --list-policies)")
+    plan.add_argument("--gpus", type=_positive_int, default=64, help="GPUs in the demo cluster (default 64)")
+    plan.add_argument("--gpus-per-node", type=_positive_int, default=4, help="GPUs per node (default 4)")
+    plan.add_argument("--jobs", type=int, default=24, help="jobs in the demo cluster (default 24)")
+    plan.add_argument("--seed", type=int, default=1, help="seed of the demo cluster and the planner")
+    plan.add_argument("--rounds", type=_positive_int, default=1, help="plan this many times, carrying the memo")
+    plan.add_argument("--param", type=_param, action="append", default=[], metavar="KEY=VALUE",
+                      help="planner parameter, e.g. generations=20 (repeatable)")
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+    plan.add_argument("--list-policies", action="store_true", help="list the policies and exit")
+
+    sim = sub.add_parser("simulate", help="replay a workload or trace under policies (the same planners as the daemon)",
+                         description="Replay a built-in workload or a trace under policies on a virtual cluster. "
+                         "Each policy runs inside site guards, as the daemon runs it: those of --config FILE, "
+                         "else the shipped default guards (protect_rigid only); --no-guards runs the bare "
+                         "policies (as reproduce does).")
+    src = sim.add_mutually_exclusive_group(required=True)
+    src.add_argument("--workload", help="built-in workload: " + ", ".join(workloads()))
+    src.add_argument("--trace", type=Path, help="trace CSV (job_id, submit_time, num_gpus, duration, ...)")
+    sim.add_argument("--gpus", type=_positive_int, default=None, help="cluster GPUs (default: 64, or 40 for ibm-*)")
+    sim.add_argument("--gpus-per-node", type=_positive_int, default=4)
+    sim.add_argument("--policy", default="ones,tiresias,optimus", help="comma-separated policies")
+    sim.add_argument("--seeds", default="1", help="seeds, e.g. 1-5 (workload generation and planner)")
+    sim.add_argument("--resize-cost", default="in-place", help="in-place, checkpoint or seconds")
+    sim.add_argument("--round-gap", type=float, default=30.0, help="least seconds between rounds (default 30)")
+    sim.add_argument("--param", type=_param, action="append", default=[], metavar="POLICY.KEY=VALUE",
+                     help="planner parameter for one policy, e.g. ones.generations=20 (repeatable)")
+    sim.add_argument("--json", type=Path, metavar="OUT", help="write all results as JSON here")
+    sim.add_argument("--report", type=Path, metavar="DIR", help="write the HTML/PNG/CSV report here")
+    sim.add_argument("--quiet", action="store_true", help="no progress bar")
+    _guard_options(sim)
+
+    rep = sub.add_parser("reproduce", help="the seed papers' comparisons as a markdown table (no site guards)",
+                         description="The seed papers' comparisons as a markdown table and reports. Every policy "
+                         "runs bare, without site guards: the papers' schedulers had none.")
+    rep.add_argument("--seeds", default="1-5")
+    rep.add_argument("--out", type=Path, default=Path("reproduce"), help="output folder (default ./reproduce)")
+    rep.add_argument("--quick", action="store_true", help="one seed, 40 GPUs only (a smoke run)")
+    rep.add_argument("--quiet", action="store_true")
+
+    prof = sub.add_parser("profiles", help="fit the throughput model on the shipped profiles and report its error")
+    prof.add_argument("--json", action="store_true", help="print JSON")
+
+    bench = sub.add_parser("bench", help="benchmarks printing JSON")
+    bsub = bench.add_subparsers(dest="bench", required=True, metavar="BENCHMARK")
+    bp = bsub.add_parser("planner", help="planning latency of one policy on a synthetic cluster")
+    bp.add_argument("--gpus", type=_positive_int, default=4096)
+    bp.add_argument("--gpus-per-node", type=_positive_int, default=4)
+    bp.add_argument("--jobs", type=int, default=1000)
+    bp.add_argument("--policy", default="dp")
+    bp.add_argument("--repeat", type=_positive_int, default=20)
+    bp.add_argument("--seed", type=int, default=0)
+    bp.add_argument("--param", type=_param, action="append", default=[], metavar="KEY=VALUE",
+                    help="planner parameter, e.g. generations=1 (repeatable)")
+    bp.add_argument("--json", action="store_true", help="print JSON (the default; kept for symmetry)")
+    bz = bsub.add_parser("resize", help="pause of an in-place resize vs checkpoint-restart (the launcher)")
+    bz.add_argument("--model", choices=("resnet18", "cnn"), default="resnet18")
+    bz.add_argument("--from", dest="from_", type=_positive_int, default=2)
+    bz.add_argument("--to", type=_positive_int, default=4)
+    bz.add_argument("--repeat", type=_positive_int, default=1, help="fresh jobs to measure (medians are printed)")
+    bz.add_argument("--json", action="store_true", help="print JSON (the default)")
+    br = bsub.add_parser("reaction", help="submit -> planned and -> running latency of the acting daemon "
+                         "on a running dev cluster")
+    br.add_argument("--root", type=Path, default=Path("/tmp/slurm-elastic-dev"), help="the dev cluster's root")
+    br.add_argument("--repeat", type=_positive_int, default=5)
+    br.add_argument("--json", action="store_true", help="print JSON (the default)")
+    bs = bsub.add_parser("simulate", help="wall time of a simulation of a Philly-like trace")
+    bs.add_argument("--jobs", type=_positive_int, default=10_000)
+    bs.add_argument("--gpus", type=_positive_int, default=1024)
+    bs.add_argument("--policy", default="dp")
+    bs.add_argument("--seed", type=int, default=1)
+    bs.add_argument("--round-gap", type=float, default=30.0)
+    bs.add_argument("--json", action="store_true", help="print JSON (the default)")
+
+    dev = sub.add_parser("devcluster", help="bring a real local Slurm dev cluster up or down (root only)")
+    dsub = dev.add_subparsers(dest="devcluster", required=True, metavar="ACTION")
+    for action, text in (("up", "start the dev cluster and wait until its nodes are idle"),
+                         ("down", "stop the dev cluster and remove its namespaces, bridge, route, hosts lines"),
+                         ("status", "print the dev cluster's daemons and node states as JSON")):
+        da = dsub.add_parser(action, help=text)
+        da.add_argument("--root", type=Path, default=Path("/tmp/slurm-elastic-dev"),
+                        help="folder owning the cluster's files (default /tmp/slurm-elastic-dev)")
+        if action == "up":
+            da.add_argument("--nodes", type=_positive_int, default=4, help="nodes (default 4)")
+            da.add_argument("--gpus-per-node", type=_positive_int, default=4, help="fake GPUs per node (default 4)")
+
+    dm = sub.add_parser("daemon", help="run the daemon beside slurmctld")
+    dm.add_argument("--config", type=Path, default=Path("/etc/slurm/elastic.toml"))
+    dm.add_argument("--dry-run", action="store_true", help="shadow mode: plan and log, never act")
+    dm.add_argument("--once", action="store_true", help="run one round and exit")
+
+    st = sub.add_parser("status", help="elastic jobs: GPUs now and planned, batch, state")
+    st.add_argument("--config", type=Path, default=Path("/etc/slurm/elastic.toml"))
+    st.add_argument("--json", action="store_true")
+
+    sb = sub.add_parser("submit", help="render an sbatch template for an elastic job and submit it")
+    sb.add_argument("--template", default="pytorch", help="sbatch_templates/<name>.sbatch.j2 (default pytorch)")
+    sb.add_argument("--elastic", required=True, metavar="MIN:MAX", help="GPU range")
+    sb.add_argument("--batch", default="", metavar="MIN:MAX", help="global batch range")
+    sb.add_argument("--mode", default="exo", choices=("exo", "endo"))
+    sb.add_argument("--gpus-per-node", type=_positive_int, default=4)
+    sb.add_argument("--local-batch", type=_positive_int, default=32)
+    sb.add_argument("--epochs", type=_positive_int, default=1)
+    sb.add_argument("--job-name", default="elastic")
+    sb.add_argument("--time", default="")
+    sb.add_argument("--account", default="")
+    sb.add_argument("--partition", default="")
+    sb.add_argument("--output", default="slurm-%j.out")
+    sb.add_argument("--dry-run", action="store_true", help="print the script instead of submitting it")
+    sb.add_argument("train_command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
+                    help="the training command and its arguments")
+
+    from slurm_elastic.drl import command as drl_command
+
+    td = sub.add_parser("train-drl", help="train the drl (DL2) policy in the simulator and write its model file")
+    drl_command.add_arguments(td)
+
+    dm = sub.add_parser("demo", help="end to end on a real local Slurm cluster: daemon, elastic jobs resized "
+                        "in place while they train, allocation report (root; a few minutes)")
+    dm.add_argument("--out", type=Path, default=Path("out/demo"), help="folder for logs, store and report")
+    dm.add_argument("--policy", default="efq", help="planner (default efq: fair sharing makes resizes visible)")
+    dm.add_argument("--nodes", type=_positive_int, default=3)
+    dm.add_argument("--gpus-per-node", type=_positive_int, default=2)
+    dm.add_argument("--timeout", type=float, default=600.0, help="seconds before the demo gives up waiting")
+    dm.add_argument("--keep", action="store_true", help="leave the dev cluster running afterwards")
+
+    cc = sub.add_parser("check-config", help="validate an elastic.toml; prints the effective settings")
+    cc.add_argument("file", type=Path)
+
+    ar = sub.add_parser("report", help="GPU allocation report from sacct: by account/user/partition, utilization")
+    ar.add_argument("--since", required=True, metavar="DATE", help="YYYY-MM-DD[THH:MM[:SS]], today, now-7d ...")
+    ar.add_argument("--until", default="now", metavar="DATE", help="end of the window (default now)")
+    ar.add_argument("--account", help="only this Slurm account (sacct -A)")
+    ar.add_argument("--format", choices=("html", "csv", "json"), default="html", help="output format (default html)")
+    ar.add_argument("--out", type=Path, required=True, metavar="DIR", help="report folder")
+    ar.add_argument("--store", type=Path, metavar="FILE",
+                    help="the daemon's state database (journaled resizes, launcher reports, satellites)")
+
+    wi = sub.add_parser("what-if", help="replay a window of the cluster's history under policies (simulated)",
+                        description="Replay a window of the cluster's history (sacct) under policies on a virtual "
+                        "cluster. Each policy runs inside site guards, as the daemon runs it: those of "
+                        "--config FILE, else the shipped default guards (protect_rigid only); --no-guards runs "
+                        "the bare policies.")
+    wi.add_argument("--since", required=True, metavar="DATE", help="YYYY-MM-DD[THH:MM[:SS]], today, now-7d ...")
+    wi.add_argument("--until", default="now", metavar="DATE", help="end of the window (default now)")
+    wi.add_argument("--account", help="only this Slurm account (sacct -A)")
+    wi.add_argument("--policy", required=True, help="comma-separated policies")
+    wi.add_argument("--gpus", type=_positive_int, required=True, help="GPUs of the virtual cluster")
+    wi.add_argument("--gpus-per-node", type=_positive_int, default=4)
+    wi.add_argument("--seeds", default="1", help="planner seeds, e.g. 1-3")
+    wi.add_argument("--elastic-range", type=float, default=4.0,
+                    help="a job without an elastic contract may use 1..GPUs x this (default 4)")
+    wi.add_argument("--resize-cost", default="in-place", help="in-place, checkpoint or seconds")
+    wi.add_argument("--param", type=_param, action="append", default=[], metavar="POLICY.KEY=VALUE",
+                    help="planner parameter for one policy (repeatable)")
+    wi.add_argument("--json", type=Path, metavar="OUT", help="write all results as JSON here")
+    wi.add_argument("--report", type=Path, metavar="DIR", help="write the HTML/PNG/CSV simulation report here")
+    _guard_options(wi)
+
+    ip = sub.add_parser("install-plugin", help="build the --elastic SPANK plugin; print (or write) its config lines")
+    ip.add_argument("--out", type=Path, default=Path("build/spank"), help="folder for slurm_elastic.so")
+    ip.add_argument("--write", type=Path, metavar="PLUGSTACK_FILE",
+                    help="add the plugstack line to this file and copy job_submit.lua next to it")
+    return p
+
+
+def _guard_options(p: argparse.ArgumentParser) -> None:
+    """``--config FILE`` | ``--no-guards``: the site guards a simulated policy runs inside."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--config", type=Path, metavar="FILE",
+                   help="site configuration (the daemon's elastic.toml): every policy runs inside its [guards] "
+                   "table, the rest of the file is only validated (default: the shipped default guards, i.e. "
+                   "protect_rigid only)")
+    g.add_argument("--no-guards", action="store_true",
+                   help="plan without site guards (the bare policies)")
+
+
+def workloads() -> tuple[str, ...]:
+    from slurm_elastic.sim.workload import BUILTIN
+
+    return BUILTIN

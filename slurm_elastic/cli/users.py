@@ -1,0 +1,64 @@
+"""The users' subcommands: ``submit`` an elastic job, ``status`` of the elastic jobs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from slurm_elastic.errors import ConfigError
+
+if TYPE_CHECKING:
+    pass
+
+from slurm_elastic.cli.common import view
+
+log = logging.getLogger(__name__)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from slurm_elastic.config import load
+    from slurm_elastic.store import Store
+
+    cfg = load(args.config)
+    snap = view(cfg).observe()
+    planned: dict[str, Any] = {}
+    if cfg.daemon.store.exists():
+        rounds = Store(cfg.daemon.store).rounds()
+        if rounds:
+            planned = {j["job_id"]: j for j in rounds[-1]["plan"]["jobs"]}
+    rows = [{"job_id": j.job_id, "user": j.user, "state": j.state.value, "gpus": j.num_gpus,
+             "planned_gpus": sum(len(g) for _, g in planned[j.job_id]["placement"]) if j.job_id in planned else 0,
+             "range": f"{j.min_gpus}:{j.max_gpus}", "batch": j.global_batch,
+             "planned_batch": planned[j.job_id]["global_batch"] if j.job_id in planned else 0,
+             "mode": j.mode.value} for j in snap.elastic_jobs()]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'JOBID':>8} {'USER':<10} {'STATE':<9} {'GPUS':>4} {'PLAN':>4} {'RANGE':>7} "
+          f"{'BATCH':>6} {'PBATCH':>6} MODE")
+    for r in rows:
+        print(f"{r['job_id']:>8} {r['user']:<10} {r['state']:<9} {r['gpus']:>4} {r['planned_gpus']:>4} "
+              f"{r['range']:>7} {r['batch']:>6} {r['planned_batch']:>6} {r['mode']}")
+    return 0
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from slurm_elastic.submit import new_secret_file, submit
+    from slurm_elastic.templates import JobRequest, command_words, render
+
+    lo, sep, hi = args.elastic.partition(":")
+    if not sep or not lo.isdigit() or not hi.isdigit():
+        raise ConfigError(f"--elastic {args.elastic!r}: expected MIN:MAX with 1 <= MIN <= MAX (e.g. --elastic 2:8)")
+    req = JobRequest(command=command_words(args.train_command), min_gpus=int(lo), max_gpus=int(hi),
+                     gpus_per_node=args.gpus_per_node, batch=args.batch, mode=args.mode,
+                     local_batch=args.local_batch, epochs=args.epochs, name=args.job_name, time=args.time,
+                     account=args.account, partition=args.partition, output=args.output,
+                     secret_file=str(new_secret_file(Path.home() / ".slurm-elastic" / "secrets")))
+    if args.dry_run:
+        print(render(args.template, req), end="")
+        return 0
+    print(submit(args.template, req))
+    return 0
