@@ -349,3 +349,29 @@ def test_resizes_under_way_come_from_the_store_and_survive_a_restart(tmp_path: P
                   192, 32, 1, 0.1)
     (out,) = fresh.apply(snap, (late,))
     assert out.ok and "finished training" in out.message and fresh.store.satellites() == {"100": "7"}
+
+
+def test_a_signed_report_with_an_impossible_field_is_refused_alone(tmp_path: Path) -> None:
+    """A job's own signed line with ``t=NaN``, no ``t``, a negative count or an unknown kind once
+    failed the whole batch (and with it the round); now that line is refused, the others stored,
+    and the file offset moves past it."""
+    from slurm_elastic_launcher.orders import sign_report
+
+    comment, secret = _job_files(tmp_path)
+    good = {"job_id": "7", "kind": "progress", "t": 100.0, "samples": 64, "world": 2, "global_batch": 64,
+            "throughput": 32.0}
+    bad = [{**good, "t": float("nan")}, {k: v for k, v in good.items() if k != "t"}, {**good, "samples": -5},
+           {**good, "kind": "boom"}, {**good, "world": True}, {**good, "samples": 10**5000}]
+    lines = [sign_report(good, secret)]
+    for body in bad:
+        try:
+            lines.append(sign_report(body, secret))
+        except ValueError:  # a number too big to print: the launcher could not have written it either
+            continue
+    lines.append(sign_report({**good, "t": 101.0, "samples": 128}, secret))
+    Path(f"{tmp_path / 'job-1'}.reports").write_text("\n".join(lines) + "\n")
+    store = Store(tmp_path / "s.db")
+    r = rec("7", {"n000": 2}, comment=comment)
+    assert ingest(store, [r]) == 2
+    assert [x.samples for x in store.progress_of("7")] == [64, 128]
+    assert store.report_offset("7") == Path(f"{tmp_path / 'job-1'}.reports").stat().st_size
