@@ -43,7 +43,7 @@ import numpy as np
 
 from slurm_elastic.core import sizing
 from slurm_elastic.core.model import ClusterSnapshot, Job, JobId, JobState, NodeName, Placement, Plan
-from slurm_elastic.core.planner import Planner, PlanResult, build_plan
+from slurm_elastic.core.planner import Planner, PlannerWrapper, PlanResult, build_plan
 from slurm_elastic.core.remaining import expected_remaining, progress_shapes
 from slurm_elastic.errors import ConfigError
 
@@ -214,7 +214,7 @@ def guarded_plan(plan_fn: PlanFn, policy: str, bound: float, snapshot: ClusterSn
     return PlanResult(plan, FtfMemo(inner.memo, frozenset(reserved)))
 
 
-class FtfGuardedPlanner:
+class FtfGuardedPlanner(PlannerWrapper):
     """Wraps any planner with the finish-time fairness guard (same signature as every planner; its
     traits ``interval``, ``epoch_events``, ``uses_progress`` are the inner planner's).
 
@@ -225,27 +225,11 @@ class FtfGuardedPlanner:
     """
 
     def __init__(self, inner: Planner, ftf_bound: float, default_epochs_to_go: float = 10.0) -> None:
-        self.inner = inner
-        self.name = inner.name
+        super().__init__(inner)
         self.ftf_bound = check_bound(inner.name, ftf_bound)
         if not self.ftf_bound:
             raise ConfigError(f"{inner.name}.ftf_bound = 0: a guarded planner needs a bound > 1")
         self.default_epochs_to_go = default_epochs_to_go
-
-    @property
-    def interval(self) -> float:
-        """The inner planner's re-plan interval (seconds; 0 = every call)."""
-        return self.inner.interval
-
-    @property
-    def epoch_events(self) -> bool:
-        """Whether the inner planner wants a round at each epoch end."""
-        return self.inner.epoch_events
-
-    @property
-    def uses_progress(self) -> bool:
-        """Whether the inner planner reads ``snapshot.progress_model``."""
-        return self.inner.uses_progress
 
     def plan(self, snapshot: ClusterSnapshot, memo: Any, rng: np.random.Generator) -> PlanResult:
         """Reserve for the jobs that fall behind, then plan the rest with the inner planner."""

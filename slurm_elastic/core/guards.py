@@ -33,7 +33,7 @@ import numpy as np
 
 from slurm_elastic.core import sizing
 from slurm_elastic.core.model import ClusterSnapshot, Job, JobId, JobState, NodeName, Plan
-from slurm_elastic.core.planner import Planner, PlanResult, build_plan
+from slurm_elastic.core.planner import Planner, PlannerWrapper, PlanResult, build_plan
 from slurm_elastic.errors import ConfigError
 
 HOUR_S = 3600.0
@@ -94,28 +94,13 @@ def _reserve_for_rigid(snapshot: ClusterSnapshot) -> ClusterSnapshot:
     return replace(snapshot, nodes=nodes)
 
 
-class GuardedPlanner:
+class GuardedPlanner(PlannerWrapper):
     """Wraps ``inner`` with the site's :class:`Guards` (same signature and traits as every planner;
     the traits are the inner planner's)."""
 
     def __init__(self, inner: Planner, guards: Guards) -> None:
-        self.inner, self.guards = inner, guards
-        self.name = inner.name
-
-    @property
-    def interval(self) -> float:
-        """The inner planner's re-plan interval (seconds; 0 = every call)."""
-        return self.inner.interval
-
-    @property
-    def epoch_events(self) -> bool:
-        """Whether the inner planner wants a round at each epoch end."""
-        return self.inner.epoch_events
-
-    @property
-    def uses_progress(self) -> bool:
-        """Whether the inner planner reads ``snapshot.progress_model``."""
-        return self.inner.uses_progress
+        super().__init__(inner)
+        self.guards = guards
 
     def plan(self, snapshot: ClusterSnapshot, memo: Any, rng: np.random.Generator) -> PlanResult:
         """Plan with the inner planner on a guarded view, then enforce the caps."""

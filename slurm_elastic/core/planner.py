@@ -70,6 +70,30 @@ class Planner(Protocol):
         ...
 
 
+class PlannerWrapper:
+    """Base of the planners that wrap another (the site guards, the finish-time-fairness guard):
+    the wrapper's name and traits are its inner planner's; subclasses write :meth:`plan`."""
+
+    def __init__(self, inner: Planner) -> None:
+        self.inner = inner
+        self.name = inner.name
+
+    @property
+    def interval(self) -> float:
+        """The inner planner's re-plan interval (seconds; 0 = every call)."""
+        return self.inner.interval
+
+    @property
+    def epoch_events(self) -> bool:
+        """Whether the inner planner wants a round at each epoch end."""
+        return self.inner.epoch_events
+
+    @property
+    def uses_progress(self) -> bool:
+        """Whether the inner planner reads ``snapshot.progress_model``."""
+        return self.inner.uses_progress
+
+
 def build_plan(
     snapshot: ClusterSnapshot,
     policy: str,
