@@ -1,6 +1,7 @@
 """The acting path end to end on the real dev cluster: a launcher job on 2 nodes is shrunk to 1 by
 the Slurm actuator; its worker on the leaving node is ordered out at a step boundary, Slurm frees
-the node once the job reports training without it, and the remaining worker finishes the training."""
+the node once the leaver reported it left (at the daemon's next poll, with no planning round), and
+the remaining worker finishes the training."""
 
 from __future__ import annotations
 
@@ -11,14 +12,16 @@ from typing import Any
 
 import pytest
 
+from slurm_elastic.config import Config, DaemonConfig
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, Placement
 from slurm_elastic.observe.view import ClusterView
-from slurm_elastic.slurm.actions import SlurmActuator
+from slurm_elastic.slurm.actions import EXIT_GRACE_S, SlurmActuator
 from slurm_elastic.slurm.cli_backend import SlurmCli
 from slurm_elastic.slurm.commands import run_command
 from slurm_elastic.store import Store
 from slurm_elastic.testing import shipped_profiles
+from slurm_elastic.wiring import slurm_daemon
 
 from .conftest import DevCluster
 
@@ -43,15 +46,26 @@ def test_launcher_job_shrinks_in_place(cluster: DevCluster, tmp_path: Path, subm
     assert snap.job(JobId(job)).shrink_sizes == (1,)  # the batch host stays; the other node can go
     keep = held.slots[0]
     shrink = Action(ActionKind.SHRINK, JobId(job), held, Placement((keep,)), 32, 32, 1, 0.1)
-    act = SlurmActuator(runner, store, time.time, records=lambda: obs.records)
+    cfg = Config(DaemonConfig(partitions=("gpu",), policy="dp", dry_run=False, store=store.path,
+                              poll_interval=0.5, max_idle=3600.0))
+    daemon = slurm_daemon(cfg, obs, store)
+    act = daemon.act
+    assert isinstance(act, SlurmActuator)
     (outcome,) = act.apply(snap, (shrink,))
     assert outcome.ok, outcome.message
     deadline = time.monotonic() + 60
-    while cluster.job(int(job))["nodes"] != keep[0]:  # released once the job trains without the leaver
+    while cluster.job(int(job))["nodes"] != keep[0]:  # released once the leaver said it left
         assert time.monotonic() < deadline, "the node was not released"
-        obs.observe()
-        act.tend()
+        daemon.due()  # a poll: the queue, the reports, and the act step's owed work; no round is run
         time.sleep(0.5)
+    released = time.time()
+    left = [r.t for r in store.progress_of(job) if r.kind == "left"]
+    assert left and daemon.rounds == 0
+    # the act step runs at every poll: the node goes EXIT_GRACE_S after the farewell, give or take polls
+    # and the squeue round trips (it waited for the next round, up to max_idle, when tending was
+    # part of observing)
+    print(f"node released {released - max(left):.2f} s after the leaver's farewell")
+    assert released - max(left) < EXIT_GRACE_S + 5.0, released - max(left)
     deadline = time.monotonic() + 120
     while cluster.job(int(job))["job_state"] in ("RUNNING", "COMPLETING"):
         assert time.monotonic() < deadline, "job did not finish"
