@@ -12,49 +12,57 @@ hit), the processes inside the recorded namespaces, the veths, bridge, route and
 ``/etc/hosts`` lines. It must not install packages, touch system services or other processes, or run
 a command through a shell string: every command is an argv list.
 
-Needs root and the Debian packages of :data:`PACKAGES` (``up`` names what is missing).
+Needs root and the Debian packages of :data:`PACKAGES` (``up`` names what is missing). The
+network is :mod:`.network`, the processes :mod:`.processes`, the state file and argv runner
+:mod:`.plumbing`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import json
 import logging
 import os
 import secrets
 import shutil
-import signal
 import socket
 import stat
-import subprocess
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from slurm_elastic.errors import ElasticError
+from slurm_elastic.dev.network import (
+    NETNS_PREFIX,
+    SUBNET_PREFIX,
+    DevNode,
+    link_exists,
+    netns_exists,
+    setup_network,
+    teardown_network,
+)
+from slurm_elastic.dev.plumbing import (
+    DevClusterError as DevClusterError,  # re-exported: the error of this module's API
+)
+from slurm_elastic.dev.plumbing import (
+    alive,
+    load_state,
+    run,
+    save_state,
+    state_path,
+)
+from slurm_elastic.dev.processes import Starter, kill_netns_processes, netns_preexec, stop
 
 log = logging.getLogger(__name__)
 
 DEFAULT_ROOT = Path("/tmp/slurm-elastic-dev")
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "site_configs" / "dev"
-STATE_FILE = "devcluster.json"
 CLUSTER_NAME = "dev"
-SUBNET_PREFIX = "10.78.0"  # bridge .1, node i at .(10+i)
-GUARD_ROUTE = ("unreachable", "10.78.0.0/16", "metric", "4000")
-BRIDGE = "sebr0"
-NETNS_PREFIX = "se-"
-HOSTS_FILE = Path("/etc/hosts")
-HOSTS_TAG = "# slurm-elastic-dev"
 CTLD_PORT = 6817
 SLURMD_PORT = 6818
 DBD_PORT = 6819
 DB_PORT = 3307
 CPUS_PER_NODE = 8
 MEMORY_MB = 64000
-STOP_GRACE_S = 10.0
 MAX_NODES = 200
 
 # Debian 12 package providing each program or file the dev cluster needs.
@@ -79,22 +87,6 @@ PACKAGES: dict[str, str] = {
     "/usr/lib/x86_64-linux-gnu/slurm-wlm/job_submit_lua.so": "slurm-wlm-basic-plugins",
 }
 _SBIN = ("/usr/sbin", "/usr/local/sbin", "/usr/bin", "/usr/local/bin")
-_CLONE_NEWNET = 0x40000000
-_CLONE_NEWUTS = 0x04000000
-
-
-class DevClusterError(ElasticError):
-    """The dev cluster cannot be brought up or down (the message says what is missing or which log to read)."""
-
-
-@dataclass(frozen=True, slots=True)
-class DevNode:
-    """One dev node: its Slurm name, network namespace, host-side veth and address."""
-
-    name: str
-    netns: str
-    veth: str
-    addr: str
 
 
 def nodes_for(count: int) -> tuple[DevNode, ...]:
@@ -138,62 +130,7 @@ def slurm_env(root: Path = DEFAULT_ROOT) -> dict[str, str]:
     return env
 
 
-# --------------------------------------------------------------------------------------------- state
-
-
-def _state_path(root: Path) -> Path:
-    return root / STATE_FILE
-
-
-def _load_state(root: Path) -> dict[str, Any]:
-    path = _state_path(root)
-    if not path.exists():
-        return {}
-    try:
-        data: dict[str, Any] = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise DevClusterError(f"{path}: unreadable state file ({exc}); remove it after checking by hand") from exc
-    return data
-
-
-def _save_state(root: Path, state: Mapping[str, Any]) -> None:
-    path = _state_path(root)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(state, indent=1, sort_keys=True))
-    tmp.replace(path)
-
-
-def _proc_start(pid: int) -> int | None:
-    """The start time (clock ticks since boot) of ``pid``, or None if it is gone or a zombie."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = raw[raw.rindex(")") + 2 :].split()
-    if fields[0] in ("Z", "X"):
-        return None
-    return int(fields[19])
-
-
-def _alive(entry: Mapping[str, int]) -> bool:
-    return _proc_start(entry["pid"]) == entry["start"]
-
-
 # ---------------------------------------------------------------------------------------- commands
-
-
-def _run(argv: Sequence[str], *, env: Mapping[str, str] | None = None, input_text: str | None = None,
-         check: bool = True, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
-    """Run one command (argv list, never a shell) and raise :class:`DevClusterError` if it fails."""
-    try:
-        proc = subprocess.run(list(argv), env=dict(env) if env is not None else None, input=input_text,
-                              capture_output=True, text=True, check=False, timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise DevClusterError(f"{' '.join(argv)}: {exc}") from exc
-    if check and proc.returncode != 0:
-        raise DevClusterError(f"{' '.join(argv)} failed (rc {proc.returncode}): "
-                              f"{(proc.stderr or proc.stdout).strip()[-2000:]}")
-    return proc
 
 
 def _find(program: str) -> str | None:
@@ -254,194 +191,6 @@ def _port_open(addr: str, port: int) -> bool:
         return sock.connect_ex((addr, port)) == 0
 
 
-# ------------------------------------------------------------------------------------------ daemons
-
-
-class _Starter:
-    """Starts daemons in their own session and records each PID in the state file at once."""
-
-    def __init__(self, root: Path, state: dict[str, Any], env: Mapping[str, str]) -> None:
-        self.root, self.state, self.env = root, state, env
-
-    def start(self, key: str, argv: Sequence[str], *, preexec: Callable[[], None] | None = None) -> dict[str, int]:
-        out = self.root / "log" / f"{key.replace(':', '-')}.out"
-        with out.open("ab") as sink:
-            try:
-                proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
-                                        env=dict(self.env), start_new_session=True, preexec_fn=preexec)
-            except OSError as exc:
-                raise DevClusterError(f"cannot start {key} ({' '.join(argv)}): {exc}") from exc
-        start = None
-        for _ in range(100):
-            start = _proc_start(proc.pid)
-            if start is not None:
-                break
-            time.sleep(0.01)
-        entry = {"pid": proc.pid, "start": start if start is not None else -1}
-        self.state.setdefault("pids", {})[key] = entry
-        _save_state(self.root, self.state)
-        return entry
-
-
-def _netns_preexec(netns: str, hostname: str) -> Callable[[], None]:
-    """A pre-exec hook: enter network namespace ``netns`` and a new UTS namespace named ``hostname``.
-
-    The same as ``nsenter --net=/run/netns/NETNS unshare --uts`` plus ``hostname HOSTNAME``, without a
-    shell (``ip netns exec`` is avoided: it remounts /sys and hides the cgroup mounts).
-    """
-    libc = ctypes.CDLL(None, use_errno=True)
-    path = f"/run/netns/{netns}"
-
-    def hook() -> None:
-        fd = os.open(path, os.O_RDONLY)
-        if libc.setns(fd, _CLONE_NEWNET) != 0:
-            raise OSError(ctypes.get_errno(), f"setns {path}")
-        os.close(fd)
-        if libc.unshare(_CLONE_NEWUTS) != 0:
-            raise OSError(ctypes.get_errno(), "unshare CLONE_NEWUTS")
-        socket.sethostname(hostname)
-
-    return hook
-
-
-# ------------------------------------------------------------------------------------------ network
-
-
-def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return _run(["ip", *args], check=check)
-
-
-def _netns_exists(name: str) -> bool:
-    return Path(f"/run/netns/{name}").exists()
-
-
-def _link_exists(name: str) -> bool:
-    return Path(f"/sys/class/net/{name}").exists()
-
-
-def _setup_network(root: Path, state: dict[str, Any], nodes: Sequence[DevNode]) -> None:
-    """Create the bridge, guard route, one namespace + veth per node, and the tagged /etc/hosts lines.
-
-    Runs ``ip link add BRIDGE type bridge``, ``ip route replace unreachable 10.78.0.0/16 metric 4000``,
-    ``ip netns add``, ``ip link add VETH type veth peer name eth0 netns NS`` and ``ip -n NS addr/link``.
-    """
-    net: dict[str, Any] = state.setdefault("network", {"netns": [], "veths": []})
-    if _link_exists(BRIDGE):
-        raise DevClusterError(f"bridge {BRIDGE} already exists: another dev cluster is up "
-                              f"(run `slurm-elastic devcluster down --root ROOT` for its root)")
-    net["route"] = True
-    _save_state(root, state)
-    _ip("route", "replace", *GUARD_ROUTE)
-    net["bridge"] = BRIDGE
-    _save_state(root, state)
-    _ip("link", "add", BRIDGE, "type", "bridge")
-    _ip("addr", "add", f"{SUBNET_PREFIX}.1/24", "dev", BRIDGE)
-    _ip("link", "set", BRIDGE, "up")
-    _add_hosts_lines(root, state, nodes)
-    for node in nodes:
-        if _netns_exists(node.netns):
-            raise DevClusterError(f"network namespace {node.netns} already exists: another dev cluster is up")
-        net["netns"].append(node.netns)
-        net["veths"].append(node.veth)
-        _save_state(root, state)
-        _ip("netns", "add", node.netns)
-        _ip("link", "add", node.veth, "type", "veth", "peer", "name", "eth0", "netns", node.netns)
-        _ip("link", "set", node.veth, "master", BRIDGE, "up")
-        _ip("-n", node.netns, "addr", "add", f"{node.addr}/24", "dev", "eth0")
-        _ip("-n", node.netns, "link", "set", "lo", "up")
-        _ip("-n", node.netns, "link", "set", "eth0", "up")
-
-
-def _hosts_tag(root: Path) -> str:
-    return f"{HOSTS_TAG} {root}"
-
-
-def _add_hosts_lines(root: Path, state: dict[str, Any], nodes: Sequence[DevNode]) -> None:
-    tag = _hosts_tag(root)
-    state["network"]["hosts_tag"] = tag
-    _save_state(root, state)
-    text = HOSTS_FILE.read_text()
-    if text and not text.endswith("\n"):
-        text += "\n"
-    text += "".join(f"{n.addr} {n.name} {tag}\n" for n in nodes)
-    HOSTS_FILE.write_text(text)  # in place: /etc/hosts is often a bind mount
-
-
-def _remove_hosts_lines(tag: str) -> None:
-    try:
-        lines = HOSTS_FILE.read_text().splitlines(keepends=True)
-    except OSError:
-        return
-    kept = [line for line in lines if not line.rstrip("\n").endswith(tag)]
-    if len(kept) != len(lines):
-        HOSTS_FILE.write_text("".join(kept))
-
-
-def _teardown_network(state: dict[str, Any]) -> None:
-    """Remove what :func:`_setup_network` recorded (``ip link del``, ``ip netns del``, ``ip route del``)."""
-    net: dict[str, Any] = state.get("network", {})
-    for veth in net.get("veths", []):
-        if _link_exists(veth):
-            _ip("link", "del", veth, check=False)
-    for ns in net.get("netns", []):
-        if _netns_exists(ns):
-            _ip("netns", "del", ns, check=False)
-    if net.get("bridge") and _link_exists(net["bridge"]):
-        _ip("link", "del", net["bridge"], check=False)
-    if net.get("hosts_tag"):
-        _remove_hosts_lines(net["hosts_tag"])
-    if net.get("route"):
-        # the guard route goes last, so traffic to the dev subnet never leaves by the default route
-        _ip("route", "del", *GUARD_ROUTE, check=False)
-
-
-def _netns_pids(netns: str) -> list[int]:
-    """PIDs inside a dev node's namespace (``ip netns pids NS``): slurmstepd and job processes."""
-    if not _netns_exists(netns):
-        return []
-    proc = _ip("netns", "pids", netns, check=False)
-    return [int(p) for p in proc.stdout.split() if p.isdigit()]
-
-
-# ------------------------------------------------------------------------------------------- stopping
-
-
-def _reap(pid: int) -> None:
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(pid, os.WNOHANG)
-
-
-def _stop(entries: Sequence[dict[str, int]], grace: float = STOP_GRACE_S) -> None:
-    """SIGTERM the recorded processes that are still the same processes; SIGKILL after ``grace`` s."""
-    live = [e for e in entries if _alive(e)]
-    for e in live:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(e["pid"], signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while live and time.monotonic() < deadline:
-        for e in live:
-            _reap(e["pid"])
-        live = [e for e in live if _alive(e)]
-        if live:
-            time.sleep(0.05)
-    for e in live:
-        log.warning("pid %s ignored SIGTERM for %.0f s: SIGKILL", e["pid"], grace)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(e["pid"], signal.SIGKILL)
-    for e in live:
-        for _ in range(100):
-            _reap(e["pid"])
-            if not _alive(e):
-                break
-            time.sleep(0.02)
-
-
-def _kill_netns_processes(netns_names: Sequence[str]) -> None:
-    pids = [p for ns in netns_names for p in _netns_pids(ns) if p != os.getpid()]
-    entries = [{"pid": p, "start": s} for p in pids if (s := _proc_start(p)) is not None]
-    _stop(entries, grace=3.0)
-
-
 def _cancel_jobs(root: Path) -> None:
     """Cancel every job of the dev cluster (``scancel --full --cluster... -u root`` style; best effort)."""
     env = slurm_env(root)
@@ -449,10 +198,10 @@ def _cancel_jobs(root: Path) -> None:
     scancel = _find("scancel")
     if squeue is None or scancel is None:
         return
-    proc = _run([squeue, "-h", "-o", "%i", "-t", "PD,R,S,CG,CF,RQ,RS,SI,SO,ST"], env=env, check=False, timeout=10)
+    proc = run([squeue, "-h", "-o", "%i", "-t", "PD,R,S,CG,CF,RQ,RS,SI,SO,ST"], env=env, check=False, timeout=10)
     ids = sorted(set(proc.stdout.split()))
     if proc.returncode == 0 and ids:
-        _run([scancel, *ids], env=env, check=False, timeout=10)
+        run([scancel, *ids], env=env, check=False, timeout=10)
 
 
 # -------------------------------------------------------------------------------------------- public
@@ -488,8 +237,8 @@ def up(nodes: int = 4, gpus_per_node: int = 4, root: Path = DEFAULT_ROOT, *, tim
         raise DevClusterError("missing prerequisites:\n  " + "\n  ".join(missing))
     root = root.resolve()
     _check_root(root)
-    old = _load_state(root)
-    if any(_alive(e) for e in old.get("pids", {}).values()):
+    old = load_state(root)
+    if any(alive(e) for e in old.get("pids", {}).values()):
         raise DevClusterError(f"a dev cluster is already up under {root}: run `slurm-elastic devcluster down`")
     if old:
         down(root)
@@ -512,9 +261,9 @@ def _up(node_list: tuple[DevNode, ...], gpus_per_node: int, root: Path, timeout:
     (root / "jobs").chmod(0o1777)
     state: dict[str, Any] = {"root": str(root), "nodes": [n.name for n in node_list], "gpus_per_node": gpus_per_node,
                              "pids": {}, "network": {"netns": [], "veths": []}}
-    _save_state(root, state)
+    save_state(root, state)
     env = slurm_env(root)
-    starter = _Starter(root, state, env)
+    starter = Starter(root, state, env)
     names = [n.name for n in node_list]
     ctld_host = socket.gethostname().split(".")[0]
 
@@ -564,7 +313,7 @@ def _up(node_list: tuple[DevNode, ...], gpus_per_node: int, root: Path, timeout:
     shutil.copyfile(CONFIG_DIR / "job_submit.lua", etc / "job_submit.lua")
 
     _check_ports_free(root)
-    _setup_network(root, state, node_list)
+    setup_network(root, state, node_list)
 
     # munge: a private munged on its own socket (named in AuthInfo), shared by every namespace
     munged = starter.start("munged", [_req("munged"), "-F", f"--socket={munge_socket}", f"--key-file={key}",
@@ -572,27 +321,27 @@ def _up(node_list: tuple[DevNode, ...], gpus_per_node: int, root: Path, timeout:
                                       f"--log-file={root / 'log' / 'munged.log'}",
                                       f"--seed-file={root / 'run' / 'munged.seed'}", "--num-threads=4"])
     _wait("munged", munge_socket.exists, timeout, [root / "log" / "munged.log", root / "log" / "munged.out"],
-          alive=lambda: _alive(munged))
+          alive=lambda: alive(munged))
 
     _start_database(root, starter, db_password, timeout)
 
     dbd = starter.start("slurmdbd", [_req("slurmdbd"), "-D"])
     dbd_logs = [root / "log" / "slurmdbd.log", root / "log" / "slurmdbd.out"]
-    _wait("slurmdbd", lambda: _port_open("127.0.0.1", DBD_PORT), timeout, dbd_logs, alive=lambda: _alive(dbd))
+    _wait("slurmdbd", lambda: _port_open("127.0.0.1", DBD_PORT), timeout, dbd_logs, alive=lambda: alive(dbd))
     sacctmgr = _req("sacctmgr")
-    listed = _run([sacctmgr, "-n", "-P", "list", "cluster", "format=cluster"], env=env).stdout.split()
+    listed = run([sacctmgr, "-n", "-P", "list", "cluster", "format=cluster"], env=env).stdout.split()
     if CLUSTER_NAME not in listed:
-        _run([sacctmgr, "-i", "add", "cluster", CLUSTER_NAME], env=env)
+        run([sacctmgr, "-i", "add", "cluster", CLUSTER_NAME], env=env)
 
     ctld = starter.start("slurmctld", [str(root / "bin" / "slurmctld"), "-D", "-f", str(etc / "slurm.conf")])
     ctld_logs = [root / "log" / "slurmctld.log", root / "log" / "slurmctld.out"]
     _wait("slurmctld", lambda: _port_open(f"{SUBNET_PREFIX}.1", CTLD_PORT), timeout, ctld_logs,
-          alive=lambda: _alive(ctld))
+          alive=lambda: alive(ctld))
 
     for node in node_list:
         argv = [str(root / "bin" / "slurmd"), "-D", "-d", str(root / "bin" / "slurmstepd"),
                 "-f", str(etc / "slurm.conf"), "-N", node.name]
-        starter.start(f"slurmd:{node.name}", argv, preexec=_netns_preexec(node.netns, node.name))
+        starter.start(f"slurmd:{node.name}", argv, preexec=netns_preexec(node.netns, node.name))
     _wait_idle(root, names, timeout)
 
 
@@ -618,7 +367,7 @@ def _check_ports_free(root: Path) -> None:
                             ("127.0.0.1", CTLD_PORT, "slurmctld")):
         if _port_open(addr, port):
             other = DEFAULT_ROOT.resolve()
-            if other != root and any(_alive(e) for e in _load_state(other).get("pids", {}).values()):
+            if other != root and any(alive(e) for e in load_state(other).get("pids", {}).values()):
                 raise DevClusterError(f"port {port} ({who}) is held by the dev cluster still up under {other} "
                                       f"(left by `slurm-elastic demo --keep`?): run "
                                       f"`slurm-elastic devcluster down --root {other}` first")
@@ -626,13 +375,13 @@ def _check_ports_free(root: Path) -> None:
                                   f"(`ss -ltnp sport = :{port}`)")
 
 
-def _start_database(root: Path, starter: _Starter, db_password: str, timeout: float) -> None:
+def _start_database(root: Path, starter: Starter, db_password: str, timeout: float) -> None:
     """Private MariaDB: ``mariadb-install-db`` (first time), ``mariadbd`` on 3307, the ``slurm`` user."""
     datadir = root / "mysql"
     sock = root / "run" / "mysqld.sock"
     db_log = root / "log" / "mariadb.log"
     if not (datadir / "mysql").exists():
-        _run([_req("mariadb-install-db"), "--no-defaults", f"--datadir={datadir}", "--user=root",
+        run([_req("mariadb-install-db"), "--no-defaults", f"--datadir={datadir}", "--user=root",
               "--auth-root-authentication-method=socket", "--skip-test-db"], timeout=timeout)
     db = starter.start("mariadbd", [_req("mariadbd"), "--no-defaults", f"--datadir={datadir}", f"--port={DB_PORT}",
                                     "--bind-address=127.0.0.1", f"--socket={sock}", "--user=root",
@@ -640,16 +389,16 @@ def _start_database(root: Path, starter: _Starter, db_password: str, timeout: fl
                                     "--skip-name-resolve", "--innodb-buffer-pool-size=128M",
                                     "--innodb-lock-wait-timeout=900", "--max-allowed-packet=16M"])
     _wait("mariadbd", lambda: sock.exists() and _port_open("127.0.0.1", DB_PORT), timeout,
-          [db_log, root / "log" / "mariadbd.out"], alive=lambda: _alive(db))
+          [db_log, root / "log" / "mariadbd.out"], alive=lambda: alive(db))
     sql = (f"CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '{db_password}';\n"
            f"ALTER USER 'slurm'@'127.0.0.1' IDENTIFIED BY '{db_password}';\n"
            "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';\n")
-    _run([_req("mariadb"), "--no-defaults", f"--socket={sock}", "-u", "root"], input_text=sql)  # password via stdin
+    run([_req("mariadb"), "--no-defaults", f"--socket={sock}", "-u", "root"], input_text=sql)  # password via stdin
 
 
 def _sinfo_states(root: Path) -> dict[str, str]:
     """Node name -> long state, from ``sinfo -h -N -o '%N %T'``."""
-    proc = _run([_req("sinfo"), "-h", "-N", "-o", "%N %T"], env=slurm_env(root), check=False, timeout=10)
+    proc = run([_req("sinfo"), "-h", "-N", "-o", "%N %T"], env=slurm_env(root), check=False, timeout=10)
     out: dict[str, str] = {}
     for line in proc.stdout.splitlines():
         parts = line.split()
@@ -686,21 +435,21 @@ def down(root: Path = DEFAULT_ROOT) -> dict[str, Any]:
         ``{"root": ..., "stopped": [...names...]}``.
     """
     root = root.resolve()
-    state = _load_state(root)
+    state = load_state(root)
     if not state:
         return {"root": str(root), "stopped": []}
     pids: dict[str, dict[str, int]] = state.get("pids", {})
-    stopped = [k for k, e in pids.items() if _alive(e)]
+    stopped = [k for k, e in pids.items() if alive(e)]
     ctld = pids.get("slurmctld")
-    if ctld is not None and _alive(ctld):
+    if ctld is not None and alive(ctld):
         _cancel_jobs(root)
-    _stop([e for k, e in pids.items() if k.startswith("slurmd:")])
-    _kill_netns_processes(state.get("network", {}).get("netns", []))
+    stop([e for k, e in pids.items() if k.startswith("slurmd:")])
+    kill_netns_processes(state.get("network", {}).get("netns", []))
     for key in ("slurmctld", "slurmdbd", "mariadbd", "munged"):
         if key in pids:
-            _stop([pids[key]])
-    _teardown_network(state)
-    _state_path(root).unlink(missing_ok=True)
+            stop([pids[key]])
+    teardown_network(state)
+    state_path(root).unlink(missing_ok=True)
     return {"root": str(root), "stopped": stopped}
 
 
@@ -710,10 +459,10 @@ def status(root: Path = DEFAULT_ROOT) -> dict[str, Any]:
     Runs ``sinfo -h -N -o '%N %T'`` when slurmctld is alive.
     """
     root = root.resolve()
-    state = _load_state(root)
+    state = load_state(root)
     pids: dict[str, dict[str, int]] = state.get("pids", {})
-    daemons = {k: {"pid": e["pid"], "alive": _alive(e)} for k, e in sorted(pids.items())}
-    ctld_alive = "slurmctld" in pids and _alive(pids["slurmctld"])
+    daemons = {k: {"pid": e["pid"], "alive": alive(e)} for k, e in sorted(pids.items())}
+    ctld_alive = "slurmctld" in pids and alive(pids["slurmctld"])
     net = state.get("network", {})
     return {
         "root": str(root),
@@ -723,8 +472,8 @@ def status(root: Path = DEFAULT_ROOT) -> dict[str, Any]:
         "gpus_per_node": state.get("gpus_per_node"),
         "daemons": daemons,
         "network": {
-            "bridge": net.get("bridge") if net.get("bridge") and _link_exists(net["bridge"]) else None,
-            "netns": [ns for ns in net.get("netns", []) if _netns_exists(ns)],
+            "bridge": net.get("bridge") if net.get("bridge") and link_exists(net["bridge"]) else None,
+            "netns": [ns for ns in net.get("netns", []) if netns_exists(ns)],
         },
     }
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_elastic.dev import devcluster
+from slurm_elastic.dev import devcluster, network
 
 from .conftest import DevCluster
 
@@ -137,12 +137,12 @@ def test_down_leaves_nothing_behind(cluster: DevCluster) -> None:
     devcluster.down(cluster.root)
     assert devcluster.down(cluster.root)["stopped"] == []  # idempotent
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
-    assert devcluster.NETNS_PREFIX not in netns
+    assert network.NETNS_PREFIX not in netns
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout
-    assert devcluster.BRIDGE not in links and "se-n0" not in links
+    assert network.BRIDGE not in links and "se-n0" not in links
     routes = subprocess.run(["ip", "route"], capture_output=True, text=True, check=True).stdout
     assert "10.78.0." not in routes
-    assert devcluster.HOSTS_TAG not in devcluster.HOSTS_FILE.read_text()
+    assert network.HOSTS_TAG not in network.HOSTS_FILE.read_text()
     assert _our_processes(cluster.root) == []
     status = devcluster.status(cluster.root)
     assert not status["up"] and status["daemons"] == {} and status["network"]["netns"] == []

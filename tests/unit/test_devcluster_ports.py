@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from slurm_elastic.dev import devcluster
+from slurm_elastic.dev import devcluster, plumbing
 
 
 def _leave_cluster_up(root: Path) -> None:
-    me = {"pid": os.getpid(), "start": devcluster._proc_start(os.getpid())}
+    me = {"pid": os.getpid(), "start": plumbing.proc_start(os.getpid())}
     root.mkdir()
-    (root / devcluster.STATE_FILE).write_text(json.dumps({"pids": {"mariadbd": me}}))
+    (root / plumbing.STATE_FILE).write_text(json.dumps({"pids": {"mariadbd": me}}))
 
 
 def test_port_held_by_a_cluster_left_up_names_it_and_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
