@@ -1,4 +1,4 @@
-"""Unit tests of the pure Slurm JSON parser (:mod:`slurm_elastic.slurm.parse`).
+"""Unit tests of the pure Slurm JSON readers (:mod:`slurm_elastic.slurm.records` and friends), snapshot builder.
 
 Three sources: the real Slurm 25.11.7 recordings in ``tests/fixtures/slurm-json/25.11`` (values
 checked by reading the files), the real Slurm 22.05 recordings in ``…/22.05`` (skipped until they
