@@ -76,21 +76,36 @@ Definitions (times are seconds since the epoch, durations seconds):
 from __future__ import annotations
 
 import html
-import itertools
 import json
-import math
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from slurm_elastic.contract import is_elastic, satellite_parent
-from slurm_elastic.core.actions import ActionKind
-from slurm_elastic.core.model import JobState
 from slurm_elastic.errors import ElasticError
 from slurm_elastic.reports import render
+from slurm_elastic.reports.scaling import (
+    JobScaling,
+    SizeThroughput,
+    job_scaling,
+    scaling_table_rows,
+    weighted_efficiency,
+)
+from slurm_elastic.reports.usage import (
+    JobUsage,
+    Segment,
+    clipped_gpu_seconds,
+    finish_time_fairness,
+    group_jobs,
+    group_rows,
+    hours,
+    in_system,
+    journal_stats,
+    percentile,
+    time_mean_held,
+    utilization,
+)
 from slurm_elastic.slurm.records import AccountingRecord
 
 if TYPE_CHECKING:
@@ -111,11 +126,6 @@ __all__ = [
     "write_json",
 ]
 
-RESIZE_KINDS = frozenset({ActionKind.SHRINK, ActionKind.GROW, ActionKind.MOVE})
-"""Journaled action kinds that change a job's GPUs."""
-
-MEASURED_KINDS = frozenset({"progress", "end"})
-"""Progress row kinds whose ``throughput`` measures a window at one size (a ``resize`` row's includes its pause)."""
 
 # Tables written as CSV (one file each, <name>.csv), in this order, with their columns.
 CSV_TABLES: dict[str, tuple[str, ...]] = {
@@ -145,471 +155,6 @@ PLOTS: tuple[str, ...] = ("utilization_over_time.png", "gpu_hours_by_account.png
 
 class ReportDataError(ElasticError):
     """The report's input breaks a rule (a window that ends before it starts, a negative GPU count)."""
-
-
-# --------------------------------------------------------------------------------------------------
-# Jobs from segments
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Segment:
-    """One ``sacct`` record of a job: one shape of its allocation.
-
-    Attributes:
-        slurm_job_id: the record's job id (a satellite's own id).
-        partition: partition of the record.
-        start: seconds since the epoch, ``None`` if it never started.
-        end: ``start + elapsed`` for a started segment (sacct's end, or now for a running one).
-        elapsed: seconds it held its allocation.
-        gpus: GPUs allocated.
-        resizing: the record says ``RESIZING`` (an earlier shape of a resized job).
-        satellite: the record is a satellite allocation of the job.
-        finished: the record's state is terminal (RESIZING counts as closed).
-    """
-
-    slurm_job_id: int
-    partition: str
-    start: float | None
-    end: float | None
-    elapsed: float
-    gpus: int
-    resizing: bool
-    satellite: bool
-    finished: bool
-
-
-@dataclass(frozen=True, slots=True)
-class JobUsage:
-    """One job with all its segments (see the module docstring for the definitions).
-
-    Attributes:
-        job_id: the Slurm job id (a satellite's parent id).
-        user, account, partition: of the job's first primary segment.
-        elastic: AdminComment of a primary segment starts with ``slurm-elastic``.
-        state: Slurm state of the last primary segment (``COMPLETED``, ``RUNNING`` ...).
-        submit: first submission (seconds since the epoch), ``None`` if unknown.
-        segments: primary segments in time order, then satellites in time order.
-    """
-
-    job_id: str
-    user: str
-    account: str
-    partition: str
-    elastic: bool
-    state: str
-    submit: float | None
-    segments: tuple[Segment, ...]
-
-    @property
-    def primary(self) -> tuple[Segment, ...]:
-        """The job's own segments (no satellites)."""
-        return tuple(s for s in self.segments if not s.satellite)
-
-    @property
-    def start(self) -> float | None:
-        """First start of a primary segment."""
-        starts = [s.start for s in self.primary if s.start is not None]
-        return min(starts) if starts else None
-
-    @property
-    def finished(self) -> bool:
-        """The last primary segment ended (and is not an earlier RESIZING shape)."""
-        prim = self.primary
-        return bool(prim) and prim[-1].finished and not prim[-1].resizing and prim[-1].start is not None
-
-    @property
-    def end(self) -> float | None:
-        """End of the last segment when the job finished, else ``None``."""
-        if not self.finished:
-            return None
-        ends = [s.end for s in self.segments if s.end is not None]
-        return max(ends) if ends else None
-
-    @property
-    def exec_seconds(self) -> float:
-        """Sum of the primary segments' elapsed."""
-        return float(sum(s.elapsed for s in self.primary))
-
-    @property
-    def gpu_seconds(self) -> float:
-        """GPUs x elapsed over every segment (satellites included), unclipped."""
-        return float(sum(s.gpus * s.elapsed for s in self.segments))
-
-    @property
-    def first_gpus(self) -> int:
-        """GPUs of the first primary segment."""
-        prim = self.primary
-        return prim[0].gpus if prim else 0
-
-    @property
-    def has_gpus(self) -> bool:
-        """Some segment held a GPU."""
-        return any(s.gpus > 0 for s in self.segments)
-
-    @property
-    def resizes_slurm(self) -> int:
-        """RESIZING segments plus satellite allocations."""
-        return sum(1 for s in self.segments if s.resizing or s.satellite)
-
-    @property
-    def satellites(self) -> int:
-        """Satellite allocations counted in this job."""
-        return len({s.slurm_job_id for s in self.segments if s.satellite})
-
-    @property
-    def queue(self) -> float | None:
-        """First start - first submission."""
-        start = self.start
-        return start - self.submit if start is not None and self.submit is not None else None
-
-    @property
-    def jct(self) -> float | None:
-        """End - first submission, for finished jobs."""
-        end = self.end
-        return end - self.submit if end is not None and self.submit is not None else None
-
-
-def _segment(rec: AccountingRecord, satellite: bool) -> Segment:
-    start = float(rec.start_time) if rec.start_time is not None else None
-    elapsed = float(max(0, rec.elapsed))
-    return Segment(
-        slurm_job_id=rec.slurm_job_id, partition=rec.partition, start=start,
-        end=start + elapsed if start is not None else None, elapsed=elapsed, gpus=max(0, rec.allocated_gpus),
-        resizing="RESIZING" in rec.slurm_state, satellite=satellite,
-        finished=rec.state is JobState.FINISHED,
-    )
-
-
-def _order(seg: Segment) -> tuple[float, int, float]:
-    return (seg.start if seg.start is not None else math.inf, 0 if seg.resizing else 1,
-            seg.end if seg.end is not None else math.inf)
-
-
-def _parent_of(rec: AccountingRecord, satellites: Mapping[str, str]) -> str | None:
-    """The record's parent job: from its AdminComment, else from the daemon's satellite map."""
-    parent = satellite_parent(rec.admin_comment)
-    if parent is None:
-        parent = satellites.get(str(rec.job_id), satellites.get(str(rec.slurm_job_id)))
-    return parent if parent is not None and parent != str(rec.job_id) else None
-
-
-def group_jobs(records: Iterable[AccountingRecord], satellites: Mapping[str, str] | None = None) -> list[JobUsage]:
-    """Group ``sacct`` records into jobs: a resized job's segments and its satellites become one job.
-
-    Pure. Records of one id keep their order of time; satellites whose parent is not among the
-    records form a job of the parent's id with the satellite's attributes.
-
-    Args:
-        records: ``sacct`` records.
-        satellites: the daemon's satellite map, satellite job id -> parent job id
-            (:meth:`Store.satellites` with ``include_ended=True``); it places a record whose
-            AdminComment names no parent. ``None``: AdminComments only.
-
-    Returns:
-        Jobs sorted by first submission, then id.
-    """
-    sat_map: Mapping[str, str] = satellites if satellites is not None else {}
-    own: dict[str, list[AccountingRecord]] = {}
-    sats: dict[str, list[AccountingRecord]] = {}
-    for rec in records:
-        parent = _parent_of(rec, sat_map)
-        (sats.setdefault(parent, []) if parent is not None else own.setdefault(str(rec.job_id), [])).append(rec)
-    jobs: list[JobUsage] = []
-    for job_id in sorted(set(own) | set(sats), key=_id_key):
-        prim = sorted(own.get(job_id, []), key=lambda r: _order(_segment(r, False)))
-        sat = sats.get(job_id, [])
-        segs = tuple(sorted((_segment(r, False) for r in prim), key=_order)) + tuple(
-            sorted((_segment(r, True) for r in sat), key=_order))
-        head = prim[0] if prim else min(sat, key=lambda r: _order(_segment(r, True)))
-        last = prim[-1] if prim else head
-        submits = [float(r.submit_time) for r in (prim or sat) if r.submit_time is not None]
-        jobs.append(JobUsage(
-            job_id=job_id, user=head.user, account=head.account, partition=head.partition,
-            elastic=any(is_elastic(r.admin_comment) for r in (prim or sat)),
-            state=",".join(last.slurm_state), submit=min(submits) if submits else None, segments=segs,
-        ))
-    jobs.sort(key=lambda j: (j.submit if j.submit is not None else math.inf, _id_key(j.job_id)))
-    return jobs
-
-
-def _id_key(job_id: str) -> tuple[int, str]:
-    digits = ""
-    for ch in job_id:
-        if not ch.isdigit():
-            break
-        digits += ch
-    return (int(digits) if digits else 0, job_id)
-
-
-# --------------------------------------------------------------------------------------------------
-# Pure tables
-# --------------------------------------------------------------------------------------------------
-
-
-def _clipped_gpu_seconds(seg: Segment, lo: float, hi: float) -> float:
-    if seg.start is None or seg.end is None or seg.gpus == 0 or seg.elapsed == 0:
-        return 0.0
-    span = seg.end - seg.start
-    inside = max(0.0, min(seg.end, hi) - max(seg.start, lo))
-    return seg.gpus * seg.elapsed * (inside / span if span > 0 else 1.0)
-
-
-def _pct(values: Sequence[float], q: float) -> float | None:
-    return float(np.percentile(values, q)) if values else None
-
-
-def _hours(seconds: float) -> float:
-    return seconds / 3600.0
-
-
-def _group_rows(key: str, jobs: Sequence[JobUsage], seconds: Mapping[tuple[str, int], float],
-                attr: str, total: float) -> list[dict[str, Any]]:
-    """GPU-hours by ``attr`` (account/user/partition); ``seconds[(job_id, k)]`` is segment k's GPU-seconds."""
-    rows: dict[str, dict[str, Any]] = {}
-    members: dict[str, set[str]] = {}
-    for job in jobs:
-        for k, seg in enumerate(job.segments):
-            name = seg.partition if attr == "partition" else str(getattr(job, attr))
-            row = rows.setdefault(name, {key: name, "jobs": 0, "elastic_jobs": 0, "gpu_hours": 0.0,
-                                         "elastic_gpu_hours": 0.0, "rigid_gpu_hours": 0.0, "share": None})
-            if job.job_id not in members.setdefault(name, set()):
-                members[name].add(job.job_id)
-                row["jobs"] += 1
-                row["elastic_jobs"] += int(job.elastic)
-            h = _hours(seconds[job.job_id, k])
-            row["gpu_hours"] += h
-            row["elastic_gpu_hours" if job.elastic else "rigid_gpu_hours"] += h
-    for row in rows.values():
-        row["share"] = row["gpu_hours"] / _hours(total) if total > 0 else None
-    return sorted(rows.values(), key=lambda r: (-r["gpu_hours"], r[key]))
-
-
-def _utilization(jobs: Sequence[JobUsage], lo: float, hi: float, total_gpus: int | None) -> list[dict[str, Any]]:
-    deltas: dict[float, int] = {lo: 0}
-    for job in jobs:
-        for seg in job.segments:
-            if seg.start is None or seg.end is None or seg.gpus == 0:
-                continue
-            a, b = max(seg.start, lo), min(seg.end, hi)
-            if b <= a:
-                continue
-            deltas[a] = deltas.get(a, 0) + seg.gpus
-            deltas[b] = deltas.get(b, 0) - seg.gpus
-    deltas.setdefault(hi, 0)
-    points = []
-    held = 0
-    for t in sorted(deltas):
-        held += deltas[t]
-        points.append({"t": t, "gpus_held": held, "total_gpus": total_gpus,
-                       "utilization": held / total_gpus if total_gpus else None})
-    return points
-
-
-def _mean_held(points: Sequence[Mapping[str, Any]], lo: float, hi: float) -> float | None:
-    if hi <= lo:
-        return None
-    area = sum(p["gpus_held"] * (q["t"] - p["t"]) for p, q in itertools.pairwise(points))
-    return float(area / (hi - lo))
-
-
-def _in_system(jobs: Sequence[JobUsage], now: float) -> tuple[np.ndarray, np.ndarray]:
-    """Time-integral of the number of GPU jobs in the system: breakpoints and cumulative integral."""
-    deltas: dict[float, int] = {}
-    for j in jobs:
-        if j.submit is None:
-            continue
-        end = j.end if j.end is not None else now
-        if end <= j.submit:
-            continue
-        deltas[j.submit] = deltas.get(j.submit, 0) + 1
-        deltas[end] = deltas.get(end, 0) - 1
-    if not deltas:
-        return np.zeros(1), np.zeros(1)
-    ts = np.array(sorted(deltas), dtype=np.float64)
-    counts = np.cumsum([deltas[t] for t in sorted(deltas)]).astype(np.float64)
-    cum = np.concatenate([[0.0], np.cumsum(counts[:-1] * np.diff(ts))])
-    return ts, cum
-
-
-def _ftf(job: JobUsage, ts: np.ndarray, cum: np.ndarray, total_gpus: int | None) -> float | None:
-    jct, exec_s = job.jct, job.exec_seconds
-    if jct is None or job.submit is None or job.end is None or not total_gpus or exec_s <= 0:
-        return None
-    span = job.end - job.submit
-    n_avg = 1.0
-    if span > 0:
-        n_avg = max(1.0, (float(np.interp(job.end, ts, cum)) - float(np.interp(job.submit, ts, cum))) / span)
-    mean_gpus = job.gpu_seconds / exec_s
-    fair = exec_s * max(1.0, n_avg * mean_gpus / total_gpus)
-    return jct / fair if fair > 0 else None
-
-
-def _journal_stats(entries: Sequence[JournalEntry]) -> tuple[int, int, float | None, float | None]:
-    resizes = [e for e in entries if e.action.kind in RESIZE_KINDS]
-    failed = sum(1 for e in resizes if e.state == "failed")
-    costs = [e.finished - e.started for e in resizes if e.state == "done" and e.finished is not None]
-    return len(resizes), failed, (float(np.mean(costs)) if costs else None), (max(costs) if costs else None)
-
-
-@dataclass(frozen=True, slots=True)
-class SizeThroughput:
-    """What a job's progress rows measured at one size.
-
-    Attributes:
-        gpus: the size (GPUs = workers).
-        seconds: ``T(k)``, summed windows measured at this size (seconds of training, pauses excluded).
-        throughput: ``X(k)``, samples/s over those windows (window-length weighted).
-    """
-
-    gpus: int
-    seconds: float
-    throughput: float
-
-    @property
-    def per_gpu(self) -> float:
-        """Throughput per GPU (samples/s/GPU)."""
-        return self.throughput / self.gpus
-
-
-@dataclass(frozen=True, slots=True)
-class JobScaling:
-    """A job's scaling and resize pauses from its launcher's progress rows (definitions in the module docstring).
-
-    Attributes:
-        measured: one entry per measured size, smallest first.
-        seen: every size a row named (measured or not), smallest first.
-        resizes: ``resize`` rows (in-place resizes and recoveries from a lost worker).
-        pauses: their ``pause_s`` (seconds), where given.
-    """
-
-    measured: tuple[SizeThroughput, ...]
-    seen: tuple[int, ...]
-    resizes: int
-    pauses: tuple[float, ...]
-
-    @property
-    def efficiency(self) -> tuple[float, ...] | None:
-        """``E(k)`` at each measured size, ``None`` below two measured sizes."""
-        if len(self.measured) < 2:
-            return None
-        base = self.measured[0].per_gpu
-        return tuple(m.per_gpu / base for m in self.measured)
-
-    @property
-    def weight(self) -> float:
-        """Measured GPU-seconds, ``sum(k T(k))``: the weight of this job's mean efficiency."""
-        return float(sum(m.gpus * m.seconds for m in self.measured))
-
-    @property
-    def mean_efficiency(self) -> float | None:
-        """GPU-seconds-weighted mean of ``E(k)``, ``None`` below two measured sizes."""
-        eff = self.efficiency
-        if eff is None or self.weight <= 0:
-            return None
-        return float(sum(m.gpus * m.seconds * e for m, e in zip(self.measured, eff, strict=True)) / self.weight)
-
-    @property
-    def note(self) -> str:
-        """Why the efficiency is unknown, or which sizes were seen without a measurement; ``""`` if nothing to say."""
-        unmeasured = sorted(set(self.seen) - {m.gpus for m in self.measured})
-        gap = f"no throughput measured at {', '.join(map(str, unmeasured))} GPUs" if unmeasured else ""
-        if not self.measured:
-            return "no throughput measured (reports without a measured window)"
-        if len(self.measured) == 1:
-            k = self.measured[0].gpus
-            one = f"ran at one measured size ({k} GPU{'' if k == 1 else 's'})"
-            return f"{one}; {gap}" if gap else one
-        return gap
-
-
-def job_scaling(rows: Sequence[ProgressRow]) -> JobScaling:
-    """Measure a job's throughput per size and its resize pauses from its progress rows. Pure.
-
-    Args:
-        rows: the job's progress rows (:meth:`Store.progress_of`; read: ``t``, ``kind``, ``world``,
-            ``throughput`` (samples/s or ``None``), ``pause_s``), in any order; sorted by ``t`` here.
-
-    Returns:
-        The per-size throughput (see the module docstring), sizes seen, and resize reports.
-    """
-    ordered = sorted(rows, key=lambda r: r.t)
-    seconds: dict[int, float] = {}
-    samples: dict[int, float] = {}
-    seen: set[int] = set()
-    resizes = 0
-    pauses: list[float] = []
-    prev: float | None = None
-    for r in ordered:
-        t, k, kind = float(r.t), r.world, r.kind
-        if k > 0:
-            seen.add(k)
-        if kind == "resize":
-            resizes += 1
-            if r.pause_s is not None:
-                pauses.append(float(r.pause_s))
-        elif kind in MEASURED_KINDS and prev is not None and t > prev and k > 0:
-            thr = r.throughput
-            if thr is not None and thr > 0:
-                seconds[k] = seconds.get(k, 0.0) + (t - prev)
-                samples[k] = samples.get(k, 0.0) + float(thr) * (t - prev)
-        prev = t
-    measured = tuple(SizeThroughput(k, seconds[k], samples[k] / seconds[k]) for k in sorted(seconds))
-    return JobScaling(measured, tuple(sorted(seen)), resizes, tuple(pauses))
-
-
-def _weighted_efficiency(scalings: Iterable[JobScaling]) -> float | None:
-    scaled = [s for s in scalings if s.mean_efficiency is not None]
-    weight = sum(s.weight for s in scaled)
-    if weight <= 0:
-        return None
-    return float(sum(s.weight * (s.mean_efficiency or 0.0) for s in scaled) / weight)
-
-
-def _scaling_rows(jobs: Sequence[JobUsage], scaling: Mapping[str, JobScaling | None],
-                  progress_known: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The ``scaling`` rows (elastic jobs and jobs with reports) and the ``scaling_by_account`` rows."""
-    no_reports = "no launcher reports" if progress_known else "no store given: launcher reports unknown"
-    rows = []
-    members: dict[str, list[JobScaling | None]] = {}
-    for j in jobs:
-        sc = scaling.get(j.job_id)
-        if sc is None and not j.elastic:
-            continue
-        members.setdefault(j.account, []).append(sc)
-        eff = sc.efficiency if sc is not None else None
-        rows.append({
-            "job_id": j.job_id, "user": j.user, "account": j.account, "elastic": j.elastic,
-            "sizes": [m.gpus for m in sc.measured] if sc is not None else None,
-            "measured_s": [m.seconds for m in sc.measured] if sc is not None else None,
-            "throughput": [m.throughput for m in sc.measured] if sc is not None else None,
-            "throughput_per_gpu": [m.per_gpu for m in sc.measured] if sc is not None else None,
-            "efficiency": list(eff) if eff is not None else None,
-            "mean_efficiency": sc.mean_efficiency if sc is not None else None,
-            "note": sc.note if sc is not None else no_reports,
-        })
-    by_account = []
-    for account in sorted(members):
-        mine = members[account]
-        reporting = [s for s in mine if s is not None]
-        scaled = [e for s in reporting if (e := s.mean_efficiency) is not None]
-        if not progress_known:
-            note = "no store given"
-        elif not reporting:
-            note = "no job with launcher reports"
-        elif not scaled:
-            note = "no job measured at two or more sizes"
-        elif len(reporting) < len(mine):
-            note = f"{len(mine) - len(reporting)} job(s) without launcher reports"
-        else:
-            note = ""
-        by_account.append({
-            "account": account, "jobs": len(mine), "jobs_reporting": len(reporting), "jobs_scaled": len(scaled),
-            "measured_gpu_hours": _hours(sum(s.weight for s in reporting)) if progress_known else None,
-            "mean_efficiency": _weighted_efficiency(reporting), "min_efficiency": min(scaled) if scaled else None,
-            "note": note,
-        })
-    return rows, by_account
 
 
 def allocation_tables(records: Sequence[AccountingRecord], *, since: float | None = None,
@@ -652,18 +197,18 @@ def allocation_tables(records: Sequence[AccountingRecord], *, since: float | Non
     if hi < lo:
         raise ReportDataError(f"report window ends at {hi} before it starts at {lo} (rule: until >= since)")
     notes: list[str] = []
-    seconds = {(j.job_id, k): _clipped_gpu_seconds(s, lo, hi) for j in jobs for k, s in enumerate(j.segments)}
+    seconds = {(j.job_id, k): clipped_gpu_seconds(s, lo, hi) for j in jobs for k, s in enumerate(j.segments)}
     total_s = sum(seconds.values())
     by_id = {j.job_id: j for j in jobs}
     elastic_s = sum(v for (jid, _), v in seconds.items() if by_id[jid].elastic)
-    points = _utilization(jobs, lo, hi, total_gpus)
-    mean_held = _mean_held(points, lo, hi)
+    points = utilization(jobs, lo, hi, total_gpus)
+    mean_held = time_mean_held(points, lo, hi)
     if total_gpus is None:
         notes.append("cluster GPU count unknown: utilization and finish-time fairness are not computed")
 
-    ts, cum = _in_system(jobs, hi)
-    ftf = {j.job_id: _ftf(j, ts, cum, total_gpus) for j in jobs}
-    stats = {j.job_id: _journal_stats(journal.get(j.job_id, ())) for j in jobs} if journal is not None else {}
+    ts, cum = in_system(jobs, hi)
+    ftf = {j.job_id: finish_time_fairness(j, ts, cum, total_gpus) for j in jobs}
+    stats = {j.job_id: journal_stats(journal.get(j.job_id, ())) for j in jobs} if journal is not None else {}
     if journal is None:
         notes.append("no store given: daemon-journaled resizes and their measured cost are unknown")
     scaling: dict[str, JobScaling | None] = {
@@ -679,22 +224,22 @@ def allocation_tables(records: Sequence[AccountingRecord], *, since: float | Non
     summary = {
         "since": lo, "until": hi, "total_gpus": total_gpus, "jobs": len(all_jobs), "gpu_jobs": len(jobs),
         "elastic_jobs": sum(1 for j in jobs if j.elastic), "jobs_without_gpus": len(all_jobs) - len(jobs),
-        "gpu_hours": _hours(total_s), "elastic_gpu_hours": _hours(elastic_s),
-        "rigid_gpu_hours": _hours(total_s - elastic_s), "mean_gpus_held": mean_held,
+        "gpu_hours": hours(total_s), "elastic_gpu_hours": hours(elastic_s),
+        "rigid_gpu_hours": hours(total_s - elastic_s), "mean_gpus_held": mean_held,
         "mean_utilization": mean_held / total_gpus if mean_held is not None and total_gpus else None,
         "resizes_slurm": sum(j.resizes_slurm for j in jobs),
         "resizes_journaled": sum(s[0] for s in stats.values()) if journal is not None else None,
         "resizes_reported": sum(sc.resizes for sc in scaling.values() if sc is not None)
         if progress is not None else None,
-        "mean_efficiency": _weighted_efficiency(sc for sc in scaling.values() if sc is not None),
+        "mean_efficiency": weighted_efficiency(sc for sc in scaling.values() if sc is not None),
     }
     dists = []
     for cls, members in (("all", jobs), ("elastic", [j for j in jobs if j.elastic]),
                          ("rigid", [j for j in jobs if not j.elastic])):
         for metric in ("jct", "queue"):
             vals = [v for j in members if (v := getattr(j, metric)) is not None]
-            dists.append({"metric": metric, "jobs": cls, "n": len(vals), "p50": _pct(vals, 50),
-                          "p90": _pct(vals, 90), "max": max(vals) if vals else None})
+            dists.append({"metric": metric, "jobs": cls, "n": len(vals), "p50": percentile(vals, 50),
+                          "p90": percentile(vals, 90), "max": max(vals) if vals else None})
     resizes = []
     for j in jobs:
         n_j, failed, mean_c, max_c = stats.get(j.job_id, (0, 0, None, None))
@@ -731,18 +276,18 @@ def allocation_tables(records: Sequence[AccountingRecord], *, since: float | Non
             "job_id": j.job_id, "user": j.user, "account": j.account, "partition": j.partition,
             "elastic": j.elastic, "state": j.state, "submit": j.submit, "start": j.start, "end": j.end,
             "queue": j.queue, "jct": j.jct, "exec": j.exec_seconds, "gpus_first": j.first_gpus,
-            "gpu_hours": _hours(sum(seconds[j.job_id, k] for k in range(len(j.segments)))),
+            "gpu_hours": hours(sum(seconds[j.job_id, k] for k in range(len(j.segments)))),
             "segments": len(j.segments), "resizes_slurm": j.resizes_slurm, "satellites": j.satellites,
             "resizes_journaled": journaled,
             "resizes_reported": sc.resizes if (sc := scaling[j.job_id]) is not None else None,
             "efficiency": sc.mean_efficiency if sc is not None else None, "ftf": ftf[j.job_id],
         })
-    scaling_rows, scaling_accounts = _scaling_rows(jobs, scaling, progress is not None)
+    scaling_rows, scaling_accounts = scaling_table_rows(jobs, scaling, progress is not None)
     return {
         "summary": summary,
-        "by_account": _group_rows("account", jobs, seconds, "account", total_s),
-        "by_user": _group_rows("user", jobs, seconds, "user", total_s),
-        "by_partition": _group_rows("partition", jobs, seconds, "partition", total_s),
+        "by_account": group_rows("account", jobs, seconds, "account", total_s),
+        "by_user": group_rows("user", jobs, seconds, "user", total_s),
+        "by_partition": group_rows("partition", jobs, seconds, "partition", total_s),
         "utilization": points,
         "distributions": dists,
         "resizes": resizes,
