@@ -285,6 +285,7 @@ def job_record(job: PyslurmJob) -> JobRecord:
         batch_host=_s(job.batch_host, subject, "batch_host") or None, restart_count=restart,
         array_job_id=array_id, array_task_id=task_id if array_id is not None else None,
         het_job_id=het_id, het_job_offset=offset if het_id is not None else None,
+        work_dir=_s(getattr(job, "working_directory", None), subject, "working_directory"),
     )
 
 

@@ -135,6 +135,8 @@ class JobRecord:
         restart_count: times the job was requeued.
         array_job_id, array_task_id: array ids (``None`` if not an array task).
         het_job_id, het_job_offset: heterogeneous-job ids (``None`` if not a het job).
+        work_dir: the job's working directory (``current_working_directory``; ``""`` if unset):
+            where its satellites run.
         release_blocks: for a running launcher job, the GPU counts Slurm can free one at a time
             (a node of its own allocation other than the batch host, a whole satellite); ``None``
             when any count can go (set by :func:`slurm_elastic.slurm.satellites.fold`).
@@ -164,6 +166,7 @@ class JobRecord:
     array_task_id: int | None = None
     het_job_id: int | None = None
     het_job_offset: int | None = None
+    work_dir: str = ""
     release_blocks: tuple[int, ...] | None = None
 
     @property
@@ -457,6 +460,7 @@ def _job(j: Mapping[str, Any], kind: DocKind, version: SlurmJsonVersion) -> JobR
         comment=as_str(require(j, "comment", where), "comment", where),
         batch_host=batch_host, restart_count=restart,
         array_job_id=array_id, array_task_id=task_id, het_job_id=het_id, het_job_offset=offset,
+        work_dir=as_str(j.get("current_working_directory"), "current_working_directory", where),
     )
 
 
