@@ -80,6 +80,7 @@ class FakeJob:
     state_reason: str | None = "None"
     comment: str | None = None
     admin_comment: str | None = None
+    working_directory: str | None = "/tmp/tb2511/jobs"
     submit_time: int | None = T0
     start_time: int | None = T0
     resize_time: int | None = None
