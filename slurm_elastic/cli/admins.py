@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from slurm_elastic import __version__
 
 if TYPE_CHECKING:
-    pass
+    from slurm_elastic.slurm.commands import Runner
 
 from slurm_elastic.cli.common import policy_specs, site_guards, view, window
 
@@ -45,12 +45,36 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     if cfg.daemon.metrics_address:
         from slurm_elastic.metrics import serve
 
+        shown, why = metrics_identities_shown(cluster.source.runner)
+        daemon.metrics.show_identities = shown
+        log.info("/metrics on %s %s: %s", cfg.daemon.metrics_address,
+                 "names jobs and users" if shown else "shows counts only", why)
         serve(daemon.metrics, cfg.daemon.metrics_address)
     log.info("slurm-elastic %s: policy %s, partitions %s, %s, store %s", __version__, cfg.daemon.policy,
              ",".join(cfg.daemon.partitions) or "all", "shadow mode" if cfg.daemon.dry_run else "acting",
              cfg.daemon.store)
     daemon.run(max_rounds=1 if args.once else None)
     return 0
+
+
+def metrics_identities_shown(runner: Runner) -> tuple[bool, str]:
+    """Whether ``/metrics`` may name jobs and users, by Slurm's ``PrivateData``, and why (one line).
+
+    Runs ``scontrol show config`` through ``runner``. Anyone who can connect to ``/metrics`` reads it,
+    so job ids and user names are shown only when Slurm shows them to every user: ``PrivateData``
+    without ``jobs``, ``users`` (or ``all``). When the configuration cannot be read they are hidden.
+    """
+    from slurm_elastic.errors import ElasticError
+    from slurm_elastic.metrics import IDENTITY_FLAGS, identities_private, private_data_of
+
+    try:
+        flags = private_data_of(runner(["scontrol", "show", "config"]))
+    except (ElasticError, OSError) as exc:
+        return False, f"Slurm's PrivateData unknown ({exc}): job ids and user names hidden"
+    if identities_private(flags):
+        hidden = ",".join(sorted(flags & IDENTITY_FLAGS))
+        return False, f"Slurm's PrivateData includes {hidden}: job ids and user names hidden"
+    return True, f"Slurm's PrivateData = {','.join(sorted(flags)) or 'none'}: jobs and users are public"
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
