@@ -12,8 +12,10 @@ never kills the loop. SIGTERM and SIGINT end the loop after the current round.
 In shadow mode (``dry_run = true``) it plans against the real queue and logs what it would do.
 Otherwise it acts through :class:`~slurm_elastic.slurm.actions.SlurmActuator` (start held jobs
 at the planned size; resize launcher jobs in place with signed orders and satellite allocations;
-requeue other jobs at a new size); at start it first settles the actions a previous daemon left
-unfinished (:func:`~slurm_elastic.slurm.actions.reconcile`).
+requeue other jobs at a new size); before its first round it settles the actions a previous daemon
+left unfinished (:meth:`Actor.reconcile`), inside the loop, so a failing observation is retried
+like a round. One job's bad input never fails a round: the view leaves it out or plans it from
+priors (its quarantine, in ``status`` and ``/metrics``), and the actor refuses its action alone.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import logging
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import Any, Protocol
@@ -54,6 +56,10 @@ class Actor(Protocol):
         """Do what earlier actions left due (node releases, satellites to cancel); one line each."""
         ...
 
+    def reconcile(self, snapshot: ClusterSnapshot) -> list[str]:
+        """Settle what a previous daemon's journal left unfinished, by ``snapshot``; one line each."""
+        ...
+
 
 class View(Protocol):
     """The daemon's observer (:class:`~slurm_elastic.observe.view.ClusterView`): passive."""
@@ -64,6 +70,11 @@ class View(Protocol):
 
     def observe(self) -> ClusterSnapshot:
         """The snapshot now, with the resizes the store says are under way."""
+        ...
+
+    def quarantined(self) -> Mapping[str, str]:
+        """The jobs of the queue now whose own input broke a rule, with the reason (planned from
+        priors, or left out of the snapshot)."""
         ...
 
 
@@ -79,6 +90,10 @@ class ShadowActuator:
 
     def tend(self) -> list[str]:
         """Nothing to settle: shadow mode starts nothing."""
+        return []
+
+    def reconcile(self, snapshot: ClusterSnapshot) -> list[str]:
+        """Nothing to settle: shadow mode journals nothing."""
         return []
 
 
@@ -99,6 +114,7 @@ class Daemon:
     in_flight: dict[JobId, InFlightResize] = field(default_factory=dict)
     _last_key: object = field(default=None, repr=False)
     _last_round: float = field(default=float("-inf"), repr=False)
+    _reconciled: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
         act: Actor | None = ShadowActuator() if self.config.daemon.dry_run else self.actuator
@@ -122,6 +138,7 @@ class Daemon:
                 self.in_flight[o.action.job_id] = InFlightResize(o.action.job_id, o.action.after.num_gpus,
                                                                  rec.snapshot.now)
         self.metrics.observe_round(rec, time.perf_counter() - t0)
+        self.metrics.observe_quarantine(self.view.quarantined())
         self.memo = rec.memo
         self.rounds += 1
         self._last_round = self.clock()
@@ -146,9 +163,17 @@ class Daemon:
         for line in self.act.tend():
             log.info("%s", line)
 
+    def reconcile(self) -> None:
+        """Once, before the first round: settle the actions a previous daemon left unfinished."""
+        if not self._reconciled:
+            for line in self.act.reconcile(self.observe()):
+                log.info("reconciled: %s", line)
+            self._reconciled = True
+
     def due(self) -> bool:
         """One poll (read the queue and the reports, do what is owed); whether a round is due:
         the queue changed since the last round, or the last round is too old."""
+        self.reconcile()
         key = self.view.poll()
         self.tend()
         changed = key != self._last_key

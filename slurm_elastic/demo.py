@@ -26,7 +26,6 @@ from slurm_elastic.config import Config, DaemonConfig
 from slurm_elastic.core.guards import Guards
 from slurm_elastic.core.model import JobState
 from slurm_elastic.dev import devcluster
-from slurm_elastic.observe.progress import ingest
 from slurm_elastic.observe.view import ClusterView
 from slurm_elastic.slurm.cli_backend import SlurmCli
 from slurm_elastic.slurm.commands import run_command
@@ -115,7 +114,7 @@ def _run(out: Path, root: Path, env: dict[str, str], jobs: Sequence[DemoJob], po
                                              for j in submitted):
             break
         time.sleep(cfg.daemon.poll_interval)
-    ingest(store, [r for r in observer.source.jobs() if r.job_id in submitted])
+    observer.read_reports([r for r in observer.source.jobs() if r.job_id in submitted])
     total = sum(n.gpus for n in observer.nodes())
     return _finish(out, started, runner, store, submitted, seen_state, time.time() - t0, total, say)
 

@@ -7,9 +7,12 @@ at submit. The launcher reads the file at step boundaries (``SLURM_ELASTIC_ORDER
 and refuses any order whose HMAC-SHA256, keyed with the job's secret, does not match or that names
 another job.
 
-Because the comment is the user's to set, the daemon trusts nothing in it: both files must be
-regular files (not symlinks) owned by the job's user and readable by nobody else (mode 0600), or
-the job has no channel. The daemon appends with ``O_APPEND | O_NOFOLLOW`` and never creates them.
+Because the comment and the files are the user's, the daemon trusts nothing in them: every file
+is opened once and checked by its descriptor (:mod:`slurm_elastic.jobfiles`: a regular file, not
+a link, owned by the job's user, mode 0600, size-capped), read with a cap, appended to and never
+created. Only lines signed with the job's secret count: a line the user adds to the orders file
+is ignored. A job whose comment names no channel never had the launcher (:class:`NoChannel`); one
+whose channel breaks a rule is refused in place, never sent down the requeue path.
 
 Wire form: owned by ``slurm_elastic_launcher.orders`` (standard library only), which both sides
 import, so orders and reports are signed and checked by one piece of code: one line of sorted,
@@ -26,17 +29,16 @@ must be a regular file owned by the user and writable by nobody else.
 
 from __future__ import annotations
 
-import json
-import os
 import pwd
-import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from slurm_elastic import jobfiles
 from slurm_elastic.errors import ElasticError
-from slurm_elastic_launcher.orders import sign_order, verify_report
+from slurm_elastic.jobfiles import JobFileError
+from slurm_elastic_launcher.orders import Order, sign_order, verify_order, verify_report
 
 COMMENT_KEY = "slurm-elastic-orders="
 
@@ -45,30 +47,27 @@ class ChannelError(ElasticError):
     """A job's order channel is missing or not trustworthy (the message says which rule)."""
 
 
+class NoChannel(ChannelError):  # noqa: N818 (an outcome: the job never had the launcher)
+    """The job's comment names no order channel: it was not submitted for the launcher."""
+
+
+SECRET_MAX_BYTES = 4096
+ORDERS_MAX_BYTES = 4 << 20
+"""An orders file larger than this is refused (a job gets one short line per resize)."""
+REPORTS_MAX_BYTES = 256 << 20
+"""A reports file larger than this is refused (a launcher writes ~200 bytes per report)."""
+REPORTS_CHUNK_BYTES = 1 << 20
+"""At most this much of a job's new reports is read per poll (the rest at the next polls)."""
+REPORT_LINE_MAX_BYTES = 64 << 10
+"""A report line longer than this is refused unread."""
+
+
 def orders_path(comment: str) -> Path | None:
     """The orders file named in a job's comment, if any."""
     for word in comment.split():
         if word.startswith(COMMENT_KEY):
             return Path(word[len(COMMENT_KEY):])
     return None
-
-
-def _check_file(path: Path, uid: int, forbidden: int, rule: str, missing: str = "") -> None:
-    """``path`` must be a regular file (no link) owned by ``uid`` with none of the ``forbidden`` mode bits."""
-    try:
-        st = os.lstat(path)
-    except OSError as exc:
-        raise ChannelError(f"{path}: {exc.strerror}{missing}") from exc
-    if not stat.S_ISREG(st.st_mode):
-        raise ChannelError(f"{path}: must be a regular file (not a link or anything else)")
-    if st.st_uid != uid:
-        raise ChannelError(f"{path}: owned by uid {st.st_uid}, not by the job's user (uid {uid})")
-    if st.st_mode & forbidden:
-        raise ChannelError(f"{path}: mode {stat.S_IMODE(st.st_mode):04o}, {rule}")
-
-
-def _check_private(path: Path, uid: int) -> None:
-    _check_file(path, uid, 0o077, "must be 0600 (readable by its owner only)")
 
 
 sign = sign_order  # one order line, signed with the job's secret
@@ -83,71 +82,87 @@ class Channel:
         job_id: the Slurm job.
         path: its orders file.
         secret: its secret (the bytes of the secret file's text).
+        uid: the job's user, who must own every file of the channel.
     """
 
     job_id: str
     path: Path
     secret: bytes
+    uid: int
 
     @classmethod
     def open(cls, job_id: str, user: str, comment: str) -> Channel:
         """Find and verify the channel of a job from its comment and user.
 
         Raises:
-            ChannelError: no channel named, unknown user, or a file that breaks a rule.
+            NoChannel: the comment names no channel (the job never had the launcher).
+            ChannelError: unknown user, a path or a file that breaks a rule.
         """
         path = orders_path(comment)
         if path is None:
-            raise ChannelError(f"job {job_id}: no {COMMENT_KEY}<path> in its comment (not submitted for the launcher)")
-        if path.suffix != ".orders" or not path.is_absolute():
-            raise ChannelError(f"job {job_id}: orders file {path} must be an absolute path ending in .orders")
+            raise NoChannel(f"job {job_id}: no {COMMENT_KEY}<path> in its comment (not submitted for the launcher)")
+        if path.suffix != ".orders" or not path.is_absolute() or "\x00" in str(path):
+            raise ChannelError(f"job {job_id}: orders file {str(path)[:200]!r} must be an absolute path ending in "
+                               ".orders")
         try:
             uid = pwd.getpwnam(user).pw_uid
-        except KeyError:
+        except (KeyError, ValueError):
             raise ChannelError(f"job {job_id}: unknown user {user!r}") from None
-        secret_path = path.with_suffix("")
-        _check_private(path, uid)
-        _check_private(secret_path, uid)
-        secret = secret_path.read_bytes().strip()
+        try:
+            jobfiles.check(path, uid, forbidden=0o077, rule="must be 0600 (readable by its owner only)",
+                           max_size=ORDERS_MAX_BYTES)
+            secret = jobfiles.read(path.with_suffix(""), uid, max_size=SECRET_MAX_BYTES).strip()
+        except JobFileError as exc:
+            raise ChannelError(f"job {job_id}: {exc}") from None
         if len(secret) < 16:
-            raise ChannelError(f"job {job_id}: secret in {secret_path} is shorter than 16 bytes")
-        return cls(job_id, path, secret)
+            raise ChannelError(f"job {job_id}: secret in {path.with_suffix('')} is shorter than 16 bytes")
+        return cls(job_id, path, secret, uid)
 
     @property
     def reports_path(self) -> Path:
         """The job's progress report file."""
         return self.path.with_suffix(".reports")
 
-    def reports(self, start: int = 0) -> tuple[list[dict[str, Any]], int, int]:
-        """Verified reports from byte offset ``start`` of the report file.
+    def reports(self, start: int = 0) -> tuple[list[dict[str, Any]], int, list[str]]:
+        """Verified reports from byte offset ``start`` of the report file (at most
+        :data:`REPORTS_CHUNK_BYTES` of it; the rest at the next call).
 
         Returns:
-            (reports in file order, the offset after the last whole line, lines refused). A line
-            with a bad MAC, naming another job or not JSON is refused and counted, never trusted.
+            (reports in file order, the offset after the last line consumed, one reason per refused
+            line). A line with a bad MAC, naming another job, not JSON or longer than
+            :data:`REPORT_LINE_MAX_BYTES` is refused, never trusted, and consumed all the same.
+
+        Raises:
+            ChannelError: the report file exists but breaks a rule (a link, not a regular file,
+                another owner, larger than :data:`REPORTS_MAX_BYTES`).
         """
-        if not self.reports_path.exists() and not self.reports_path.is_symlink():
-            return [], start, 0
-        _check_file(self.reports_path, os.lstat(self.path).st_uid, 0, "")
-        fd = os.open(self.reports_path, os.O_RDONLY | os.O_NOFOLLOW)
         try:
-            os.lseek(fd, start, os.SEEK_SET)
-            chunks = []
-            while chunk := os.read(fd, 1 << 20):
-                chunks.append(chunk)
-        finally:
-            os.close(fd)
-        data = b"".join(chunks)
-        whole = data[: data.rfind(b"\n") + 1]
-        out, refused = [], 0
-        for raw in whole.decode(errors="replace").splitlines():
+            data, size = jobfiles.read_from(self.reports_path, self.uid, start, chunk=REPORTS_CHUNK_BYTES,
+                                            max_size=REPORTS_MAX_BYTES)
+        except JobFileError as exc:
+            if not self.reports_path.exists() and not self.reports_path.is_symlink():
+                return [], start, []
+            raise ChannelError(f"job {self.job_id}: {exc}") from None
+        if start > size:
+            raise ChannelError(f"job {self.job_id}: {self.reports_path} shrank below the {start} bytes read "
+                               "(rule: a report file is only appended to)")
+        end = data.rfind(b"\n") + 1
+        if end == 0 and len(data) == REPORTS_CHUNK_BYTES:
+            end = len(data)  # one line longer than a whole chunk: consumed as refused
+        out: list[dict[str, Any]] = []
+        refused: list[str] = []
+        for raw in data[:end].split(b"\n"):
             if not raw.strip():
+                continue
+            if len(raw) > REPORT_LINE_MAX_BYTES:
+                refused.append(f"a line of {len(raw)} bytes (rule: at most {REPORT_LINE_MAX_BYTES})")
                 continue
             body = verify_report(raw, self.job_id, self.secret)
             if body is None:
-                refused += 1
+                refused.append(f"line {raw[:60]!r}: not a report of job {self.job_id} signed with its secret")
             else:
                 out.append(body)
-        return out, start + len(whole), refused
+        return out, start + end, refused
 
     def join_script(self) -> Path:
         """The job's join script, checked: a regular file of the job's user, writable by nobody else.
@@ -156,29 +171,43 @@ class Channel:
             ChannelError: it is missing or breaks a rule.
         """
         path = self.path.with_suffix(".join")
-        _check_file(path, os.lstat(self.path).st_uid, 0o022, "must not be writable by group or others",
-                    missing=" (job not submitted with a join script)")
+        try:
+            jobfiles.check(path, self.uid, forbidden=0o022, rule="must not be writable by group or others",
+                           max_size=ORDERS_MAX_BYTES)
+        except JobFileError as exc:
+            raise ChannelError(f"job {self.job_id}: {exc} (a join script is needed to grow in place)") from None
         return path
 
-    def history(self) -> list[dict[str, Any]]:
-        """The orders already written (parsed lines)."""
-        lines = [line for line in self.path.read_text().splitlines() if line.strip()]
-        return [json.loads(line) for line in lines]
+    def history(self) -> list[Order]:
+        """The orders this daemon wrote to the file: the lines signed with the job's secret, in file order.
+
+        Anything else in the file (a line the user added, junk, a line for another job) is ignored.
+
+        Raises:
+            ChannelError: the orders file breaks a rule (:mod:`slurm_elastic.jobfiles`).
+        """
+        try:
+            data = jobfiles.read(self.path, self.uid, max_size=ORDERS_MAX_BYTES)
+        except JobFileError as exc:
+            raise ChannelError(f"job {self.job_id}: {exc}") from None
+        orders = (verify_order(line, self.job_id, self.secret) for line in data.split(b"\n") if line.strip())
+        return [o for o in orders if o is not None]
 
     def send(self, kind: str, workers: Sequence[str], local_batch: int = 0) -> int:
-        """Append one signed order; returns its sequence number."""
-        seq = len(self.history()) + 1
+        """Append one signed order; returns its sequence number (one more than the last signed order's).
+
+        Raises:
+            ChannelError: the orders file breaks a rule or cannot be written.
+        """
+        seq = max((o.seq for o in self.history()), default=0) + 1
         line = sign_order(self.job_id, seq, kind, workers, local_batch, self.secret) + "\n"
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
         try:
-            os.write(fd, line.encode())
-        finally:
-            os.close(fd)
+            jobfiles.append(self.path, self.uid, line.encode("ascii"), max_size=ORDERS_MAX_BYTES)
+        except JobFileError as exc:
+            raise ChannelError(f"job {self.job_id}: {exc}") from None
         return seq
 
     def workers(self, initial: Sequence[str]) -> list[str]:
-        """The job's current workers: those of the last resize order, else ``initial``."""
-        resizes = [o for o in self.history() if o.get("kind") == "resize"]
-        if resizes:
-            return [str(w) for w in resizes[-1]["workers"]]
-        return list(initial)
+        """The job's current workers: those of the last signed resize order, else ``initial``."""
+        resizes = [o for o in self.history() if o.kind == "resize"]
+        return list(resizes[-1].workers) if resizes else list(initial)

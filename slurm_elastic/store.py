@@ -14,7 +14,12 @@ This module owns the database file and its schema. Its contract with the daemon:
 * the workers of each launcher job (which node and which Slurm allocation each runs in), the
   satellite allocations the daemon submitted to grow jobs, and the node releases it still owes,
   so that a satellite is counted as part of its job and a shrink knows which workers to order
-  out and when to give their nodes back.
+  out and when to give their nodes back;
+* the jobs in quarantine: a job whose own input (a report line, its Slurm record) broke a rule,
+  with the first reason, so that ``status``, ``/metrics`` and a restarted daemon name it.
+
+A file that is not a database, or one another process keeps locked for ``LOCK_WAIT_S``, is a
+:class:`StoreError` naming the file and the rule, never a traceback or a hang.
 
 It must not talk to Slurm or decide anything; it stores and returns. Times are seconds since the
 epoch, passed in by the caller (the store reads no clock).
@@ -35,6 +40,8 @@ from slurm_elastic.core.model import JobId, NodeName, Placement, Plan
 from slurm_elastic.errors import ElasticError
 
 SCHEMA_VERSION = 3
+LOCK_WAIT_S = 2.0
+"""How long a call waits for another process's write lock before it fails (sqlite's busy timeout)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -94,6 +101,11 @@ CREATE TABLE IF NOT EXISTS satellites (
     parent TEXT NOT NULL,
     submitted REAL NOT NULL,
     ended REAL
+);
+CREATE TABLE IF NOT EXISTS quarantine (
+    job_id TEXT PRIMARY KEY,
+    t REAL NOT NULL,
+    reason TEXT NOT NULL
 );
 """
 
@@ -209,9 +221,31 @@ class Store:
     """
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._db = sqlite3.connect(path, isolation_level=None, timeout=30.0)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if path.is_dir():
+                raise StoreError(f"store {path}: a directory (rule: the store is a file)")
+            self._db = sqlite3.connect(path, isolation_level=None, timeout=LOCK_WAIT_S)
+        except OSError as exc:
+            raise StoreError(f"store {path}: {exc.strerror or exc}") from None
+        except sqlite3.Error as exc:
+            raise StoreError(f"store {path}: {exc}") from None
+        try:
+            self._open()
+        except sqlite3.OperationalError as exc:
+            self._db.close()
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise StoreError(f"store {path}: locked by another process for {LOCK_WAIT_S:.0f} s "
+                                 "(rule: one daemon per store)") from None
+            raise StoreError(f"store {path}: {exc}") from None
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            raise StoreError(f"store {path}: {exc} (rule: a slurm-elastic SQLite store; move the file "
+                             "aside to start a new one)") from None
+
+    def _open(self) -> None:
+        path = self.path
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA foreign_keys=ON")
@@ -233,7 +267,11 @@ class Store:
 
     @contextmanager
     def _tx(self) -> Iterator[None]:
-        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise StoreError(f"store {self.path}: {exc} (waited {LOCK_WAIT_S:.0f} s; rule: one daemon per "
+                             "store)") from None
         try:
             yield
         except BaseException:
@@ -329,6 +367,17 @@ class Store:
                 self._insert_progress(job_id, r)
             self._db.execute("INSERT INTO report_offsets(job_id, offset) VALUES (?, ?) "
                              "ON CONFLICT(job_id) DO UPDATE SET offset=excluded.offset", (job_id, offset))
+
+    def quarantine(self, job_id: str, reason: str, t: float) -> bool:
+        """Put a job in quarantine with ``reason`` (the first reason is kept); whether it is new."""
+        with self._tx():
+            cur = self._db.execute("INSERT INTO quarantine(job_id, t, reason) VALUES (?, ?, ?) "
+                                   "ON CONFLICT(job_id) DO NOTHING", (job_id, t, reason[:500]))
+        return cur.rowcount == 1
+
+    def quarantined(self) -> dict[str, str]:
+        """Every job ever put in quarantine, with its reason."""
+        return {str(j): str(r) for j, r in self._db.execute("SELECT job_id, reason FROM quarantine ORDER BY t")}
 
     def report_offset(self, job_id: str) -> int:
         """How far the job's report file has been read (bytes)."""

@@ -8,7 +8,7 @@ draws randomness only from the generator it is given. It is importable by the pr
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import cache
 from typing import Any
@@ -26,6 +26,8 @@ from slurm_elastic.core.model import (
     NodeState,
     Placement,
 )
+from slurm_elastic.observe.bounds import ReportLimits, limits_of
+from slurm_elastic.slurm.records import JobRecord
 from slurm_elastic_predictor.profiles import MODEL_DEFAULTS, load_models
 from slurm_elastic_predictor.throughput import ThroughputModel
 
@@ -145,3 +147,9 @@ def snapshot_strategy(max_nodes: int = 6, max_jobs: int = 25) -> Any:
                                max_gpus_choices=(1, 2, 4, 8, 16))
 
     return build()
+
+
+def report_limits(now: float, default_model: str = "cifar10") -> Callable[[JobRecord], ReportLimits]:
+    """The daemon's bounds on each job's reports at ``now``, with the shipped profiles (what
+    :meth:`~slurm_elastic.observe.view.ClusterView.read_reports` passes to ``ingest``)."""
+    return lambda rec: limits_of(rec, now=now, profiles=shipped_profiles(), default_model=default_model)

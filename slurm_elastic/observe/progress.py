@@ -5,8 +5,9 @@ reports of each started launcher job (:meth:`slurm_elastic.orders.Channel.report
 offset the store kept) and stores them as :class:`~slurm_elastic.store.ProgressRow` s, and
 :func:`runtime_of` turns a job's rows into the :class:`JobRuntime` its snapshot is built with
 (samples done, throughput measured at the current size, per-GPU batch, epoch size, losses, last
-resize). A job without a channel, or whose files break a rule, simply has no reports; a refused
-line (bad MAC, another job, a malformed or impossible field) is logged and skipped, never trusted.
+resize). A job without a channel simply has no reports; a refused line (bad MAC, another job, a
+malformed field, a claim outside :mod:`slurm_elastic.observe.bounds`) or a report file that breaks
+a rule quarantines the job: it is logged, skipped, never trusted, and the job is planned from priors.
 It changes nothing in Slurm.
 """
 
@@ -14,11 +15,12 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from slurm_elastic.core.model import JobState, ProgressReport
+from slurm_elastic.observe.bounds import ReportLimits, ReportOutOfBounds
 from slurm_elastic.orders import Channel, ChannelError
 from slurm_elastic.slurm.records import JobRecord
 from slurm_elastic.store import ProgressRow, Store
@@ -100,31 +102,60 @@ def row_of(report: Mapping[str, Any]) -> ProgressRow:
     )
 
 
-def ingest(store: Store, records: Iterable[JobRecord]) -> int:
-    """Append the new reports of every started launcher job to the store; returns how many."""
+def ingest(store: Store, records: Iterable[JobRecord], limits: Callable[[JobRecord], ReportLimits],
+           now: float) -> int:
+    """Append the new reports of every started launcher job to the store; returns how many.
+
+    One job's bad input touches that job only: a refused line (bad MAC, another job's, malformed,
+    out of the job's :class:`~slurm_elastic.observe.bounds.ReportLimits`) or a report file that
+    breaks a rule puts the job in quarantine (the store keeps the first reason; it is logged),
+    the file offset moves past the line, and the next job is read all the same.
+    """
     added = 0
     for rec in records:
         if rec.state is JobState.PENDING or not rec.comment:  # finished: its last reports are read once
             continue
         try:
             channel = Channel.open(rec.job_id, rec.user, rec.comment)
-            reports, offset, refused = channel.reports(store.report_offset(rec.job_id))
-        except ChannelError:
+        except ChannelError as exc:  # no channel, or a passing problem: the act step refuses and says why
+            log.debug("job %s: reports not read: %s", rec.job_id, exc)
             continue
-        rows = []
+        try:
+            reports, offset, refused = channel.reports(store.report_offset(rec.job_id))
+        except ChannelError as exc:
+            _quarantine(store, rec.job_id, str(exc), now)
+            continue
+        rows: list[ProgressRow] = []
+        previous = _last_rank0_row(store, rec.job_id) if reports else None
+        bounds = limits(rec) if reports else None
         for report in reports:
             try:
-                rows.append(row_of(report))
-            except ReportRefused as exc:
-                refused += 1
-                log.warning("job %s: report refused: %s", rec.job_id, exc)
+                row = row_of(report)
+                if bounds is not None:
+                    bounds.check(row, previous)
+            except (ReportRefused, ReportOutOfBounds) as exc:
+                refused.append(str(exc))
+                continue
+            rows.append(row)
+            if row.kind != "left":
+                previous = row
+        for reason in refused[:3]:
+            log.warning("job %s: report refused: %s", rec.job_id, reason)
         if refused:
-            log.warning("job %s: %d report line(s) refused (bad MAC, another job's, or malformed)", rec.job_id,
-                        refused)
+            _quarantine(store, rec.job_id, f"{len(refused)} report line(s) refused; first: {refused[0]}", now)
         if rows or refused or reports:
             store.add_reports(rec.job_id, rows, offset)
             added += len(rows)
     return added
+
+
+def _quarantine(store: Store, job_id: str, reason: str, now: float) -> None:
+    if store.quarantine(job_id, reason, now):
+        log.warning("job %s quarantined (planned from priors, its reports ignored): %s", job_id, reason)
+
+
+def _last_rank0_row(store: Store, job_id: str) -> ProgressRow | None:
+    return next((r for r in reversed(store.progress_of(job_id)) if r.kind != "left"), None)
 
 
 def runtime_of(rows: Sequence[ProgressRow]) -> JobRuntime | None:
@@ -157,9 +188,15 @@ def runtime_of(rows: Sequence[ProgressRow]) -> JobRuntime | None:
 
 
 def runtimes(store: Store, records: Iterable[JobRecord]) -> dict[str, JobRuntime]:
-    """The runtime of every job in ``records`` that has reported (from the store; nothing is read here)."""
+    """The runtime of every job in ``records`` that has reported (from the store; nothing is read here).
+
+    A job in quarantine has none: it is planned from priors, as if it had never reported.
+    """
     out: dict[str, JobRuntime] = {}
+    quarantined = store.quarantined()
     for rec in records:
+        if rec.job_id in quarantined:
+            continue
         rt = runtime_of(store.progress_of(rec.job_id))
         if rt is not None:
             out[rec.job_id] = rt

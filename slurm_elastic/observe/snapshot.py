@@ -16,7 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from slurm_elastic.contract import ElasticRequest, parse_elastic_request
-from slurm_elastic.core.model import ClusterSnapshot, Job, JobState, Node, Placement
+from slurm_elastic.core.model import ClusterSnapshot, Job, JobState, Node, NodeName, Placement
+from slurm_elastic.errors import ElasticError, SnapshotError
 from slurm_elastic.observe.progress import JobRuntime
 from slurm_elastic.orders import COMMENT_KEY
 from slurm_elastic.slurm.dialects import DocKind, SlurmJsonError
@@ -28,7 +29,8 @@ from slurm_elastic_predictor.throughput import ThroughputModel
 def snapshot_of(nodes: Sequence[NodeRecord], jobs: Sequence[JobRecord], *, now: float,
                 profiles: Mapping[str, ThroughputModel], partitions: Sequence[str] = (),
                 default_model: str = "cifar10", satellites: Mapping[str, str] | None = None,
-                runtimes: Mapping[str, JobRuntime] | None = None) -> ClusterSnapshot:
+                runtimes: Mapping[str, JobRuntime] | None = None,
+                refused: dict[str, str] | None = None) -> ClusterSnapshot:
     """The snapshot of one observation (either backend).
 
     Args:
@@ -40,12 +42,13 @@ def snapshot_of(nodes: Sequence[NodeRecord], jobs: Sequence[JobRecord], *, now: 
         default_model: model assumed for elastic jobs without a reported one.
         satellites: satellite job id -> its job's id (the store's).
         runtimes: what the launchers reported, by job id (:func:`~slurm_elastic.observe.progress.runtimes`).
+        refused: as :func:`build_snapshot`'s (one job's broken record never fails the snapshot).
     """
     wanted = set(partitions)
     managed_nodes = [n for n in nodes if not wanted or wanted & set(n.partitions)]
     managed = in_partitions(jobs, partitions)
     return build_snapshot(managed_nodes, fold(managed, satellites or {}), now=now, profiles=profiles,
-                          default_model=default_model, progress=runtimes)
+                          default_model=default_model, progress=runtimes, refused=refused)
 
 
 def in_partitions(jobs: Sequence[JobRecord], partitions: Sequence[str]) -> list[JobRecord]:
@@ -106,6 +109,7 @@ def build_snapshot(
     profiles: Mapping[str, ThroughputModel],
     default_model: str = "cifar10",
     progress: Mapping[str, JobRuntime] | None = None,
+    refused: dict[str, str] | None = None,
 ) -> ClusterSnapshot:
     """Turn parsed nodes and jobs into the core's :class:`ClusterSnapshot` (pure).
 
@@ -137,6 +141,8 @@ def build_snapshot(
         profiles: throughput models by model key.
         default_model: model assumed for elastic jobs without a reported one.
         progress: what the daemon knows per job id beyond Slurm.
+        refused: when given, a job that breaks a rule below is left out (the GPUs it holds stay
+            busy) and its reason stored here by job id; when ``None``, it raises.
 
     Raises:
         ContractError: a malformed elastic AdminComment.
@@ -146,39 +152,55 @@ def build_snapshot(
     progress = progress or {}
     node_gpus = {n.name: n.gpus for n in nodes}
     total_gpus = sum(node_gpus.values())
-    held: dict[str, set[int]] = {}
+    held: dict[str, dict[int, str]] = {}  # node -> GPU -> the job holding it
     out_jobs: list[Job] = []
     for rec in jobs:
         if rec.state is JobState.FINISHED:
             continue
-        running = rec.state is JobState.RUNNING
-        slots: list[tuple[str, int]] = []
-        if running:
-            for node, idx in rec.gpus:
-                if node not in node_gpus:
-                    continue
-                bad = [g for g in idx if g >= node_gpus[node]]
-                if bad:
-                    raise SlurmJsonError(f"{DocKind.SQUEUE.value}: job {rec.job_id}: key 'gres_detail': GPU "
-                                         f"indices {bad} on node {node} beyond its {node_gpus[node]} GPUs")
-                slots.extend((node, g) for g in idx)
-        for held_node, g in slots:
-            held.setdefault(held_node, set()).add(g)
-        request = parse_elastic_request(rec.admin_comment, job_id=rec.job_id)
-        if request is None:
-            job = _rigid_job(rec, slots, running, now)
-        else:
-            job = _elastic_job(rec, request, slots, running, now=now, total_gpus=total_gpus, profiles=profiles,
-                               default_model=default_model, runtime=progress.get(rec.job_id))
+        try:
+            job = _job_of(rec, node_gpus, held, now=now, total_gpus=total_gpus, profiles=profiles,
+                          default_model=default_model, runtime=progress.get(rec.job_id))
+        except (ElasticError, ValueError) as exc:
+            if refused is None:
+                raise
+            refused[rec.job_id] = str(exc)
+            continue
         if job is not None:
             out_jobs.append(job)
     out_nodes = []
     for n in sorted(nodes, key=lambda r: r.name):
         gpus = tuple(range(n.gpus))
-        busy = set(n.used_gpus) | held.get(n.name, set())
+        busy = set(n.used_gpus) | set(held.get(n.name, {}))
         out_nodes.append(Node(n.name, gpus, tuple(g for g in gpus if g not in busy), n.state))
     out_jobs.sort(key=lambda j: (j.submit_time, _id_key(j.job_id)))
     return ClusterSnapshot(now=now, nodes=tuple(out_nodes), jobs=tuple(out_jobs), profiles=dict(profiles))
+
+
+def _job_of(rec: JobRecord, node_gpus: Mapping[NodeName, int], held: dict[str, dict[int, str]], *, now: float,
+            total_gpus: int, profiles: Mapping[str, ThroughputModel], default_model: str,
+            runtime: JobRuntime | None) -> Job | None:
+    """One job of the snapshot (``None``: a rigid job without GPUs here); its GPUs are added to ``held``."""
+    running = rec.state is JobState.RUNNING
+    slots: list[tuple[str, int]] = []
+    if running:
+        for node, idx in rec.gpus:
+            if node not in node_gpus:
+                continue
+            bad = [g for g in idx if g >= node_gpus[node]]
+            if bad:
+                raise SlurmJsonError(f"{DocKind.SQUEUE.value}: job {rec.job_id}: key 'gres_detail': GPU "
+                                     f"indices {bad} on node {node} beyond its {node_gpus[node]} GPUs")
+            slots.extend((node, g) for g in idx)
+    twice = [f"{n}:{g} (held by job {held[n][g]})" for n, g in slots if g in held.get(n, {})]
+    if twice:
+        raise SnapshotError(f"job {rec.job_id}: GPU {', '.join(twice)} (rule: a GPU is held by one job)")
+    for held_node, g in slots:
+        held.setdefault(held_node, {})[g] = rec.job_id
+    request = parse_elastic_request(rec.admin_comment, job_id=rec.job_id)
+    if request is None:
+        return _rigid_job(rec, slots, running, now)
+    return _elastic_job(rec, request, slots, running, now=now, total_gpus=total_gpus, profiles=profiles,
+                        default_model=default_model, runtime=runtime)
 
 
 def _id_key(job_id: str) -> tuple[int, str]:

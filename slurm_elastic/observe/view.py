@@ -4,22 +4,29 @@ This module owns :class:`ClusterView`, the :class:`~slurm_elastic.core.rounds.Ob
 daemon, the demo and the real-cluster tests, whichever backend reads Slurm (the CLI or pyslurm,
 both a :class:`RecordSource`). It is passive: it reads Slurm's records and the jobs' new reports
 (stored as progress rows), and it keeps the raw records of its last read for the acting step;
-it never changes anything in Slurm.
+it never changes anything in Slurm. One job's bad input never fails an observation: a record
+Slurm wrote that does not parse, a job that breaks a snapshot rule or a report out of its job's
+bounds leaves that job out or plans it from priors, and puts it in the store's quarantine with
+the reason (:attr:`ClusterView.left_out` names the jobs left out now).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from slurm_elastic.core.model import ClusterSnapshot
+from slurm_elastic.observe.bounds import limits_of
 from slurm_elastic.observe.inflight import owed_by_store
 from slurm_elastic.observe.progress import ingest, runtimes
 from slurm_elastic.observe.snapshot import fingerprint, in_partitions, snapshot_of
 from slurm_elastic.slurm.records import JobRecord, NodeRecord
 from slurm_elastic.store import Store
 from slurm_elastic_predictor.throughput import ThroughputModel
+
+log = logging.getLogger(__name__)
 
 
 class RecordSource(Protocol):
@@ -37,7 +44,12 @@ class RecordSource(Protocol):
         ...
 
     def jobs(self) -> list[JobRecord]:
-        """Every job Slurm lists."""
+        """Every job Slurm lists (a record that does not convert is left out, named in ``refused``)."""
+        ...
+
+    @property
+    def refused(self) -> Mapping[str, str]:
+        """The job records of the last read that were left out, by job id, with the reason."""
         ...
 
     def read(self) -> tuple[list[NodeRecord], list[JobRecord]]:
@@ -66,13 +78,32 @@ class ClusterView:
     store: Store | None = None
     records: dict[str, JobRecord] = field(default_factory=dict)
     """The raw job records of the last read, by id (satellites not folded): what the actuator acts on."""
+    left_out: dict[str, str] = field(default_factory=dict)
+    """Jobs of the last observation left out of the snapshot, by id, with the reason (a record Slurm
+    wrote that does not parse, a job that breaks a snapshot rule)."""
 
     def _jobs_read(self, jobs: list[JobRecord]) -> list[JobRecord]:
         self.records = {j.job_id: j for j in jobs}
+        self._quarantine(self.source.refused)
         managed = in_partitions(jobs, self.partitions)
-        if self.store is not None:
-            ingest(self.store, managed)
+        self.read_reports(managed)
         return managed
+
+    def read_reports(self, records: list[JobRecord]) -> int:
+        """Store the new reports of these jobs, each checked against its job's bounds; returns how many."""
+        if self.store is None:
+            return 0
+        now = self.clock()
+        return ingest(self.store, records, lambda rec: limits_of(rec, now=now, profiles=self.profiles,
+                                                                 default_model=self.default_model), now)
+
+    def _quarantine(self, reasons: Mapping[str, str]) -> None:
+        """Jobs left out of this observation: logged once, and kept in the store's quarantine."""
+        for jid, reason in reasons.items():
+            new = self.store.quarantine(jid, reason, self.clock()) if self.store is not None else (
+                jid not in self.left_out)
+            if new:
+                log.warning("job %s left out (every other job is planned): %s", jid, reason)
 
     def poll(self) -> object:
         """Read the queue and the jobs' new reports; return a key that changes when the queue does."""
@@ -86,12 +117,21 @@ class ClusterView:
         nodes, jobs = self.source.read()
         managed = self._jobs_read(jobs)
         store = self.store
+        refused: dict[str, str] = {}
         snap = snapshot_of(nodes, jobs, now=self.clock(), profiles=self.profiles, partitions=self.partitions,
                            default_model=self.default_model,
                            satellites=store.satellites() if store is not None else None,
-                           runtimes=runtimes(store, managed) if store is not None else None)
+                           runtimes=runtimes(store, managed) if store is not None else None, refused=refused)
+        self._quarantine(refused)
+        self.left_out = {**self.source.refused, **refused}
         owed = owed_by_store(store, self.records, snap) if store is not None else ()
         return replace(snap, in_flight=owed) if owed else snap
+
+    def quarantined(self) -> dict[str, str]:
+        """Jobs of the last read whose own input broke a rule, with the reason: those in the store's
+        quarantine (planned from priors) and those left out of the snapshot."""
+        held = self.store.quarantined() if self.store is not None else {}
+        return {**{j: r for j, r in held.items() if j in self.records}, **self.left_out}
 
     def nodes(self) -> list[NodeRecord]:
         """The managed nodes now."""

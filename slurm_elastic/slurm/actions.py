@@ -58,7 +58,7 @@ from slurm_elastic.core.model import ClusterSnapshot, JobState, Placement
 from slurm_elastic.core.rounds import ActionOutcome
 from slurm_elastic.errors import ElasticError
 from slurm_elastic.observe.progress import finished_training
-from slurm_elastic.orders import Channel, ChannelError
+from slurm_elastic.orders import Channel, ChannelError, NoChannel
 from slurm_elastic.slurm.records import JobRecord
 from slurm_elastic.slurm.satellites import (
     NotExpressible,
@@ -146,10 +146,14 @@ class SlurmActuator:
             aid = self.store.begin_action(a, self.clock())
             try:
                 note = self._carry_out(snapshot, a, records.get(a.job_id))
-            except ElasticError as exc:
-                log.warning("%s job %s refused: %s", a.kind.value, a.job_id, exc)
-                self.store.finish_action(aid, False, self.clock(), str(exc))
-                out.append(ActionOutcome(a, False, str(exc)))
+            except Exception as exc:  # one job's action, whatever it met, never stops the others'
+                reason = str(exc) if isinstance(exc, ElasticError) else f"failed: {type(exc).__name__}: {exc}"
+                if isinstance(exc, ElasticError):
+                    log.warning("%s job %s refused: %s", a.kind.value, a.job_id, reason)
+                else:
+                    log.exception("%s job %s %s", a.kind.value, a.job_id, reason)
+                self.store.finish_action(aid, False, self.clock(), reason)
+                out.append(ActionOutcome(a, False, reason))
                 continue
             log.info("%s job %s: %d -> %d GPUs%s", a.kind.value, a.job_id, a.before.num_gpus, a.after.num_gpus,
                      f" ({note})" if note else "")
@@ -198,13 +202,21 @@ class SlurmActuator:
     # -- launcher jobs ----------------------------------------------------------------------------
 
     def _channel(self, rec: JobRecord | None) -> Channel | None:
+        """The job's order channel; ``None`` for a job that never had the launcher.
+
+        Raises:
+            NotExpressible: the job was submitted for the launcher but its channel breaks a rule or
+                cannot be read now: it is not resized at all (never requeued in its stead).
+        """
         if rec is None or not rec.comment:
             return None
         try:
             return Channel.open(rec.job_id, rec.user, rec.comment)
-        except ChannelError as exc:
-            log.info("job %s: no order channel (%s): acting without the launcher", rec.job_id, exc)
+        except NoChannel:
             return None
+        except ChannelError as exc:
+            raise NotExpressible(f"{exc}: its launcher cannot be reached, so it is not resized "
+                                 "(a launcher job is never requeued instead)") from None
 
     def _initial(self, rec: JobRecord, channel: Channel) -> list[str]:
         """The job's initial worker ids; records the worker layout the first time it is needed."""
@@ -323,15 +335,28 @@ class SlurmActuator:
                 lines.append(f"satellite {sat_id} cancelled: job {parent} is not running")
             elif sat.state is JobState.PENDING and now - submitted.get(sat_id, now) > SATELLITE_START_TIMEOUT_S:
                 self._cancel(sat_id)
-                channel = self._channel(job)
-                if channel is not None:
-                    gone = {w for w, (_, alloc) in self.store.workers_of(parent).items() if alloc == sat_id}
-                    current = channel.workers(self._initial(job, channel))
-                    if gone & set(current):
-                        channel.send("resize", [w for w in current if w not in gone])
                 lines.append(f"satellite {sat_id} of job {parent} did not start in "
-                             f"{SATELLITE_START_TIMEOUT_S:.0f} s: cancelled, its workers withdrawn")
+                             f"{SATELLITE_START_TIMEOUT_S:.0f} s: cancelled, " + self._withdraw(job, sat_id))
         return lines
+
+    def _withdraw(self, job: JobRecord, sat_id: str) -> str:
+        """Order a satellite's workers out of its job's world (the latest order wins); what was done."""
+        try:
+            channel = self._channel(job)
+            if channel is None:
+                return "the job has no launcher"
+            gone = {w for w, (_, alloc) in self.store.workers_of(job.job_id).items() if alloc == sat_id}
+            current = channel.workers(self._initial(job, channel))
+            if gone & set(current):
+                channel.send("resize", [w for w in current if w not in gone])
+        except ElasticError as exc:
+            return f"its workers could not be withdrawn: {exc}"
+        return "its workers withdrawn"
+
+
+    def reconcile(self, snapshot: ClusterSnapshot) -> list[str]:
+        """Settle the journal's unfinished actions by ``snapshot`` (:func:`reconcile`); one line each."""
+        return reconcile(self.store, snapshot, self.clock)
 
 
 def reconcile(store: Store, snapshot: ClusterSnapshot, clock: Callable[[], float]) -> list[str]:

@@ -26,6 +26,8 @@ class SlurmCli:
 
     runner: Runner = run_command
     release: tuple[int, int, int] = field(init=False)
+    refused: dict[str, str] = field(init=False, default_factory=dict)
+    """The job records of the last read that did not parse, by job id, with the reason (left out)."""
 
     def __post_init__(self) -> None:
         self.release = slurm_release(self.runner)
@@ -36,8 +38,12 @@ class SlurmCli:
         return parse_nodes(run_json(self.runner, self._sinfo))
 
     def jobs(self) -> list[JobRecord]:
-        """Every job Slurm lists (``squeue --json``)."""
-        return parse_jobs(run_json(self.runner, ["squeue", "--json"]))
+        """Every job Slurm lists (``squeue --json``); one whose record does not parse is left out and
+        named in :attr:`refused`."""
+        refused: dict[str, str] = {}
+        jobs = parse_jobs(run_json(self.runner, ["squeue", "--json"]), refused)
+        self.refused = refused
+        return jobs
 
     def read(self) -> tuple[list[NodeRecord], list[JobRecord]]:
         """Every node, then every job."""

@@ -41,7 +41,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Literal, Protocol, cast
 
@@ -247,6 +247,8 @@ class PyslurmSource:
     api: PyslurmApi
     release: tuple[int, int, int] = (25, 11, 0)
     runner: Runner = run_command
+    refused: dict[str, str] = field(default_factory=dict)
+    """The job records of the last read that did not convert, by job id, with the reason (left out)."""
 
     @classmethod
     def connect(cls, runner: Runner = run_command) -> PyslurmSource:
@@ -259,9 +261,17 @@ class PyslurmSource:
         return cls(api, release, runner)
 
     def jobs(self) -> list[JobRecord]:
-        """Every job Slurm lists (``Jobs.load()``), in Slurm's order."""
+        """Every job Slurm lists (``Jobs.load()``), in Slurm's order; one that does not convert is left
+        out and named in :attr:`refused`."""
         jobs = self.api.Jobs
-        return [job_record(cast(PyslurmJob, j)) for j in _load("Jobs", lambda: jobs.load().values())]
+        out, self.refused = [], {}
+        for i, j in enumerate(_load("Jobs", lambda: jobs.load().values())):
+            try:
+                out.append(job_record(cast(PyslurmJob, j)))
+            except (SlurmJsonError, ValueError, TypeError, LookupError, AttributeError) as exc:
+                jid = getattr(j, "id", None)
+                self.refused[str(jid) if isinstance(jid, int) else f"record {i}"] = str(exc)
+        return out
 
     def read(self) -> tuple[list[NodeRecord], list[JobRecord]]:
         """Every node (``Nodes.load()``; used GPUs from the jobs' layouts) and every job, from one job load."""

@@ -351,22 +351,39 @@ def _sinfo_row(r: Mapping[str, Any], i: int) -> NodeRecord:
 # Jobs
 
 
-def parse_jobs(doc: Mapping[str, Any]) -> list[JobRecord]:
+def parse_jobs(doc: Mapping[str, Any], refused: dict[str, str] | None = None) -> list[JobRecord]:
     """Read jobs from ``squeue --json`` (22.05 or 25.11) or ``scontrol show job --json`` (25.11).
+
+    Args:
+        doc: the parsed document.
+        refused: when given, a job record that does not parse is left out and its reason stored
+            here under the job's id (``record <i>`` when even the id is unreadable), so one odd
+            record never hides the others; when ``None``, it raises.
 
     Returns:
         Jobs in document order.
 
     Raises:
         UnsupportedSlurmVersion: unknown dialect.
-        SlurmJsonError: a missing key (named with the job id), a malformed state, GRES or TRES string,
-            a hostlist that does not parse, or errors reported by Slurm.
+        SlurmJsonError: the document's shape is wrong or Slurm reported errors; without ``refused``
+            also a job's missing key (named with the job id), a malformed state, GRES or TRES
+            string, or a hostlist that does not parse.
     """
     kind = DocKind.SCONTROL_JOB if _command(doc) == "show" else DocKind.SQUEUE
     version = detect_version(doc, kind)
     check_errors(doc, kind)
     jobs = _list_of_objects(require(doc, "jobs", Where(kind, "document")), "jobs", Where(kind, "document"))
-    return [_job(j, kind, version) for j in jobs]
+    if refused is None:
+        return [_job(j, kind, version) for j in jobs]
+    out = []
+    for i, j in enumerate(jobs):
+        try:
+            out.append(_job(j, kind, version))
+        except (SlurmJsonError, ValueError, TypeError, LookupError, AttributeError) as exc:
+            raw = _raw_id(j)
+            refused[raw if raw != "?" else f"record {i}"] = (
+                str(exc) if isinstance(exc, SlurmJsonError) else f"{kind.value}: job {raw}: {exc!r}")
+    return out
 
 
 def _raw_id(j: Mapping[str, Any]) -> str:

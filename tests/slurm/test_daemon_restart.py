@@ -15,7 +15,6 @@ from slurm_elastic.config import parse
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, Placement
 from slurm_elastic.daemon import Daemon
-from slurm_elastic.observe.progress import ingest
 from slurm_elastic.observe.view import ClusterView
 from slurm_elastic.slurm.actions import SlurmActuator, reconcile
 from slurm_elastic.slurm.cli_backend import SlurmCli
@@ -81,7 +80,7 @@ def test_daemon_killed_mid_grow_is_settled_without_repeating(cluster: DevCluster
                for e in store.actions_of(job)]
     # Not repeated: the next daemon grows the job again only if the first daemon's satellite never
     # joined (then a new try is right); once a worker joined, the job is at its maximum.
-    ingest(store, [r for r in obs2.source.jobs() if r.job_id == job])
+    obs2.read_reports([r for r in obs2.source.jobs() if r.job_id == job])
     joined = [r.t for r in store.progress_of(job) if r.kind == "resize" and r.world == 2]
     regrown = [e.started for e in store.actions_of(job) if e.action.kind is ActionKind.GROW][1:]
     assert joined and all(t < joined[0] for t in regrown), journal

@@ -59,6 +59,9 @@ class FakeObserver:
     def poll(self) -> int:
         return self.key
 
+    def quarantined(self) -> dict[str, str]:
+        return {}
+
 
 def _daemon(tmp_path: Path, obs: FakeObserver, sleeps: list[float], now: list[float]) -> Daemon:
     cfg = Config(DaemonConfig(policy="dp", store=tmp_path / "s.db", poll_interval=1.0, max_idle=100.0))
@@ -109,6 +112,9 @@ def test_acting_daemon_does_not_repeat_an_action_on_its_way(tmp_path: Path) -> N
         def tend(self) -> list[str]:
             return []
 
+        def reconcile(self, snapshot: ClusterSnapshot) -> list[str]:
+            return []
+
     snap = make_snapshot(make_nodes(1), [make_job("1", max_gpus=4)], now=0.0)
     obs = FakeObserver(snap)
     now = [0.0]
@@ -134,6 +140,9 @@ def test_owed_work_is_done_at_every_poll_not_only_in_rounds(tmp_path: Path) -> N
     class Act:
         def apply(self, snapshot: ClusterSnapshot, actions: tuple[Action, ...]) -> tuple[ActionOutcome, ...]:
             return tuple(ActionOutcome(a, True) for a in actions)
+
+        def reconcile(self, snapshot: ClusterSnapshot) -> list[str]:
+            return []
 
         def tend(self) -> list[str]:
             tended.append(now[0])

@@ -21,7 +21,7 @@ from slurm_elastic.slurm.actions import SlurmActuator
 from slurm_elastic.slurm.records import GpuRequest, JobRecord, NodeRecord
 from slurm_elastic.slurm.satellites import NotExpressible, initial_workers, leaving, new_satellites, sbatch_argv
 from slurm_elastic.store import ProgressRow, Store
-from slurm_elastic.testing import make_job, make_nodes, make_snapshot, shipped_profiles
+from slurm_elastic.testing import make_job, make_nodes, make_snapshot, report_limits, shipped_profiles
 from slurm_elastic_launcher.agent import Order
 from slurm_elastic_launcher.reports import Reporter
 
@@ -244,8 +244,8 @@ def test_reports_are_verified_stored_once_and_summarised(tmp_path: Path) -> None
         fh.write("not json\n")
     store = Store(tmp_path / "s.db")
     r = rec("7", {"n000": 4}, comment=comment)
-    assert ingest(store, [r]) == 4
-    assert ingest(store, [r]) == 0  # read once: the offset is kept with the rows
+    assert ingest(store, [r], report_limits(200.0), 200.0) == 4
+    assert ingest(store, [r], report_limits(200.0), 200.0) == 0  # read once: the offset is kept with the rows
     rows = store.progress_of("7")
     assert [x.kind for x in rows] == ["progress", "progress", "resize", "progress"]
     assert [x.metric for x in rows] == [None, None, None, 0.75]
@@ -372,6 +372,6 @@ def test_a_signed_report_with_an_impossible_field_is_refused_alone(tmp_path: Pat
     Path(f"{tmp_path / 'job-1'}.reports").write_text("\n".join(lines) + "\n")
     store = Store(tmp_path / "s.db")
     r = rec("7", {"n000": 2}, comment=comment)
-    assert ingest(store, [r]) == 2
+    assert ingest(store, [r], report_limits(200.0), 200.0) == 2
     assert [x.samples for x in store.progress_of("7")] == [64, 128]
     assert store.report_offset("7") == Path(f"{tmp_path / 'job-1'}.reports").stat().st_size

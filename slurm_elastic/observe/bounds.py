@@ -1,0 +1,134 @@
+"""What a job's own reports may claim: bounded by what it asked for, by the clock and by physics.
+
+A report's MAC proves only that the job's owner wrote it, so a signed report is still the user's
+word. This module owns the rules a verified report must keep before the daemon plans with it
+(:class:`ReportLimits`, built per job by :func:`limits_of`); a report that breaks one is refused
+(:class:`~slurm_elastic.observe.progress.ReportRefused`) and its job quarantined, so the job is
+planned from priors, exactly as if it had never reported (docs/security.md):
+
+* ``world`` (workers) at most the GPUs the job may ever hold: its ``--elastic`` maximum, else
+  :data:`MAX_WORLD`;
+* ``global_batch`` at most the declared ``--elastic-batch`` maximum; without one, at most ``world``
+  times the model profile's ``max_local_batch`` (what fits in a GPU's memory). A smaller batch
+  than declared is the job's own loss (a slower job is given less), so it is not refused;
+* ``throughput`` at most :data:`THROUGHPUT_SLACK` times the model's best throughput at that world
+  (over every per-GPU batch that fits): a job may run on faster GPUs than the profile's V100, not
+  on a machine many times faster;
+* ``t`` no later than now (plus :data:`CLOCK_SKEW_S`) and no earlier than the job's submission;
+* ``samples`` never decreasing, and growing no faster than that throughput bound allows between
+  two reports of the job's rank 0 (a leaving worker's ``left`` farewell is its own process's
+  count and is checked for time, world and batch only).
+
+Pure: the caller passes ``now``, the job's record and the profiles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from slurm_elastic.contract import ContractError, parse_elastic_request
+from slurm_elastic.slurm.records import JobRecord
+from slurm_elastic.store import ProgressRow
+from slurm_elastic_predictor.throughput import ThroughputModel
+
+MAX_WORLD = 65536
+"""Workers a job without an ``--elastic`` maximum may report (the grammar's largest GPU count)."""
+THROUGHPUT_SLACK = 4.0
+"""How many times the profile's best throughput a report may claim (GPUs newer than a V100)."""
+CLOCK_SKEW_S = 60.0
+"""How far a report's time may lie after the daemon's clock (the job's nodes' clocks drift)."""
+BATCH_SLACK = 2
+"""Samples one report may add beyond the throughput bound, in global batches (a step in flight)."""
+
+
+class ReportOutOfBounds(ValueError):  # noqa: N818 (an outcome: the report is refused)
+    """A verified report that claims what its job cannot have done (the message names the value and the rule)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReportLimits:
+    """The bounds of one job's reports (see the module docstring).
+
+    Attributes:
+        job_id: the job.
+        max_world: most workers it may report.
+        max_batch: its declared global batch maximum, or ``None`` when it declared no range.
+        max_local_batch: per-GPU batch limit of its model (without a declared range).
+        peak: the throughput model its throughput is bounded by (``None``: unbounded).
+        earliest: no report before this time (its submission, less the skew).
+        latest: no report after this time (now, plus the skew).
+    """
+
+    job_id: str
+    max_world: int
+    max_batch: int | None
+    max_local_batch: int
+    peak: ThroughputModel | None
+    earliest: float
+    latest: float
+
+    def ceiling(self, world: int) -> float:
+        """The most samples/s a report at ``world`` workers may claim."""
+        if self.peak is None or world < 1:
+            return float("inf")
+        local = np.unique(np.clip(2 ** np.arange(0, 17), 1, self.peak.max_local_batch))
+        best = float(np.max(self.peak.throughput(local * world, world)))
+        return THROUGHPUT_SLACK * best if best > 0 else float("inf")
+
+    def check(self, row: ProgressRow, previous: ProgressRow | None) -> None:
+        """Refuse a row that breaks a bound; ``previous`` is the job's last rank-0 row (not ``left``).
+
+        Raises:
+            ReportOutOfBounds: naming the value and the rule.
+        """
+        def refuse(what: str, rule: str) -> ReportOutOfBounds:
+            return ReportOutOfBounds(f"job {self.job_id}: report {row.kind} at t={row.t:.0f}: {what} ({rule})")
+
+        if row.t > self.latest:
+            raise refuse(f"t={row.t!r}", f"rule: not after now + {CLOCK_SKEW_S:.0f} s ({self.latest:.0f})")
+        if row.t < self.earliest:
+            raise refuse(f"t={row.t!r}", f"rule: not before the job's submission ({self.earliest:.0f})")
+        if row.world > self.max_world:
+            raise refuse(f"world={row.world}", f"rule: at most the job's --elastic maximum, {self.max_world}")
+        if self.max_batch is not None:
+            if row.global_batch > self.max_batch:
+                raise refuse(f"global_batch={row.global_batch}",
+                             f"rule: at most the declared --elastic-batch maximum, {self.max_batch}")
+        elif row.global_batch > max(1, row.world) * self.max_local_batch:
+            raise refuse(f"global_batch={row.global_batch} on {row.world} worker(s)",
+                         f"rule: at most {self.max_local_batch} per worker, what fits in a GPU")
+        if row.throughput is not None and row.throughput > self.ceiling(row.world):
+            raise refuse(f"throughput={row.throughput!r} on {row.world} worker(s)",
+                         f"rule: at most {THROUGHPUT_SLACK:g} x the model's best, {self.ceiling(row.world):.0f}/s")
+        if row.kind == "left" or previous is None:
+            return
+        if row.samples < previous.samples:
+            raise refuse(f"samples={row.samples}", f"rule: never fewer than the last report's {previous.samples}")
+        dt = max(0.0, row.t - previous.t)
+        world = max(row.world, previous.world)
+        most = self.ceiling(world) * dt + BATCH_SLACK * max(row.global_batch, previous.global_batch, 1)
+        if row.samples - previous.samples > most:
+            raise refuse(f"samples={row.samples} {dt:.1f} s after {previous.samples}",
+                         f"rule: at most {most:.0f} more at {world} worker(s)")
+
+
+def limits_of(rec: JobRecord, *, now: float, profiles: Mapping[str, ThroughputModel],
+              default_model: str) -> ReportLimits:
+    """The bounds of ``rec``'s reports now (a job whose request does not parse gets the loosest)."""
+    try:
+        req = parse_elastic_request(rec.admin_comment, job_id=rec.job_id)
+    except ContractError:
+        req = None
+    model = profiles.get(default_model)
+    max_world = req.max_gpus if req is not None and req.max_gpus else MAX_WORLD
+    max_batch = None
+    if req is not None and req.min_batch is not None:
+        max_batch = req.max_batch or max(req.min_batch, max_world * (model.max_local_batch if model else 1 << 16))
+    return ReportLimits(
+        job_id=rec.job_id, max_world=max_world, max_batch=max_batch,
+        max_local_batch=model.max_local_batch if model is not None else 1 << 16, peak=model,
+        earliest=float(rec.submit_time or 0) - CLOCK_SKEW_S, latest=now + CLOCK_SKEW_S,
+    )
