@@ -205,6 +205,7 @@ MAX_CONNECTIONS = 16
 MAX_REQUEST_BYTES = 8192
 _LINGER_S = 1.0  # after the answer, unread input is drained this long so the close is not a reset
 _DRAIN_BYTES = 65536
+_ACCEPT_PAUSE_S = 0.5
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
             408: "Request Timeout", 431: "Request Header Fields Too Large", 500: "Internal Server Error",
             503: "Service Unavailable"}
@@ -240,11 +241,12 @@ class MetricsServer:
     No thread per connection: an idle or slow client costs a socket and a buffer of at most
     ``max_request_bytes``. Each client has ``read_timeout`` seconds from its connection to the end
     of its request head (trickling bytes does not extend it; 408 then) and ``write_timeout`` seconds
-    to take the answer. At most ``max_connections`` are open: one more closes the oldest client that
-    has not finished its request, or, when every one is being answered, gets 503 at once. One
-    request per connection (``Connection: close``); only ``GET /metrics`` (query ignored) is
-    answered with the metrics: another path is 404, another method 405, a malformed request 400, a
-    longer head 431, a render that fails 500 (logged).
+    to take the answer. At most ``max_connections`` are open: one more closes the oldest client
+    already answered or, failing that, the oldest that has not finished its request; when every one
+    is being answered it gets 503 at once. One request per connection (``Connection: close``). Only
+    ``GET /metrics`` (query ignored) gets the metrics: another path is 404, another method 405, a
+    malformed request 400, a longer head 431, a render that fails 500 (logged). When ``accept``
+    fails (out of file descriptors) accepting pauses half a second instead of spinning.
     """
 
     def __init__(self, metrics: Metrics, listener: socket.socket, *, read_timeout: float, write_timeout: float,
@@ -262,6 +264,7 @@ class MetricsServer:
         self._stopping = threading.Event()
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
+        self._accept_again: float | None = None  # while accepting is paused (accept failed)
 
     @property
     def open_connections(self) -> int:
@@ -290,7 +293,12 @@ class MetricsServer:
         try:
             while not self._stopping.is_set():
                 now = time.monotonic()
-                wait = min((c.deadline for c in self._conns.values()), default=now + 60.0) - now
+                if self._accept_again is not None and self._accept_again <= now:
+                    self._accept_again = None
+                    self._sel.register(self._listener, selectors.EVENT_READ)
+                wake = [c.deadline for c in self._conns.values()]
+                wake += [self._accept_again] if self._accept_again is not None else []
+                wait = min(wake, default=now + 60.0) - now
                 for key, _ in self._sel.select(max(0.0, wait)):
                     if key.fileobj is self._listener:
                         self._accept()
@@ -313,12 +321,16 @@ class MetricsServer:
                 sock, _addr = self._listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError as exc:  # e.g. out of file descriptors: try again at the next wake-up
-                log.warning("metrics: accept failed: %s", exc)
+            except OSError as exc:  # e.g. out of file descriptors: pause accepting rather than spin
+                log.warning("metrics: accept failed (%s): not accepting for %g s", exc, _ACCEPT_PAUSE_S)
+                self._sel.unregister(self._listener)
+                self._accept_again = time.monotonic() + _ACCEPT_PAUSE_S
                 return
             sock.setblocking(False)
             if len(self._conns) >= self.max_connections:
-                oldest = next((c for c in self._conns.values() if c.state == "reading"), None)
+                # room is made by the oldest client already answered, else the oldest still sending
+                oldest = next((c for c in self._conns.values() if c.state == "draining"), None) or next(
+                    (c for c in self._conns.values() if c.state == "reading"), None)
                 if oldest is None:
                     with contextlib.suppress(OSError):
                         sock.send(_answer(503))

@@ -311,3 +311,30 @@ def test_every_sample_is_one_line_whatever_the_labels() -> None:
     m.observe_quarantine({"1\n2": "a\u2028b\x85c\x00d"})
     for line in m.render().splitlines():
         assert line.startswith(("#", "slurm_elastic_")), line
+
+
+def test_accepting_resumes_after_accept_fails() -> None:
+    import errno
+
+    from slurm_elastic.metrics import MetricsServer
+
+    class Flaky(socket.socket):
+        fails = 2
+
+        def accept(self):  # type: ignore[no-untyped-def]
+            if self.fails:
+                self.fails -= 1
+                raise OSError(errno.EMFILE, "Too many open files")
+            return super().accept()
+
+    listener = Flaky(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    server = MetricsServer(Metrics(), listener, read_timeout=5, write_timeout=5, max_connections=4,
+                           max_request_bytes=1024)
+    server.start()
+    try:
+        answer = _ask(server.server_address[1], b"GET /metrics HTTP/1.1\r\n\r\n")
+    finally:
+        server.shutdown()
+    assert answer.startswith(b"HTTP/1.1 200 OK") and listener.fails == 0
