@@ -14,7 +14,6 @@ needs the same ownership and modes.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 import shutil
@@ -218,9 +217,15 @@ def _ensure_folder(folder: Path, what: str, trust: Trust | None, why: str) -> tu
         missing.append(probe)
         probe = probe.parent
     check_root_only(probe, what, trust, folder=True, why=why, named=folder)
+    if not probe.is_dir():
+        raise UnsafePathError(f"{what} {folder}: {probe} is not a folder")
     for d in reversed(missing):
-        with contextlib.suppress(FileExistsError):  # someone made it meanwhile: checked below
+        try:
             os.mkdir(d, 0o755)  # the umask can only take bits away
+        except FileExistsError:  # someone made it meanwhile: checked below
+            pass
+        except OSError as exc:
+            raise UnsafePathError(f"{what} {folder}: cannot make {d}: {exc.strerror}") from exc
     return check_root_only(folder, what, trust, folder=True, why=why)
 
 

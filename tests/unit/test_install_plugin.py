@@ -189,3 +189,9 @@ def test_install_plugin_builds_checks_and_writes(site: Path, capsys: pytest.Capt
     assert (site / "plugstack.conf").read_text() == f"required {lib / 'slurm_elastic.so'}\n"
     assert (site / "job_submit.lua").read_bytes() == JOB_SUBMIT_LUA.read_bytes()
     assert f"required {lib / 'slurm_elastic.so'}" in capsys.readouterr().out
+
+
+def test_an_out_folder_below_a_file_is_refused_in_one_line(site: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plain = _file(site.parent / "plain")
+    assert main(["install-plugin", "--out", str(plain / "lib")]) == 2
+    assert f"{plain} is not a folder" in capsys.readouterr().err
