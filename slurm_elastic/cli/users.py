@@ -23,17 +23,27 @@ def cmd_status(args: argparse.Namespace) -> int:
     from slurm_elastic.store import Store
 
     cfg = load(args.config)
-    snap = view(cfg).observe()
+    cluster = view(cfg)
+    snap = cluster.observe()
     planned: dict[str, Any] = {}
+    quarantined: dict[str, str] = {}
     if cfg.daemon.store.exists():
-        rounds = Store(cfg.daemon.store).rounds()
+        store = Store(cfg.daemon.store)
+        rounds = store.rounds()
         if rounds:
             planned = {j["job_id"]: j for j in rounds[-1]["plan"]["jobs"]}
+        quarantined = {j: r for j, r in store.quarantined().items() if j in cluster.records}
+        store.close()
+    quarantined.update(cluster.left_out)
     rows = [{"job_id": j.job_id, "user": j.user, "state": j.state.value, "gpus": j.num_gpus,
              "planned_gpus": sum(len(g) for _, g in planned[j.job_id]["placement"]) if j.job_id in planned else 0,
              "range": f"{j.min_gpus}:{j.max_gpus}", "batch": j.global_batch,
              "planned_batch": planned[j.job_id]["global_batch"] if j.job_id in planned else 0,
-             "mode": j.mode.value} for j in snap.elastic_jobs()]
+             "mode": j.mode.value, "quarantine": quarantined.get(j.job_id, "")} for j in snap.elastic_jobs()]
+    shown = {r["job_id"] for r in rows}
+    rows += [{"job_id": jid, "user": cluster.records[jid].user if jid in cluster.records else "?",
+              "state": "left out", "gpus": 0, "planned_gpus": 0, "range": "", "batch": 0, "planned_batch": 0,
+              "mode": "", "quarantine": reason} for jid, reason in sorted(quarantined.items()) if jid not in shown]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -42,6 +52,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     for r in rows:
         print(f"{r['job_id']:>8} {r['user']:<10} {r['state']:<9} {r['gpus']:>4} {r['planned_gpus']:>4} "
               f"{r['range']:>7} {r['batch']:>6} {r['planned_batch']:>6} {r['mode']}")
+        if r["quarantine"]:
+            print(f"{'':>8} quarantined: {r['quarantine']}")
     return 0
 
 
