@@ -34,16 +34,10 @@ def cmd_daemon(args: argparse.Namespace) -> int:
         cfg = replace(cfg, daemon=replace(cfg.daemon, dry_run=True))
     if args.verbose == 0:
         logging.getLogger().setLevel(logging.INFO)
-    import time
-
-    from slurm_elastic.slurm.actions import reconcile
     from slurm_elastic.wiring import slurm_daemon
 
     store = Store(cfg.daemon.store)
-    cluster = view(cfg, store)
-    if not cfg.daemon.dry_run:
-        for line in reconcile(store, cluster.observe(), time.time):
-            log.info("reconciled: %s", line)
+    cluster = view(cfg, store)  # the daemon settles the journal before its first round (Daemon.reconcile)
     daemon = slurm_daemon(cfg, cluster, store)
     install_signal_handlers(daemon)
     if cfg.daemon.metrics_address:
