@@ -10,6 +10,23 @@ forge them (``job_submit.lua`` at submit, the daemon with ``scontrol update``):
   allowed, the marker wins). A satellite is fixed load, never an elastic job of its own.
 
 Pure: no I/O. Every refusal is a :class:`ContractError` naming the job, the value and the rule.
+
+**The ``--elastic`` grammar.** One grammar, read alike by its three readers: the SPANK plugin
+(``slurm_elastic/spank/slurm_elastic.c``, on the submit host), ``job_submit.lua`` (in slurmctld,
+which writes the AdminComment) and this module (in the daemon). ``tests/unit/test_elastic_grammar.py``
+runs one table of values through all three::
+
+    --elastic[=MIN:MAX]       GPUs: MIN in 1..65536; MAX = 0 (no maximum) or MIN..65536;
+                              --elastic without a value is 1:0 (at least 1 GPU, no maximum)
+    --elastic-batch=MIN:MAX   global batch (samples): MIN in 1..16777216, MAX in MIN..16777216
+                              (a batch range always has a maximum; leave it out for none)
+    --elastic-mode=exo|endo   exactly one of the two lower-case words (default exo)
+
+A number is ``0`` or a non-zero ASCII digit followed by ASCII digits (``[1-9][0-9]*``): no sign,
+no blank, no leading zero, no other digit (``²``, ``٣``, ``８``), no exponent or separator. So
+``2147483647`` (and anything above 65536 GPUs or 16777216 samples) is refused, and ``N:0`` means
+"N GPUs up, no maximum" for GPUs and is refused for a batch range. The AdminComment carries the
+same values: ``slurm-elastic gpus=MIN:MAX[ batch=MIN:MAX] mode=exo|endo``.
 """
 
 from __future__ import annotations
@@ -35,14 +52,15 @@ class ContractError(ElasticError):
 class ElasticRequest:
     """An elastic job's contract, read from its AdminComment.
 
-    Format: ``slurm-elastic gpus=MIN:MAX [batch=MIN:MAX] [mode=exo|endo]``. ``MAX = 0`` means no
-    maximum (``None`` here). ``mode`` defaults to ``exo``.
+    Format: ``slurm-elastic gpus=MIN:MAX [batch=MIN:MAX] [mode=exo|endo]`` (the grammar of the
+    module docstring). ``gpus`` ``MAX = 0`` means no maximum (``None`` here). ``mode`` defaults to
+    ``exo``.
 
     Attributes:
         min_gpus: fewest GPUs the job can run on (>= 1).
-        max_gpus: most GPUs it can use, ``None`` for no limit.
+        max_gpus: most GPUs it can use (<= 65536), ``None`` for no limit.
         min_batch: smallest global batch (samples), ``None`` if not given.
-        max_batch: largest global batch (samples), ``None`` if not given or no limit.
+        max_batch: largest global batch (samples, <= 16777216), ``None`` if not given.
         mode: exo- or endo-elastic.
     """
 
@@ -53,17 +71,77 @@ class ElasticRequest:
     mode: ElasticMode = ElasticMode.EXO
 
 
+MAX_GPUS = 65536
+"""Largest GPU count of an ``--elastic`` range."""
 
-_RANGE = re.compile(r"^(\d+):(\d+)$")
+MAX_BATCH = 2**24
+"""Largest global batch (samples) of an ``--elastic-batch`` range (16777216)."""
+
+_LIMITS = {"gpus": MAX_GPUS, "batch": MAX_BATCH}
+_NUMBER = re.compile(r"0|[1-9][0-9]{0,7}", re.ASCII)  # at most 8 digits: both limits have fewer
+_MODES = tuple(m.value for m in ElasticMode)
+
+
+def _range_rule(key: str) -> str:
+    limit = _LIMITS[key]
+    if key == "gpus":
+        return f"1 <= MIN <= {limit} and MAX 0 (no maximum) or MIN <= MAX <= {limit}"
+    return f"1 <= MIN <= MAX <= {limit}"
+
+
+def _check_range(key: str, text: str) -> tuple[int, int | None] | str:
+    """``(MIN, MAX)`` of a range value, or the rule it breaks."""
+    limit = _LIMITS[key]
+    lo_s, sep, hi_s = text.partition(":")
+    if not (sep and _NUMBER.fullmatch(lo_s) and _NUMBER.fullmatch(hi_s)):
+        return (f"must be MIN:MAX with integers in ASCII digits (no sign, blank or leading zero), "
+                f"{_range_rule(key)}")
+    lo, hi = int(lo_s), int(hi_s)
+    if not 1 <= lo <= limit:
+        return f"MIN must be >= 1 and <= {limit} (rule: {_range_rule(key)})"
+    if key == "gpus" and hi == 0:
+        return lo, None
+    if not lo <= hi <= limit:
+        what = "0 (no maximum) or " if key == "gpus" else ""
+        return f"MAX must be {what}>= MIN and <= {limit} (rule: {_range_rule(key)})"
+    return lo, hi
+
+
+def read_range(key: str, text: str) -> tuple[int, int | None]:
+    """One range value of the grammar (module docstring): ``gpus`` or ``batch`` ``MIN:MAX``.
+
+    Returns:
+        ``(MIN, MAX)``, with ``MAX`` ``None`` for ``gpus`` ``MAX = 0`` (no maximum).
+
+    Raises:
+        ContractError: ``<key>='<value>': <rule>`` (numbers are ASCII digits without sign, blank or
+            leading zero, at most :data:`MAX_GPUS` GPUs or :data:`MAX_BATCH` samples).
+    """
+    got = _check_range(key, text)
+    if isinstance(got, str):
+        raise ContractError(f"{key}={text!r}: {got}")
+    return got
+
+
+def read_mode(text: str) -> ElasticMode:
+    """The ``mode`` value of the grammar: exactly ``exo`` or ``endo``.
+
+    Raises:
+        ContractError: ``"mode=<value>": must be exo or endo``.
+    """
+    if text not in _MODES:
+        raise ContractError(f"mode={text!r}: must be exo or endo")
+    return ElasticMode(text)
 
 
 def parse_elastic_request(admin_comment: str, *, job_id: str = "?") -> ElasticRequest | None:
     """Read the elastic contract ``slurm-elastic gpus=MIN:MAX [batch=MIN:MAX] [mode=exo|endo]``.
 
     Rules: the first token is literally ``slurm-elastic``; tokens are ``key=value`` separated by
-    blanks, each key at most once, keys among ``gpus`` (required), ``batch``, ``mode``; ranges are
-    ``MIN:MAX`` integers with ``MIN >= 1`` and ``MAX = 0`` (no maximum) or ``MAX >= MIN``; ``mode`` is
-    ``exo`` (default) or ``endo``.
+    blanks, each key at most once, keys among ``gpus`` (required), ``batch``, ``mode``; the values
+    follow the grammar of the module docstring (:func:`read_range`, :func:`read_mode`): ``gpus``
+    ``MIN:MAX`` with ``1 <= MIN <= 65536`` and ``MAX = 0`` (no maximum) or ``MIN <= MAX <= 65536``;
+    ``batch`` ``MIN:MAX`` with ``1 <= MIN <= MAX <= 16777216``; ``mode`` ``exo`` (default) or ``endo``.
 
     Args:
         admin_comment: the job's AdminComment.
@@ -99,15 +177,10 @@ def parse_elastic_request(admin_comment: str, *, job_id: str = "?") -> ElasticRe
         raise bad(admin_comment, "gpus=MIN:MAX is required")
 
     def rng(key: str) -> tuple[int, int | None]:
-        m = _RANGE.match(seen[key])
-        if not m:
-            raise bad(f"{key}={seen[key]}", "must be MIN:MAX with integers")
-        lo, hi = int(m.group(1)), int(m.group(2))
-        if lo < 1:
-            raise bad(f"{key}={seen[key]}", "MIN must be >= 1")
-        if hi != 0 and hi < lo:
-            raise bad(f"{key}={seen[key]}", "MAX must be 0 (no maximum) or >= MIN")
-        return lo, (hi or None)
+        got = _check_range(key, seen[key])
+        if isinstance(got, str):
+            raise bad(f"{key}={seen[key]}", got)
+        return got
 
     min_gpus, max_gpus = rng("gpus")
     min_batch: int | None = None
@@ -116,9 +189,9 @@ def parse_elastic_request(admin_comment: str, *, job_id: str = "?") -> ElasticRe
         min_batch, max_batch = rng("batch")
     mode_s = seen.get("mode", "exo")
     try:
-        mode = ElasticMode(mode_s)
-    except ValueError as exc:
-        raise bad(f"mode={mode_s}", "must be exo or endo") from exc
+        mode = read_mode(mode_s)
+    except ContractError:
+        raise bad(f"mode={mode_s}", "must be exo or endo") from None
     return ElasticRequest(min_gpus, max_gpus, min_batch, max_batch, mode)
 
 

@@ -2,7 +2,15 @@
  job_submit.lua of slurm-elastic: turns the --elastic SPANK options into the job's AdminComment.
 
  The SPANK plugin puts ELASTIC=MIN:MAX (GPUs, MAX 0 = no maximum), ELASTIC_BATCH=MIN:MAX (optional)
- and ELASTIC_MODE=exo|endo into the job's spank_job_env (jobs see them as SPANK_ELASTIC*). This script writes the
+ and ELASTIC_MODE=exo|endo into the job's spank_job_env (jobs see them as SPANK_ELASTIC*). This script checks
+ them again with the same grammar (that of slurm_elastic/contract.py; tests/unit/test_elastic_grammar.py runs
+ one table through the plugin, this file and the daemon's reader):
+
+     ELASTIC        MIN:MAX, 1 <= MIN <= 65536, MAX 0 (no maximum) or MIN <= MAX <= 65536
+     ELASTIC_BATCH  MIN:MAX, 1 <= MIN <= MAX <= 16777216
+     ELASTIC_MODE   exo or endo
+
+ where a number is "0" or [1-9][0-9]* in ASCII digits (no sign, blank or leading zero), and writes the
  canonical record the slurm-elastic daemon parses:
 
      slurm-elastic gpus=MIN:MAX[ batch=MIN:MAX] mode=exo|endo
@@ -39,13 +47,28 @@ local function spank_env(job_desc)
    return found
 end
 
-local function valid_range(text, allow_open)
-   local lo, hi = string.match(text or "", "^(%d+):(%d+)$")
+local MAX_GPUS = 65536
+local MAX_BATCH = 16777216
+
+-- "0" or [1-9][0-9]* in ASCII digits (never %d: it follows the C locale), at most limit; else nil
+local function number(text, limit)
+   if text ~= "0" and (string.match(text, "^[1-9][0-9]*$") == nil or #text > 8) then
+      return nil
+   end
+   local value = tonumber(text)
+   if value > limit then
+      return nil
+   end
+   return value
+end
+
+local function valid_range(text, limit, allow_open)
+   local lo, hi = string.match(text or "", "^([0-9]+):([0-9]+)$")
    if lo == nil then
       return false
    end
-   lo, hi = tonumber(lo), tonumber(hi)
-   if lo < 1 then
+   lo, hi = number(lo, limit), number(hi, limit)
+   if lo == nil or hi == nil or lo < 1 then
       return false
    end
    if hi == 0 and allow_open then
@@ -60,15 +83,17 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
    if gpus == nil then
       return slurm.SUCCESS
    end
-   if not valid_range(gpus, true) then
-      slurm.log_user("--elastic: invalid value '%s': expected MIN:MAX with 1 <= MIN <= MAX (e.g. --elastic=2:8)", gpus)
+   if not valid_range(gpus, MAX_GPUS, true) then
+      slurm.log_user("--elastic: invalid value '%s': expected MIN:MAX in ASCII digits with 1 <= MIN <= 65536 and "
+                     .. "MAX 0 (no maximum) or MIN <= MAX <= 65536 (e.g. --elastic=2:8)", gpus)
       return slurm.ERROR
    end
    local record = PREFIX .. " gpus=" .. gpus
    local batch = env["ELASTIC_BATCH"]
    if batch ~= nil then
-      if not valid_range(batch, false) then
-         slurm.log_user("--elastic-batch: invalid value '%s': expected MIN:MAX with 1 <= MIN <= MAX", batch)
+      if not valid_range(batch, MAX_BATCH, false) then
+         slurm.log_user("--elastic-batch: invalid value '%s': expected MIN:MAX in ASCII digits with "
+                        .. "1 <= MIN <= MAX <= 16777216", batch)
          return slurm.ERROR
       end
       record = record .. " batch=" .. batch

@@ -3,11 +3,19 @@
  *
  *  Adds three options to sbatch, salloc and srun:
  *
- *    --elastic[=MIN:MAX]     the job may run on MIN..MAX GPUs (no value: 1:0,
- *                            i.e. at least 1 GPU and no maximum)
- *    --elastic-batch=MIN:MAX global batch-size range the job accepts
+ *    --elastic[=MIN:MAX]     the job may run on MIN..MAX GPUs, 1 <= MIN <=
+ *                            65536, MAX 0 (no maximum) or MIN <= MAX <= 65536
+ *                            (no value: 1:0, i.e. at least 1 GPU and no
+ *                            maximum)
+ *    --elastic-batch=MIN:MAX global batch-size range the job accepts,
+ *                            1 <= MIN <= MAX <= 16777216
  *    --elastic-mode=exo|endo who decides the batch size: the scheduler (exo,
  *                            the default) or the job itself (endo)
+ *
+ *  A number is "0" or [1-9][0-9]*: ASCII digits only, no sign, blank or
+ *  leading zero.  This is the grammar of slurm_elastic/contract.py (the
+ *  daemon) and job_submit.lua; tests/unit/test_elastic_grammar.py runs one
+ *  table of values through all three.
  *
  *  The values are checked on the submit host; a bad value is refused with one
  *  line naming it and the rule.  Valid values are placed in the job control
@@ -47,10 +55,11 @@ static int _opt_elastic_mode(int val, const char *optarg, int remote);
 static struct spank_option elastic_options[] = {
 	{ "elastic", "[MIN:MAX]",
 	  "Job may be resized between MIN and MAX GPUs by slurm-elastic "
-	  "(no value: 1 GPU up, no maximum).",
+	  "(1..65536; MAX 0: no maximum; no value: 1 GPU up, no maximum).",
 	  2, 0, _opt_elastic },
 	{ "elastic-batch", "MIN:MAX",
-	  "Global batch size range slurm-elastic may choose from.",
+	  "Global batch size range slurm-elastic may choose from "
+	  "(1..16777216).",
 	  1, 0, _opt_elastic_batch },
 	{ "elastic-mode", "exo|endo",
 	  "exo: slurm-elastic sets the batch size (default); "
@@ -59,26 +68,56 @@ static struct spank_option elastic_options[] = {
 	SPANK_OPTIONS_TABLE_END
 };
 
+#define ELASTIC_MAX_GPUS 65536L
+#define ELASTIC_MAX_BATCH 16777216L
+
 /*
- * Parse "MIN:MAX" with 1 <= MIN <= MAX into buf (normalised, e.g. "2:8").
- * RET 0 on success, -1 on a malformed value.
+ * Read one number at *p: "0" or [1-9][0-9]* in ASCII digits, at most limit.
+ * RET 0 and advance *p past it, or -1 (no digit, a leading zero, above limit).
  */
-static int _parse_range(const char *arg, char *buf, size_t len)
+static int _parse_number(const char **p, long limit, long *out)
 {
-	char *end = NULL;
+	const char *s = *p;
+	long value = 0;
+
+	if (*s < '0' || *s > '9')
+		return -1;
+	if (*s == '0') {
+		s++;
+	} else {
+		while (*s >= '0' && *s <= '9') {
+			value = value * 10 + (*s - '0');
+			if (value > limit)	/* value <= limit before: no overflow */
+				return -1;
+			s++;
+		}
+	}
+	if (*s >= '0' && *s <= '9')	/* a leading zero */
+		return -1;
+	*out = value;
+	*p = s;
+	return 0;
+}
+
+/*
+ * Parse "MIN:MAX" with 1 <= MIN <= limit and MIN <= MAX <= limit (or MAX 0,
+ * no maximum, when open) into buf. RET 0 on success, -1 on a bad value.
+ */
+static int _parse_range(const char *arg, long limit, int open, char *buf,
+			size_t len)
+{
 	long min, max;
 
-	if (!arg || !*arg)
+	if (!arg)
 		return -1;
-	errno = 0;
-	min = strtol(arg, &end, 10);
-	if (errno || end == arg || *end != ':')
+	if (_parse_number(&arg, limit, &min) || *arg != ':')
 		return -1;
-	arg = end + 1;
-	max = strtol(arg, &end, 10);
-	if (errno || end == arg || *end != '\0')
+	arg++;
+	if (_parse_number(&arg, limit, &max) || *arg != '\0')
 		return -1;
-	if (min < 1 || max < min || max > INT_MAX)
+	if (min < 1)
+		return -1;
+	if (max < min && !(open && max == 0))
 		return -1;
 	snprintf(buf, len, "%ld:%ld", min, max);
 	return 0;
@@ -90,11 +129,15 @@ static int _opt_elastic(int val, const char *optarg, int remote)
 		snprintf(elastic_gpus, sizeof(elastic_gpus), "1:0");
 		return 0;
 	}
-	if (_parse_range(optarg, elastic_gpus, sizeof(elastic_gpus))) {
+	if (_parse_range(optarg, ELASTIC_MAX_GPUS, 1, elastic_gpus,
+			 sizeof(elastic_gpus))) {
+		elastic_gpus[0] = '\0';
 		if (remote)
 			return 0;
 		slurm_error("--elastic: invalid value '%s': expected MIN:MAX "
-			    "with 1 <= MIN <= MAX (e.g. --elastic=2:8)", optarg);
+			    "in ASCII digits with 1 <= MIN <= 65536 and MAX 0 "
+			    "(no maximum) or MIN <= MAX <= 65536 (e.g. "
+			    "--elastic=2:8)", optarg);
 		return -1;
 	}
 	return 0;
@@ -102,12 +145,14 @@ static int _opt_elastic(int val, const char *optarg, int remote)
 
 static int _opt_elastic_batch(int val, const char *optarg, int remote)
 {
-	if (_parse_range(optarg, elastic_batch, sizeof(elastic_batch))) {
+	if (_parse_range(optarg, ELASTIC_MAX_BATCH, 0, elastic_batch,
+			 sizeof(elastic_batch))) {
+		elastic_batch[0] = '\0';
 		if (remote)
 			return 0;
 		slurm_error("--elastic-batch: invalid value '%s': expected "
-			    "MIN:MAX with 1 <= MIN <= MAX "
-			    "(e.g. --elastic-batch=64:512)",
+			    "MIN:MAX in ASCII digits with 1 <= MIN <= MAX <= "
+			    "16777216 (e.g. --elastic-batch=64:512)",
 			    optarg ? optarg : "");
 		return -1;
 	}
