@@ -31,6 +31,7 @@ import signal
 import tempfile
 import threading
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -85,7 +86,7 @@ def run_case(family: str, seed: int, index: int = 0) -> CaseResult:
     work = Path(tempfile.mkdtemp(prefix="slurm-elastic-fuzz-"))
     cluster: FuzzCluster | None = None
     try:
-        with _quiet(), _memory_cap(), _deadline(CASE_LIMIT_S):
+        with contained(CASE_LIMIT_S):
             if family in daemon_families.FAMILIES:
                 cluster = FuzzCluster.build(rng, work, _profiles())
                 res.outcome = daemon_families.FAMILIES[family](rng, cluster, res)
@@ -111,7 +112,9 @@ def run(cases: int, seed: int = 0, *, progress: Callable[[int, int], None] | Non
 
     Returns:
         ``{"cases", "outcomes", "foreign_exceptions", "rounds_failed", "other_jobs_unplanned",
-        "seconds", "families", "failures"}``: ``outcomes`` counts ``family:outcome``; ``failures``
+        "seconds", "families", "places", "failures"}``: ``outcomes`` counts ``family:outcome``;
+        ``places`` counts the problems by family and place (for an exception, the project function
+        it escaped from: :func:`~slurm_elastic.fuzz.case.place`); ``failures``
         (at most :data:`MAX_FAILURES_SHOWN`) gives, for a case that broke a rule, its family,
         seed and index (to rerun it with :func:`run_case`), its input and what went wrong.
     """
@@ -121,6 +124,7 @@ def run(cases: int, seed: int = 0, *, progress: Callable[[int, int], None] | Non
         raise ConfigError(f"bench fuzz: --cases {cases}: must be >= 0")
     outcomes: Counter[str] = Counter()
     families: Counter[str] = Counter()
+    places: Counter[str] = Counter()
     totals = {"foreign_exceptions": 0, "rounds_failed": 0, "other_jobs_unplanned": 0}
     failures: list[dict[str, Any]] = []
     t0 = time.perf_counter()
@@ -132,16 +136,26 @@ def run(cases: int, seed: int = 0, *, progress: Callable[[int, int], None] | Non
             families[family] += 1
             outcomes[f"{family}:{res.outcome}"] += 1
             totals["foreign_exceptions"] += len(res.foreign)
+            places.update(f"{family}: {p}" for p in res.places)
             totals["rounds_failed"] += res.rounds_failed
             totals["other_jobs_unplanned"] += res.other_jobs_unplanned
             if (res.foreign or res.rounds_failed or res.other_jobs_unplanned) and len(failures) < MAX_FAILURES_SHOWN:
                 failures.append({"family": family, "seed": seed, "index": i, "input": res.described,
-                                 "problems": [*res.foreign, *res.failures]})
+                                 "places": res.places, "problems": [*res.foreign, *res.failures]})
             if progress is not None:
                 progress(i + 1, cases)
     return {"cases": cases, "outcomes": dict(sorted(outcomes.items())), **totals,
             "seconds": round(time.perf_counter() - t0, 2), "families": dict(sorted(families.items())),
-            "failures": failures}
+            "places": dict(places.most_common()), "failures": failures}
+
+
+@contextlib.contextmanager
+def contained(seconds: float = CASE_LIMIT_S) -> Iterator[None]:
+    """Run a case's code bounded: :class:`CaseTimeout` after ``seconds`` (main thread only), at most
+    :data:`MEMORY_HEADROOM` more address space, the project's loggers and numpy's warnings silenced."""
+    with _quiet(), _memory_cap(), _deadline(seconds), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # numpy's overflow warnings on hostile numbers: outcomes count, not noise
+        yield
 
 
 @contextlib.contextmanager
@@ -200,4 +214,4 @@ def _quiet() -> Iterator[None]:
         logger.propagate = propagate
 
 
-__all__ = ["FAMILIES", "CaseResult", "family_of", "run", "run_case"]
+__all__ = ["FAMILIES", "CaseResult", "CaseTimeout", "contained", "family_of", "run", "run_case"]

@@ -221,6 +221,11 @@ class FuzzCluster:
         """One dry-run round over the document (``config``'s policy, parameters, guards, partitions
         and default model; else ``dp``); counts a failed round and unplanned honest jobs.
 
+        With ``dp`` every honest job is planned whatever the hostile job does; with another
+        ``config`` its policy and guards may leave one waiting (a GPU cap per user holds all four
+        jobs: they share a user), so then only an honest job left out of the snapshot or
+        quarantined counts.
+
         Returns:
             ``left_out`` / ``quarantined`` / ``planned`` / ``unplanned`` for the hostile job, or
             ``round_failed``.
@@ -228,7 +233,7 @@ class FuzzCluster:
         read = self.records(res)
         if read is None:
             res.rounds_failed += 1
-            res.failures.append("the round could not read the document")
+            res.note_failure("the round could not read the document", "round failed: the document was not read")
             return "round_failed"
         records, refused = read
         cfg = config or Config(DaemonConfig(policy="dp"))
@@ -249,15 +254,17 @@ class FuzzCluster:
         rounds = store.rounds()
         if not rounds:
             res.rounds_failed += 1
-            res.failures.append("the round recorded nothing")
+            res.note_failure("the round recorded nothing", "round failed: nothing recorded")
             return "round_failed"
         planned = {str(j["job_id"]) for j in rounds[-1]["plan"]["jobs"]}
         seen = {j.job_id for j in rec.snapshot.jobs}
-        missing = [j for j in HONEST_ELASTIC if j not in planned] + [j for j in HONEST if j not in seen]
+        why = view.quarantined()
+        missing = [j for j in HONEST if j not in seen or j in why
+                   or (config is None and j in HONEST_ELASTIC and j not in planned)]
         if missing:
             res.other_jobs_unplanned += len(missing)
-            res.failures.append(f"honest jobs {missing} missing from the plan {sorted(planned)}; "
-                                f"quarantined {view.quarantined()}")
+            res.note_failure(f"honest jobs {missing} missing from the plan {sorted(planned)}; quarantined {why}",
+                             f"other jobs unplanned: {why.get(missing[0], 'not in the plan')[:120]}")
         if HOSTILE in view.left_out:
             return "left_out"
         if HOSTILE in view.quarantined():
@@ -311,14 +318,16 @@ class FuzzCluster:
         del lines
         for o in outs:
             if not o.ok and o.message.startswith("failed:"):
-                res.foreign.append(f"SlurmActuator.apply: {o.action.kind.value} job {o.action.job_id}: {o.message}")
+                res.note_foreign_text(f"SlurmActuator.apply ({o.action.kind.value} job {o.action.job_id})", o.message)
         honest = {str(o.action.job_id): o for o in outs[1:]}
         if not (honest["8"].ok and "order" in honest["8"].message):
             res.other_jobs_unplanned += 1
-            res.failures.append(f"job 8's rebatch order was not sent: {honest['8'].message}")
+            res.note_failure(f"job 8's rebatch order was not sent: {honest['8'].message}",
+                             f"other jobs unacted: {honest['8'].message[:120]}")
         if not (honest["10"].ok and "scontrol requeue 10" in ran):
             res.other_jobs_unplanned += 1
-            res.failures.append(f"job 10's preempt did not run: {honest['10'].message}")
+            res.note_failure(f"job 10's preempt did not run: {honest['10'].message}",
+                             f"other jobs unacted: {honest['10'].message[:120]}")
         return "act_ok" if outs[0].ok else "act_refused"
 
 

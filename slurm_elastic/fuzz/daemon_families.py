@@ -51,6 +51,8 @@ from slurm_elastic_launcher.orders import MAC_KEY, canonical, sign_order, sign_r
 
 ROOT = os.geteuid() == 0
 ACTS = (ActionKind.SHRINK, ActionKind.GROW, ActionKind.REBATCH, ActionKind.PREEMPT, ActionKind.DROP)
+CHANNEL_ACTS = (ActionKind.SHRINK, ActionKind.GROW, ActionKind.REBATCH)
+"""The actions that reach a launcher job's channel (its orders file, secret and join script)."""
 
 
 def sign_any(body: dict[str, Any], secret: bytes) -> bytes:
@@ -60,10 +62,11 @@ def sign_any(body: dict[str, Any], secret: bytes) -> bytes:
     return json.dumps({**body, MAC_KEY: mac}, sort_keys=True, separators=(",", ":")).encode()
 
 
-def _finish(c: FuzzCluster, res: CaseResult, rng: random.Random, acting: bool = True) -> str:
+def _finish(c: FuzzCluster, res: CaseResult, rng: random.Random, acting: bool = True,
+            acts: tuple[ActionKind, ...] = ACTS) -> str:
     outcome = c.round(res)
     if acting and outcome != "round_failed":
-        outcome += "+" + c.act(res, pick(rng, ACTS))
+        outcome += "+" + c.act(res, pick(rng, acts))
     return outcome
 
 
@@ -101,6 +104,7 @@ def _hostile_report(rng: random.Random, secret: bytes) -> tuple[bytes, str]:
         lambda: json.dumps({**later, MAC_KEY: hostile_value(rng)}).encode(),
         lambda: json.dumps({**later, MAC_KEY: "é" * 64}).encode(),
         lambda: pick(rng, (b"", b" ", b"\r", b"\x00" * 100, b"\xff\xfe{", b"\t\t")),
+        lambda: b"\n".join([b"x", b"{}", b"[1]"] * rng.choice((1000, 30_000))),
     ]
     line = special[rng.randrange(len(special))]()
     return line, f"raw line {short(line)}"
@@ -178,7 +182,7 @@ def order_lines(rng: random.Random, c: FuzzCluster, res: CaseResult) -> str:
     res.described = "; ".join(said)
     comment = str(c.hostile_record["comment"])
     labels = [_channel_calls(res, lambda: Channel.open("7", USER, comment))]
-    labels.append(_finish(c, res, rng))
+    labels.append(_finish(c, res, rng, acts=CHANNEL_ACTS))
     return "+".join(labels)
 
 
@@ -325,7 +329,7 @@ def job_files(rng: random.Random, c: FuzzCluster, res: CaseResult) -> str:
         c.hostile_record["user_name"] = user
         res.described = f"user {short(user)}"
         label = "user"
-    return label + "+" + _finish(c, res, rng)
+    return label + "+" + _finish(c, res, rng, acts=CHANNEL_ACTS)
 
 
 # -- AdminComment (written from --elastic, --elastic-batch, --elastic-mode) -------------------------

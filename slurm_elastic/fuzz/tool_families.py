@@ -197,7 +197,7 @@ _POLICY_PARAMS: dict[str, tuple[str, ...]] = {
     "efq": ("alpha", "default_epochs_to_go"), "fifo": ("backfill",),
     "ones": ("population", "population_cap", "mutation_rate", "sigma", "gate", "interval", "ftf_bound"),
     "optimus": ("interval", "start_between_rounds", "default_epochs_to_go"),
-    "tiresias": ("thresholds", "promote_after"),
+    "tiresias": ("thresholds", "promote_after"), "drl": ("model", "sample", "default_epochs_to_go"),
 }
 TOML_VALUES: tuple[str, ...] = (
     "nan", "inf", "-inf", "+nan", "9223372036854775807", "-9223372036854775808", "99999999999999999999999", "0",
@@ -247,7 +247,7 @@ def hostile_config(rng: random.Random) -> bytes:
         text = mutate_bytes(rng, text)
     elif roll < 0.2:
         text = pick(rng, (b"", b"\xff\xfe", b"a = " + deep_nesting(rng).replace(b'{"a":', b"["),
-                          b"a = " + b"[" * 5000 + b"]" * 5000, b"\ufeff" + text, text.replace(b"\n", b"\r\n")))
+                          b"a = " + b"[" * 5000 + b"]" * 5000, "\ufeff".encode() + text, text.replace(b"\n", b"\r\n")))
     return text
 
 
@@ -262,7 +262,7 @@ def config(rng: random.Random, work: Path, res: CaseResult) -> str:
         path.mkdir()
         res.described = "the configuration is a folder"
     else:
-        res.described = f"elastic.toml {short(text, 300)}"
+        res.described = f"elastic.toml {short(text, 1000)}"
     label, cfg = attempt(res, "config.load", lambda: load(path), (ConfigError,))
     if cfg is None:
         return label
@@ -471,7 +471,7 @@ def cli(rng: random.Random, work: Path, res: CaseResult) -> str:
     if code is None:
         return f"{command}:{label}"
     if code not in (0, 2):
-        res.foreign.append(f"slurm-elastic {command}: exit status {code}")
+        res.note_foreign_text(f"slurm-elastic {command}", f"exit: status {code}")
         return f"{command}:exit{code}"
     return f"{command}:{'accepted' if code == 0 else 'exit2'}"
 
