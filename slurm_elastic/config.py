@@ -1,7 +1,7 @@
 """Site configuration: ``/etc/slurm/elastic.toml`` loaded once into frozen, documented dataclasses.
 
 This module owns the configuration schema and its validation. Every unknown key and every bad
-value is refused at load time with the key, the value and the rule; nothing reads the
+value is refused at load time in one line with the key, the value and the rule; nothing reads the
 environment or the file again after :func:`load`. Example::
 
     [daemon]
@@ -9,28 +9,40 @@ environment or the file again after :func:`load`. Example::
     policy = "ones"               # a policy (slurm-elastic plan --list-policies)
     dry_run = true                # shadow mode: plan and log, never act
     store = "/var/lib/slurm-elastic/state.db"
-    poll_interval = 2.0           # seconds between cheap queue checks
-    max_idle = 60.0               # plan at least this often (seconds) even when nothing changed
-    default_model = "cifar10"     # throughput profile of jobs that report none
-    seed = 0                      # planner random seed
-    metrics_address = "127.0.0.1:9410"  # Prometheus /metrics ("" = off)
+    poll_interval = 2.0           # seconds between cheap queue checks (0.5 .. 3600)
+    max_idle = 60.0               # plan at least this often (seconds, poll_interval .. 86400)
+    default_model = "cifar10"     # throughput profile of jobs that report none (a shipped profile)
+    seed = 0                      # planner random seed (0 .. 2**32 - 1)
+    metrics_address = "127.0.0.1:9410"  # Prometheus /metrics, PORT 1..65535 ("" = off)
 
     [policy.ones]                 # parameters of the chosen policy, passed as keywords
     generations = 10
 
     [guards]                      # site limits around any policy (0 = no limit); the daemon,
                                   # simulate --config and what-if --config apply them
-    cooldown_s = 300              # least seconds between two resizes of one job
-    max_resizes_per_hour = 4
-    max_gpus_per_job = 32
+    cooldown_s = 300              # least seconds between two resizes of one job (<= 7 days)
+    max_resizes_per_hour = 4      # an integer, <= 3600
+    max_gpus_per_job = 32         # integers, <= 65536
     max_gpus_per_user = 64
     max_gpus_per_account = 128
     protect_rigid = true          # never grow elastic jobs onto GPUs queued rigid jobs need
+
+The rules: the file is a regular file of at most 1 MiB of UTF-8 TOML; every table is a table;
+integers refuse floats and booleans, numbers are finite; ``poll_interval`` is at least 0.5 s (at
+most two ``squeue`` calls a second: it spares slurmctld); ``store`` is an absolute file path, not a
+folder, whose folder exists or can be made; ``default_model`` is a shipped throughput profile;
+partition names are printable ASCII without blanks or commas. Every ``[policy.<name>]`` table
+names a policy and its parameters pass that policy's types and ranges
+(:data:`slurm_elastic.policies.PARAMETERS`, the same checks as ``--param``).
 """
 
 from __future__ import annotations
 
+import errno
 import math
+import os
+import re
+import stat
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -42,6 +54,21 @@ from slurm_elastic.errors import ConfigError, UnknownPolicyError
 
 DEFAULT_PATH = Path("/etc/slurm/elastic.toml")
 
+MAX_CONFIG_BYTES = 1 << 20
+"""Largest configuration file (1 MiB)."""
+
+MIN_POLL_INTERVAL_S = 0.5
+"""Least ``poll_interval``: at most two ``squeue`` calls a second, whatever the file says."""
+
+MAX_POLL_INTERVAL_S = 3600.0
+MAX_IDLE_S = 86_400.0
+SEED_MAX = 2**32 - 1
+MAX_GPUS = 65536
+MAX_COOLDOWN_S = 7 * 86_400.0
+MAX_RESIZES_PER_HOUR = 3600
+MAX_PARTITIONS = 256
+MAX_PATH_CHARS = 4096
+
 
 @dataclass(frozen=True, slots=True)
 class DaemonConfig:
@@ -52,11 +79,11 @@ class DaemonConfig:
         policy: planner name.
         dry_run: shadow mode (plan and log, never act).
         store: SQLite state file.
-        poll_interval: seconds between change checks (> 0).
-        max_idle: seconds after which a round runs even without a change (>= poll_interval).
-        default_model: throughput profile of jobs that report none.
-        seed: planner random seed.
-        metrics_address: ``HOST:PORT`` of the Prometheus ``/metrics`` endpoint; empty = off.
+        poll_interval: seconds between change checks (0.5 .. 3600).
+        max_idle: seconds after which a round runs even without a change (poll_interval .. 86400).
+        default_model: throughput profile of jobs that report none (a shipped profile).
+        seed: planner random seed (0 .. 2**32 - 1).
+        metrics_address: ``HOST:PORT`` of the Prometheus ``/metrics`` endpoint (PORT 1..65535); empty = off.
     """
 
     partitions: tuple[str, ...] = ()
@@ -79,49 +106,127 @@ class Config:
     guards: Guards = field(default_factory=Guards)
 
 
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]{1,64}", re.ASCII)
+_PARTITION = re.compile(r"[\x21-\x2b\x2d-\x7e]{1,128}", re.ASCII)  # printable ASCII, no blank or comma
+_PORT = re.compile(r"[1-9][0-9]{0,4}", re.ASCII)
+_HOST = re.compile(r"[\x21-\x7e]{0,255}", re.ASCII)
+
+
+def _key(key: str) -> str:
+    return key if _BARE_KEY.fullmatch(key) else repr(key)[:80]
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 100 else f"{text[:100]}... ({len(text)} characters)"
+
+
 def _bad(key: str, value: object, rule: str) -> ConfigError:
-    return ConfigError(f"{key} = {value!r}: {rule}")
+    return ConfigError(f"{key} = {_shown(value)}: {rule}")
 
 
-def _daemon(raw: dict[str, Any]) -> DaemonConfig:
+def _table(key: str, raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise _bad(key, raw, "must be a table")
+    return raw
+
+
+def _number(key: str, value: Any, low: float, high: float, *, integer: bool, what: str = "") -> Any:
+    """``value`` if it is an integer (``integer``; never a float or a bool) or a finite number
+    (not a bool) in ``low .. high``."""
+    kind = "an integer" if integer else "a finite number"
+    rule = f"must be >= {low:g} and <= {high:g} ({kind}{what})"
+    if isinstance(value, bool) or not isinstance(value, int if integer else int | float):
+        raise _bad(key, value, rule)
+    if not (math.isfinite(value) and low <= value <= high):
+        raise _bad(key, value, rule)
+    return value
+
+
+def _store(value: Any) -> Path:
+    """An absolute file path, not a folder, whose nearest existing folder is a folder."""
+    rule = "must be a file path: absolute, not a folder, in a folder that exists or can be made"
+    if (not isinstance(value, str) or not value.startswith("/") or value.endswith("/") or "\0" in value
+            or len(value) > MAX_PATH_CHARS or Path(value).name in ("", ".", "..")):
+        raise _bad("daemon.store", value, rule)
+    path = Path(value)
+    try:
+        if stat.S_ISDIR(os.stat(path).st_mode):
+            raise _bad("daemon.store", value, f"{rule} (it is a folder)")
+    except OSError as exc:
+        if exc.errno not in (errno.ENOENT, errno.ENOTDIR):
+            raise _bad("daemon.store", value, f"{rule} ({exc.strerror})") from None
+    for folder in path.parents:
+        try:
+            mode = os.stat(folder).st_mode
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:
+                continue  # made when the store is opened
+            raise _bad("daemon.store", value, f"{rule} ({folder}: {exc.strerror})") from None
+        if not stat.S_ISDIR(mode):
+            raise _bad("daemon.store", value, f"{rule} ({folder} is not a folder)")
+        break
+    return path
+
+
+def _metrics_address(value: Any) -> str:
+    rule = 'must be "HOST:PORT" with PORT 1..65535 (HOST without blanks, [v6] in brackets), or "" (off)'
+    if not isinstance(value, str):
+        raise _bad("daemon.metrics_address", value, rule)
+    if value == "":
+        return value
+    host, sep, port = value.rpartition(":")
+    bracketed = host.startswith("[") == host.endswith("]") and (not host.startswith("[") or len(host) > 2)
+    if not (sep and _PORT.fullmatch(port) and int(port) <= 65535 and _HOST.fullmatch(host) and bracketed):
+        raise _bad("daemon.metrics_address", value, rule)
+    return value
+
+
+def _default_model(value: Any) -> str:
+    from slurm_elastic_predictor.profiles import PROFILE_NAMES  # only when the file names one
+
+    if not isinstance(value, str) or value not in PROFILE_NAMES:
+        raise _bad("daemon.default_model", value, f"must be one of the shipped profiles: {', '.join(PROFILE_NAMES)}")
+    return value
+
+
+def _daemon(raw: Any) -> DaemonConfig:
+    raw = _table("daemon", raw)
     known = {f.name for f in fields(DaemonConfig)}
     for key in raw:
         if key not in known:
-            raise _bad(f"daemon.{key}", raw[key], f"unknown key; known keys: {', '.join(sorted(known))}")
+            raise _bad(f"daemon.{_key(key)}", raw[key], f"unknown key; known keys: {', '.join(sorted(known))}")
     out: dict[str, Any] = {}
     if "partitions" in raw:
         v = raw["partitions"]
-        if not isinstance(v, list) or not all(isinstance(p, str) and p for p in v):
-            raise _bad("daemon.partitions", v, "must be a list of partition names")
+        if (not isinstance(v, list) or len(v) > MAX_PARTITIONS
+                or not all(isinstance(p, str) and _PARTITION.fullmatch(p) for p in v)):
+            raise _bad("daemon.partitions", v, f"must be a list of at most {MAX_PARTITIONS} partition names "
+                       "(1 to 128 printable ASCII characters, no blank or comma)")
         out["partitions"] = tuple(v)
     if "metrics_address" in raw:
-        v = raw["metrics_address"]
-        if not isinstance(v, str) or (v and not (":" in v and v.rpartition(":")[2].isdigit())):
-            raise _bad("daemon.metrics_address", v, 'must be "HOST:PORT" or "" (off)')
-        out["metrics_address"] = v
-    for key in ("policy", "default_model"):
-        if key in raw:
-            if not isinstance(raw[key], str) or not raw[key]:
-                raise _bad(f"daemon.{key}", raw[key], "must be a non-empty string")
-            out[key] = raw[key]
+        out["metrics_address"] = _metrics_address(raw["metrics_address"])
+    if "policy" in raw:
+        if not isinstance(raw["policy"], str) or not raw["policy"]:
+            raise _bad("daemon.policy", raw["policy"], "must be a non-empty string")
+        out["policy"] = raw["policy"]
+    if "default_model" in raw:
+        out["default_model"] = _default_model(raw["default_model"])
     if "dry_run" in raw:
         if not isinstance(raw["dry_run"], bool):
             raise _bad("daemon.dry_run", raw["dry_run"], "must be true or false")
         out["dry_run"] = raw["dry_run"]
     if "store" in raw:
-        if not isinstance(raw["store"], str) or not raw["store"]:
-            raise _bad("daemon.store", raw["store"], "must be a file path")
-        out["store"] = Path(raw["store"])
-    for key in ("poll_interval", "max_idle"):
-        if key in raw:
-            v = raw[key]
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v <= 0:
-                raise _bad(f"daemon.{key}", v, "must be a number of seconds > 0")
-            out[key] = float(v)
+        out["store"] = _store(raw["store"])
+    if "poll_interval" in raw:
+        out["poll_interval"] = float(_number("daemon.poll_interval", raw["poll_interval"], MIN_POLL_INTERVAL_S,
+                                             MAX_POLL_INTERVAL_S, integer=False,
+                                             what=" of seconds; the floor spares slurmctld"))
+    if "max_idle" in raw:
+        out["max_idle"] = float(_number("daemon.max_idle", raw["max_idle"], MIN_POLL_INTERVAL_S, MAX_IDLE_S,
+                                        integer=False, what=" of seconds"))
     if "seed" in raw:
-        if isinstance(raw["seed"], bool) or not isinstance(raw["seed"], int) or raw["seed"] < 0:
-            raise _bad("daemon.seed", raw["seed"], "must be an integer >= 0")
-        out["seed"] = raw["seed"]
+        out["seed"] = _number("daemon.seed", raw["seed"], 0, SEED_MAX, integer=True)
     cfg = DaemonConfig(**out)
     if cfg.max_idle < cfg.poll_interval:
         raise _bad("daemon.max_idle", cfg.max_idle, f"must be >= daemon.poll_interval ({cfg.poll_interval})")
@@ -137,34 +242,72 @@ def parse(text: str, source: str = "<config>") -> Config:
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{source}: not valid TOML: {exc}") from exc
+        raise ConfigError(f"{source}: not valid TOML: {' '.join(str(exc).split())}") from exc
+    except RecursionError:
+        raise ConfigError(f"{source}: not valid TOML here: arrays or tables nested too deeply") from None
     for key in raw:
         if key not in ("daemon", "policy", "guards"):
-            raise _bad(key, raw[key], "unknown table; known tables: daemon, policy, guards")
+            raise _bad(_key(key), raw[key], "unknown table; known tables: daemon, policy, guards")
     daemon = _daemon(raw.get("daemon", {}))
-    tables = raw.get("policy", {})
-    if not isinstance(tables, dict):
-        raise _bad("policy", tables, "must be a table of [policy.<name>] tables")
+    tables = _table("policy", raw.get("policy", {}))
+    for name, table in tables.items():
+        _table(f"policy.{_key(name)}", table)
+        try:
+            policies.validate(name, table)  # every table, the chosen policy's or not
+        except UnknownPolicyError as exc:
+            raise _bad(f"policy.{_key(name)}", table, str(exc)) from None
     params = tables.get(daemon.policy, {})
-    if not isinstance(params, dict):
-        raise _bad(f"policy.{daemon.policy}", params, "must be a table of parameters")
     try:
         policies.create(daemon.policy, **params)  # validates names and values now, not at the first round
     except UnknownPolicyError as exc:
         raise _bad("daemon.policy", daemon.policy, str(exc)) from exc
-    return Config(daemon, dict(params), _guards(raw.get("guards", {})))
+    return Config(daemon, dict(policies.check_params(daemon.policy, params)), _guards(raw.get("guards", {})))
+
+
+_GUARD_LIMITS: dict[str, tuple[float, bool, str]] = {
+    "cooldown_s": (MAX_COOLDOWN_S, False, " of seconds; 0 = no limit"),
+    "max_resizes_per_hour": (MAX_RESIZES_PER_HOUR, True, "; 0 = no limit"),
+    "max_gpus_per_job": (MAX_GPUS, True, "; 0 = no limit"),
+    "max_gpus_per_user": (MAX_GPUS, True, "; 0 = no limit"),
+    "max_gpus_per_account": (MAX_GPUS, True, "; 0 = no limit"),
+}
 
 
 def _guards(raw: Any) -> Guards:
-    if not isinstance(raw, dict):
-        raise _bad("guards", raw, "must be a table")
+    raw = _table("guards", raw)
     known = {f.name for f in fields(Guards)}
     for key in raw:
         if key not in known:
-            raise _bad(f"guards.{key}", raw[key], f"unknown key; known keys: {', '.join(sorted(known))}")
+            raise _bad(f"guards.{_key(key)}", raw[key], f"unknown key; known keys: {', '.join(sorted(known))}")
     if "protect_rigid" in raw and not isinstance(raw["protect_rigid"], bool):
         raise _bad("guards.protect_rigid", raw["protect_rigid"], "must be true or false")
+    for key, (high, integer, what) in _GUARD_LIMITS.items():
+        if key in raw:
+            _number(f"guards.{key}", raw[key], 0, high, integer=integer, what=what)
     return Guards(**raw)
+
+
+def _read(path: Path) -> str:
+    """The file's text: opened once, a regular file, at most MAX_CONFIG_BYTES of UTF-8."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: cannot read configuration: {getattr(exc, 'strerror', None) or exc}") from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ConfigError(f"{path}: not a file (rule: the configuration is a regular TOML file)")
+    with os.fdopen(fd, "rb") as f:
+        try:
+            data = f.read(MAX_CONFIG_BYTES + 1)
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read configuration: {exc.strerror}") from exc
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES} bytes (rule: a configuration is at most "
+                          f"{MAX_CONFIG_BYTES} bytes)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 (byte {exc.start}): cannot read configuration") from None
 
 
 def load(path: Path = DEFAULT_PATH) -> Config:
@@ -173,8 +316,4 @@ def load(path: Path = DEFAULT_PATH) -> Config:
     Raises:
         ConfigError: the file cannot be read, or breaks a rule (see :func:`parse`).
     """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read configuration: {exc.strerror}") from exc
-    return parse(text, str(path))
+    return parse(_read(path), str(path))

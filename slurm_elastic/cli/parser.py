@@ -1,37 +1,64 @@
-"""The ``slurm-elastic`` argument parser: every subcommand, option, default and unit, grouped by who uses it."""
+"""The ``slurm-elastic`` argument parser: every subcommand, option, default and unit, grouped by who uses it.
+
+Every number has a type with a range (:mod:`slurm_elastic.argtypes`): integers in ASCII with a
+sane upper bound (GPU counts at most :data:`~slurm_elastic.argtypes.GPUS_MAX`), seeds
+``0 .. 2**32 - 1``, floats finite and in range. A bad word is refused before anything runs, in
+one line (``slurm-elastic plan: error: argument --seed: -1: must be >= 0 and <= 4294967295``),
+exit status 2, without the usage block.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import NoReturn
 
 from slurm_elastic import __version__
-from slurm_elastic.argtypes import int_at_least, param
-
-if TYPE_CHECKING:
-    pass
-
+from slurm_elastic.argtypes import GPUS_MAX, float_in, int_in, param, seed
 
 log = logging.getLogger(__name__)
-_positive_int = int_at_least(1)
+_positive_int = int_in(1, 1_000_000)
+_gpus = int_in(1, GPUS_MAX)
+_jobs = int_in(0, 100_000)
+_repeat = int_in(1, 10_000)
+_seed = seed
 _param = param
+_round_gap = float_in(0.0, 86_400.0)
+DAY_S = 86_400.0
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage errors are one line on stderr (exit status 2): the command,
+    ``error:`` and argparse's message (naming the option and the rule), with no usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        line = " ".join(message.split())
+        self.exit(2, f"{self.prog}: error: {line} (see {self.prog} --help)\n")
+
+
+def _harden_train_drl(parser: argparse.ArgumentParser) -> None:
+    """Give ``train-drl``'s numeric options (declared in :mod:`slurm_elastic.drl.command`) the
+    same ranged types as every other command's."""
+    types = {"seed": _seed, "gpus": _gpus, "gpus_per_node": _gpus, "jobs": int_in(1, 100_000)}
+    for action in parser._actions:
+        if action.dest in types:
+            action.type = types[action.dest]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="slurm-elastic", description="Elastic deep-learning scheduling for Slurm.")
+    p = OneLineParser(prog="slurm-elastic", description="Elastic deep-learning scheduling for Slurm.")
     p.add_argument("--version", action="version", version=f"slurm-elastic {__version__}")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=OneLineParser)
 
     plan = sub.add_parser("plan", help="plan a demo cluster with a policy and print the plan")
     plan.add_argument("--policy", default="ones", help="planner name (see --list-policies)")
-    plan.add_argument("--gpus", type=_positive_int, default=64, help="GPUs in the demo cluster (default 64)")
-    plan.add_argument("--gpus-per-node", type=_positive_int, default=4, help="GPUs per node (default 4)")
-    plan.add_argument("--jobs", type=int, default=24, help="jobs in the demo cluster (default 24)")
-    plan.add_argument("--seed", type=int, default=1, help="seed of the demo cluster and the planner")
-    plan.add_argument("--rounds", type=_positive_int, default=1, help="plan this many times, carrying the memo")
+    plan.add_argument("--gpus", type=_gpus, default=64, help="GPUs in the demo cluster (default 64)")
+    plan.add_argument("--gpus-per-node", type=_gpus, default=4, help="GPUs per node (default 4)")
+    plan.add_argument("--jobs", type=_jobs, default=24, help="jobs in the demo cluster (default 24)")
+    plan.add_argument("--seed", type=_seed, default=1, help="seed of the demo cluster and the planner (0..2**32-1)")
+    plan.add_argument("--rounds", type=_repeat, default=1, help="plan this many times, carrying the memo")
     plan.add_argument("--param", type=_param, action="append", default=[], metavar="KEY=VALUE",
                       help="planner parameter, e.g. generations=20 (repeatable)")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
@@ -45,12 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
     src = sim.add_mutually_exclusive_group(required=True)
     src.add_argument("--workload", help="built-in workload: " + ", ".join(workloads()))
     src.add_argument("--trace", type=Path, help="trace CSV (job_id, submit_time, num_gpus, duration, ...)")
-    sim.add_argument("--gpus", type=_positive_int, default=None, help="cluster GPUs (default: 64, or 40 for ibm-*)")
-    sim.add_argument("--gpus-per-node", type=_positive_int, default=4)
+    sim.add_argument("--gpus", type=_gpus, default=None, help="cluster GPUs (default: 64, or 40 for ibm-*)")
+    sim.add_argument("--gpus-per-node", type=_gpus, default=4)
     sim.add_argument("--policy", default="ones,tiresias,optimus", help="comma-separated policies")
     sim.add_argument("--seeds", default="1", help="seeds, e.g. 1-5 (workload generation and planner)")
     sim.add_argument("--resize-cost", default="in-place", help="in-place, checkpoint or seconds")
-    sim.add_argument("--round-gap", type=float, default=30.0, help="least seconds between rounds (default 30)")
+    sim.add_argument("--round-gap", type=_round_gap, default=30.0,
+                     help="least seconds between rounds, 0..86400 (default 30)")
     sim.add_argument("--param", type=_param, action="append", default=[], metavar="POLICY.KEY=VALUE",
                      help="planner parameter for one policy, e.g. ones.generations=20 (repeatable)")
     sim.add_argument("--json", type=Path, metavar="OUT", help="write all results as JSON here")
@@ -72,32 +100,32 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="benchmarks printing JSON")
     bsub = bench.add_subparsers(dest="bench", required=True, metavar="BENCHMARK")
     bp = bsub.add_parser("planner", help="planning latency of one policy on a synthetic cluster")
-    bp.add_argument("--gpus", type=_positive_int, default=4096)
-    bp.add_argument("--gpus-per-node", type=_positive_int, default=4)
-    bp.add_argument("--jobs", type=int, default=1000)
+    bp.add_argument("--gpus", type=_gpus, default=4096)
+    bp.add_argument("--gpus-per-node", type=_gpus, default=4)
+    bp.add_argument("--jobs", type=_jobs, default=1000)
     bp.add_argument("--policy", default="dp")
-    bp.add_argument("--repeat", type=_positive_int, default=20)
-    bp.add_argument("--seed", type=int, default=0)
+    bp.add_argument("--repeat", type=_repeat, default=20)
+    bp.add_argument("--seed", type=_seed, default=0)
     bp.add_argument("--param", type=_param, action="append", default=[], metavar="KEY=VALUE",
                     help="planner parameter, e.g. generations=1 (repeatable)")
     bp.add_argument("--json", action="store_true", help="print JSON (the default; kept for symmetry)")
     bz = bsub.add_parser("resize", help="pause of an in-place resize vs checkpoint-restart (the launcher)")
     bz.add_argument("--model", choices=("resnet18", "cnn"), default="resnet18")
-    bz.add_argument("--from", dest="from_", type=_positive_int, default=2)
-    bz.add_argument("--to", type=_positive_int, default=4)
-    bz.add_argument("--repeat", type=_positive_int, default=1, help="fresh jobs to measure (medians are printed)")
+    bz.add_argument("--from", dest="from_", type=_gpus, default=2)
+    bz.add_argument("--to", type=_gpus, default=4)
+    bz.add_argument("--repeat", type=_repeat, default=1, help="fresh jobs to measure (medians are printed)")
     bz.add_argument("--json", action="store_true", help="print JSON (the default)")
     br = bsub.add_parser("reaction", help="submit -> planned and -> running latency of the acting daemon "
                          "on a running dev cluster")
     br.add_argument("--root", type=Path, default=Path("/tmp/slurm-elastic-dev"), help="the dev cluster's root")
-    br.add_argument("--repeat", type=_positive_int, default=5)
+    br.add_argument("--repeat", type=_repeat, default=5)
     br.add_argument("--json", action="store_true", help="print JSON (the default)")
     bs = bsub.add_parser("simulate", help="wall time of a simulation of a Philly-like trace")
-    bs.add_argument("--jobs", type=_positive_int, default=10_000)
-    bs.add_argument("--gpus", type=_positive_int, default=1024)
+    bs.add_argument("--jobs", type=int_in(1, 1_000_000), default=10_000)
+    bs.add_argument("--gpus", type=_gpus, default=1024)
     bs.add_argument("--policy", default="dp")
-    bs.add_argument("--seed", type=int, default=1)
-    bs.add_argument("--round-gap", type=float, default=30.0)
+    bs.add_argument("--seed", type=_seed, default=1)
+    bs.add_argument("--round-gap", type=_round_gap, default=30.0)
     bs.add_argument("--json", action="store_true", help="print JSON (the default)")
 
     dev = sub.add_parser("devcluster", help="bring a real local Slurm dev cluster up or down (root only)")
@@ -109,8 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
         da.add_argument("--root", type=Path, default=Path("/tmp/slurm-elastic-dev"),
                         help="folder owning the cluster's files (default /tmp/slurm-elastic-dev)")
         if action == "up":
-            da.add_argument("--nodes", type=_positive_int, default=4, help="nodes (default 4)")
-            da.add_argument("--gpus-per-node", type=_positive_int, default=4, help="fake GPUs per node (default 4)")
+            da.add_argument("--nodes", type=int_in(1, 64), default=4, help="nodes, 1..64 (default 4)")
+            da.add_argument("--gpus-per-node", type=int_in(1, 64), default=4,
+                            help="fake GPUs per node, 1..64 (default 4)")
 
     dm = sub.add_parser("daemon", help="run the daemon beside slurmctld")
     dm.add_argument("--config", type=Path, default=Path("/etc/slurm/elastic.toml"))
@@ -126,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     sb.add_argument("--elastic", required=True, metavar="MIN:MAX", help="GPU range")
     sb.add_argument("--batch", default="", metavar="MIN:MAX", help="global batch range")
     sb.add_argument("--mode", default="exo", choices=("exo", "endo"))
-    sb.add_argument("--gpus-per-node", type=_positive_int, default=4)
+    sb.add_argument("--gpus-per-node", type=_gpus, default=4)
     sb.add_argument("--local-batch", type=_positive_int, default=32)
     sb.add_argument("--epochs", type=_positive_int, default=1)
     sb.add_argument("--job-name", default="elastic")
@@ -142,14 +171,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     td = sub.add_parser("train-drl", help="train the drl (DL2) policy in the simulator and write its model file")
     drl_command.add_arguments(td)
+    _harden_train_drl(td)
 
     dm = sub.add_parser("demo", help="end to end on a real local Slurm cluster: daemon, elastic jobs resized "
                         "in place while they train, allocation report (root; a few minutes)")
     dm.add_argument("--out", type=Path, default=Path("out/demo"), help="folder for logs, store and report")
     dm.add_argument("--policy", default="efq", help="planner (default efq: fair sharing makes resizes visible)")
-    dm.add_argument("--nodes", type=_positive_int, default=3)
-    dm.add_argument("--gpus-per-node", type=_positive_int, default=2)
-    dm.add_argument("--timeout", type=float, default=600.0, help="seconds before the demo gives up waiting")
+    dm.add_argument("--nodes", type=int_in(1, 64), default=3)
+    dm.add_argument("--gpus-per-node", type=int_in(1, 64), default=2)
+    dm.add_argument("--timeout", type=float_in(0.0, DAY_S, low_open=True), default=600.0,
+                    help="seconds before the demo gives up waiting (at most 86400)")
     dm.add_argument("--keep", action="store_true", help="leave the dev cluster running afterwards")
 
     cc = sub.add_parser("check-config", help="validate an elastic.toml; prints the effective settings")
@@ -173,11 +204,11 @@ def build_parser() -> argparse.ArgumentParser:
     wi.add_argument("--until", default="now", metavar="DATE", help="end of the window (default now)")
     wi.add_argument("--account", help="only this Slurm account (sacct -A)")
     wi.add_argument("--policy", required=True, help="comma-separated policies")
-    wi.add_argument("--gpus", type=_positive_int, required=True, help="GPUs of the virtual cluster")
-    wi.add_argument("--gpus-per-node", type=_positive_int, default=4)
+    wi.add_argument("--gpus", type=_gpus, required=True, help="GPUs of the virtual cluster")
+    wi.add_argument("--gpus-per-node", type=_gpus, default=4)
     wi.add_argument("--seeds", default="1", help="planner seeds, e.g. 1-3")
-    wi.add_argument("--elastic-range", type=float, default=4.0,
-                    help="a job without an elastic contract may use 1..GPUs x this (default 4)")
+    wi.add_argument("--elastic-range", type=float_in(1.0, 1024.0), default=4.0,
+                    help="a job without an elastic contract may use 1..GPUs x this, 1..1024 (default 4)")
     wi.add_argument("--resize-cost", default="in-place", help="in-place, checkpoint or seconds")
     wi.add_argument("--param", type=_param, action="append", default=[], metavar="POLICY.KEY=VALUE",
                     help="planner parameter for one policy (repeatable)")

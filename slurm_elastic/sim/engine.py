@@ -35,7 +35,7 @@ from slurm_elastic.core.rounds import run_round
 from slurm_elastic.errors import ConfigError
 from slurm_elastic.sim.cluster import ResizeCost, VirtualCluster
 from slurm_elastic.sim.metrics import metrics
-from slurm_elastic.sim.workload import SimJobSpec
+from slurm_elastic.sim.workload import SIM_HORIZON_S, SimJobSpec
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ MAX_IDLE_ROUNDS = 3
 
 def simulate(jobs: Sequence[SimJobSpec], planner: Planner, *, gpus: int, gpus_per_node: int = 4,
              resize_cost: str = "in-place", seed: int = 0, round_gap: float = 30.0,
-             horizon: float = 30 * 24 * 3600.0, workload: str = "") -> dict[str, Any]:
+             horizon: float = SIM_HORIZON_S, workload: str = "") -> dict[str, Any]:
     """Replay ``jobs`` under ``planner`` on a virtual cluster.
 
     Args:
@@ -61,8 +61,10 @@ def simulate(jobs: Sequence[SimJobSpec], planner: Planner, *, gpus: int, gpus_pe
     Raises:
         ConfigError: bad cluster shape or resize cost.
     """
-    if round_gap < 0:
-        raise ConfigError(f"round gap {round_gap} s: must be >= 0")
+    if not (math.isfinite(horizon) and horizon > 0):
+        raise ConfigError(f"horizon {horizon} s: must be a finite number > 0")
+    if not (math.isfinite(round_gap) and 0 <= round_gap <= horizon):
+        raise ConfigError(f"round gap {round_gap} s: must be a finite number >= 0 and <= the horizon ({horizon:g} s)")
     if gpus < 1 or gpus_per_node < 1 or gpus % gpus_per_node:
         raise ConfigError(f"--gpus {gpus} must be a positive multiple of --gpus-per-node {gpus_per_node}")
     cost = ResizeCost.parse(resize_cost)

@@ -16,6 +16,7 @@ guards), while :func:`reproduce` runs every policy bare, as the papers did (they
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -47,22 +48,39 @@ class PolicySpec:
         return self.label or self.name
 
 
+SEED_MAX = 2**32 - 1
+"""Largest seed (as ``--seed``)."""
+
+MAX_SEEDS = 1000
+"""Most seeds one ``--seeds`` may name."""
+
+_SEED = re.compile(r"[0-9]{1,10}", re.ASCII)
+
+
 def parse_seeds(text: str) -> list[int]:
-    """``"1-5"``, ``"3"`` or ``"1,4,9"`` into a list of seeds."""
+    """``"1-5"``, ``"3"`` or ``"1,4,9"`` into a list of seeds.
+
+    Seeds are ASCII integers ``0 .. 2**32 - 1``, at most :data:`MAX_SEEDS` of them in all.
+
+    Raises:
+        ConfigError: naming the text and the rule.
+    """
+    rule = f"must look like 1-5, 3 or 1,4,9 (seeds 0..{SEED_MAX} in ASCII digits, at most {MAX_SEEDS} of them)"
+    shown = repr(text if len(text) <= 40 else text[:40] + "...")
     out: list[int] = []
-    try:
-        for part in text.split(","):
-            if "-" in part:
-                a, b = (int(x) for x in part.split("-", 1))
-                if b < a:
-                    raise ValueError(part)
-                out.extend(range(a, b + 1))
-            elif part.strip():
-                out.append(int(part))
-    except ValueError:
-        raise ConfigError(f"--seeds {text!r}: must look like 1-5, 3 or 1,4,9") from None
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        a, dash, b = part.partition("-")
+        if not _SEED.fullmatch(a) or (dash and not _SEED.fullmatch(b)):
+            raise ConfigError(f"--seeds {shown}: {rule}")
+        lo, hi = int(a), int(b) if dash else int(a)
+        if hi > SEED_MAX or hi < lo or len(out) + hi - lo + 1 > MAX_SEEDS:
+            raise ConfigError(f"--seeds {shown}: {rule}")
+        out.extend(range(lo, hi + 1))
     if not out:
-        raise ConfigError(f"--seeds {text!r}: names no seed")
+        raise ConfigError(f"--seeds {shown}: names no seed")
     return out
 
 

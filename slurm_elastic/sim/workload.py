@@ -12,12 +12,25 @@ job), 1-10 medium (deepspeech2, or bert), 10-100 large (yolov3), > 100 ImageNet-
 (imagenet). The job's work is scaled so that, on the simulated machine at its requested size and
 batch, it takes exactly ``duration``; the measured profiles then say how that changes at other
 sizes and batches.
+
+A trace is hostile input: it is read once, by descriptor, only when it is a regular file of at
+most :data:`MAX_TRACE_BYTES` bytes of UTF-8 with at most :data:`MAX_TRACE_ROWS` job rows; every
+row has one field per header column, every field at most :data:`MAX_FIELD_CHARS` characters, and
+every number is an ASCII decimal in its range: GPU counts ``1..65536``, batch sizes
+``1..16777216``, ``submit_time`` in ``[0, 30 days)`` (the simulator's horizon: a later job would
+never arrive), ``duration`` in ``(0, 1e8]`` seconds. A bad row is a :class:`TraceError` naming the
+file, the line, the column, the value and the rule.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import math
+import os
+import re
+import stat
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -29,6 +42,33 @@ from slurm_elastic.sim.truth import truth
 from slurm_elastic_predictor.profiles import MODEL_DEFAULTS
 
 GPUS_PER_NODE = 4
+
+SIM_HORIZON_S = 30 * 24 * 3600.0
+"""The simulator's default horizon (``sim.engine.simulate``): jobs are submitted before it."""
+
+MAX_TRACE_BYTES = 64 << 20
+"""Largest trace file (64 MiB: about a million rows)."""
+
+MAX_TRACE_ROWS = 1_000_000
+"""Most job rows in a trace."""
+
+MAX_FIELD_CHARS = 1024
+"""Longest field (header names too)."""
+
+MAX_LINE_CHARS = 65536
+"""Longest line (below the csv module's own field limit, so that limit is never what refuses)."""
+
+MAX_COLUMNS = 64
+"""Most header columns."""
+
+MAX_TRACE_GPUS = 65536
+"""Largest GPU count of a trace job (``num_gpus``, ``min_gpus``, ``max_gpus``; the ``--elastic`` limit)."""
+
+MAX_TRACE_BATCH = 2**24
+"""Largest global batch of a trace job (the ``--elastic-batch`` limit)."""
+
+MAX_DURATION_S = 1e8
+"""Longest job duration in a trace (about three years)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,81 +169,191 @@ def _model_for(gpu_hours: float, index: int) -> str:
     return "imagenet"
 
 
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= 40 else text[:40] + "...")
+
+
+def _read(path: Path) -> str:
+    """The file's text: opened once, a regular file, at most MAX_TRACE_BYTES of UTF-8."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (OSError, ValueError) as exc:
+        raise TraceError(f"{path}: cannot read trace: {getattr(exc, 'strerror', None) or exc}") from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise TraceError(f"{path}: not a file (rule: a trace is a regular CSV file)")
+    with os.fdopen(fd, "rb") as f:
+        try:
+            data = f.read(MAX_TRACE_BYTES + 1)
+        except OSError as exc:
+            raise TraceError(f"{path}: cannot read trace: {exc.strerror}") from exc
+    if len(data) > MAX_TRACE_BYTES:
+        raise TraceError(f"{path}: larger than {MAX_TRACE_BYTES} bytes (rule: a trace is at most "
+                         f"{MAX_TRACE_BYTES} bytes and {MAX_TRACE_ROWS} rows)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"{path}: not UTF-8 (byte {exc.start}): cannot read trace") from None
+
+
+def _too_long(path: Path, line: int, column: str, value: str) -> TraceError:
+    return TraceError(f"{path}:{line}: column {column}: a value of {len(value)} characters ({_shown(value)}): "
+                      f"rule: a field is at most {MAX_FIELD_CHARS} characters")
+
+
+def _lines(path: Path, text: str, header: list[str]) -> Iterator[str]:
+    """The physical lines, each at most MAX_LINE_CHARS (a longer one is refused by its longest field)."""
+    for number, line in enumerate(io.StringIO(text, newline=""), 1):
+        if len(line) > MAX_LINE_CHARS:
+            if '"' not in line:  # unquoted: the fields are the comma-separated words
+                fields = line.rstrip("\r\n").split(",")
+                i = max(range(len(fields)), key=lambda k: len(fields[k]))
+                column = header[i] if i < len(header) else f"#{i + 1}" + (" (past the header)" if header else "")
+                raise _too_long(path, number, column, fields[i])
+            raise TraceError(f"{path}:{number}: a line of {len(line)} characters: rule: a field is at most "
+                             f"{MAX_FIELD_CHARS} characters")
+        yield line
+
+
 def load_trace(path: Path, *, elastic_range: float = 4.0) -> list[SimJobSpec]:
-    """Read a trace CSV (format in the module docstring).
+    """Read a trace CSV (format and limits in the module docstring).
 
     Args:
         path: the file.
         elastic_range: when ``max_gpus`` is absent, ``max_gpus = requested * elastic_range``
-            (and ``min_gpus = 1`` when absent).
+            (at most 65536; and ``min_gpus = 1`` when absent).
 
     Raises:
-        TraceError: naming the file, the line and the rule broken.
+        TraceError: naming the file, the line, the column, the value and the rule broken.
     """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TraceError(f"{path}: cannot read trace: {exc}") from exc
-    reader = csv.DictReader(text.splitlines())
-    header = [h.strip() for h in (reader.fieldnames or [])]
-    missing = [c for c in _REQUIRED if c not in header]
-    if missing:
-        raise TraceError(f"{path}:1: header lacks required column(s) {', '.join(missing)}")
+    text = _read(path)
+    header: list[str] = []
+    reader = csv.reader(_lines(path, text, header))
     jobs: list[SimJobSpec] = []
     seen: set[str] = set()
-    for index, raw in enumerate(reader):
-        line = reader.line_num
-        row = {(k or "").strip(): (v or "").strip() for k, v in raw.items()}
+    index = 0
+    while True:
+        line = reader.line_num + 1  # where the record starts
+        try:
+            fields = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as exc:
+            raise TraceError(f"{path}:{line}: not valid CSV: {exc}") from None
+        if not header:
+            _check_header(path, fields, header)
+            continue
+        if not fields:
+            continue  # a blank line
+        if len(fields) != len(header):
+            extra = (f": field {len(header) + 1} ({_shown(fields[len(header)])}) has no column"
+                     if len(fields) > len(header) else "")
+            raise TraceError(f"{path}:{line}: {len(fields)} fields, the header has {len(header)} columns{extra} "
+                             "(rule: one field per column; leave a value out as an empty field)")
+        if index >= MAX_TRACE_ROWS:
+            raise TraceError(f"{path}:{line}: more than {MAX_TRACE_ROWS} job rows (rule: a trace has at most "
+                             f"{MAX_TRACE_ROWS} rows)")
+        row: dict[str, str] = {}
+        for name, value in zip(header, fields, strict=True):
+            if len(value) > MAX_FIELD_CHARS:
+                raise _too_long(path, line, name, value)
+            row[name] = value.strip()
         jobs.append(_trace_job(path, line, index, row, elastic_range, seen))
+        index += 1
+    if not header:
+        raise TraceError(f"{path}:1: header lacks required column(s) {', '.join(_REQUIRED)}")
     if not jobs:
         raise TraceError(f"{path}: no job rows")
     jobs.sort(key=lambda j: (j.submit_time, j.job_id))
     return jobs
 
 
+def _check_header(path: Path, fields: list[str], header: list[str]) -> None:
+    if len(fields) > MAX_COLUMNS:
+        raise TraceError(f"{path}:1: header has {len(fields)} columns (rule: at most {MAX_COLUMNS})")
+    for i, raw in enumerate(fields):
+        name = raw.strip()
+        if len(raw) > MAX_FIELD_CHARS:
+            raise _too_long(path, 1, f"#{i + 1}", raw)
+        if name in header:
+            raise TraceError(f"{path}:1: header names column {_shown(name)} twice (rule: each column once)")
+        header.append(name)
+    missing = [c for c in _REQUIRED if c not in header]
+    if missing:
+        raise TraceError(f"{path}:1: header lacks required column(s) {', '.join(missing)}")
+
+
+_NUMBER = re.compile(r"[+-]?([0-9]{1,30}(\.[0-9]{0,30})?|\.[0-9]{1,30})([eE][+-]?[0-9]{1,4})?", re.ASCII)
+
+
+def _fmt(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
 def _num(path: Path, line: int, row: dict[str, str], col: str, *, integer: bool, minimum: float,
-         default: float | None = None) -> float:
+         maximum: float, below: bool = False, default: float | None = None) -> float:
+    """A number column: ASCII decimal, finite, ``minimum <= value <= maximum`` (``< maximum`` with
+    ``below``), integral when ``integer``; empty gives ``default`` (required when ``None``)."""
     text = row.get(col, "")
     if text == "":
         if default is None:
             raise TraceError(f"{path}:{line}: {col} is required")
         return default
-    try:
-        value = float(text)
-    except ValueError:
-        raise TraceError(f"{path}:{line}: {col} = {text!r} is not a number") from None
-    if not math.isfinite(value) or value < minimum or (integer and value != int(value)):
-        kind = "an integer" if integer else "a number"
-        raise TraceError(f"{path}:{line}: {col} = {text!r} must be {kind} >= {minimum:g}")
+    kind = "an integer" if integer else "a number"
+    rule = f"{kind} >= {_fmt(minimum)} and {'<' if below else '<='} {_fmt(maximum)}"
+    if col == "submit_time":
+        rule += " (the simulator's 30-day horizon: a later job would never arrive)"
+    if not _NUMBER.fullmatch(text):
+        raise TraceError(f"{path}:{line}: {col} = {_shown(text)} is not a number (rule: {rule})")
+    value = float(text)
+    if (not math.isfinite(value) or value < minimum or value > maximum or (below and value == maximum)
+            or (integer and value != int(value))):
+        raise TraceError(f"{path}:{line}: {col} = {_shown(text)} must be {rule}")
+    return value
+
+
+def _text(path: Path, line: int, row: dict[str, str], col: str) -> str:
+    value = row.get(col, "")
+    if not value.isprintable():
+        raise TraceError(f"{path}:{line}: column {col}: {_shown(value)}: rule: printable characters only")
     return value
 
 
 def _trace_job(path: Path, line: int, index: int, row: dict[str, str], elastic_range: float,
                seen: set[str]) -> SimJobSpec:
-    job_id = row.get("job_id", "")
+    if not (math.isfinite(elastic_range) and 0 <= elastic_range <= MAX_TRACE_GPUS):
+        raise TraceError(f"{path}: elastic range {elastic_range!r}: must be a finite number >= 0")
+    job_id = _text(path, line, row, "job_id")
     if not job_id:
         raise TraceError(f"{path}:{line}: job_id is required")
     if job_id in seen:
         raise TraceError(f"{path}:{line}: job_id {job_id!r} appears twice")
     seen.add(job_id)
-    submit = _num(path, line, row, "submit_time", integer=False, minimum=0)
-    gpus = int(_num(path, line, row, "num_gpus", integer=True, minimum=1))
-    duration = _num(path, line, row, "duration", integer=False, minimum=1e-9)
-    model = row.get("model") or _model_for(gpus * duration / 3600, index)
+    submit = _num(path, line, row, "submit_time", integer=False, minimum=0, maximum=SIM_HORIZON_S, below=True)
+    gpus = int(_num(path, line, row, "num_gpus", integer=True, minimum=1, maximum=MAX_TRACE_GPUS))
+    duration = _num(path, line, row, "duration", integer=False, minimum=1e-9, maximum=MAX_DURATION_S)
+    model = _text(path, line, row, "model") or _model_for(gpus * duration / 3600, index)
     if model not in MODEL_DEFAULTS:
-        raise TraceError(f"{path}:{line}: model {model!r} has no profile; known: {', '.join(sorted(MODEL_DEFAULTS))}")
+        raise TraceError(f"{path}:{line}: model {_shown(model)} has no profile; known: "
+                         f"{', '.join(sorted(MODEL_DEFAULTS))}")
     local, epoch = MODEL_DEFAULTS[model]
-    lo = int(_num(path, line, row, "min_gpus", integer=True, minimum=1, default=1))
-    hi = int(_num(path, line, row, "max_gpus", integer=True, minimum=1, default=max(gpus, int(gpus * elastic_range))))
+    g_max, b_max = MAX_TRACE_GPUS, MAX_TRACE_BATCH
+    lo = int(_num(path, line, row, "min_gpus", integer=True, minimum=1, maximum=g_max, default=1))
+    hi = int(_num(path, line, row, "max_gpus", integer=True, minimum=1, maximum=g_max,
+                  default=min(g_max, max(gpus, int(gpus * elastic_range)))))
     if not lo <= gpus <= hi:
         raise TraceError(f"{path}:{line}: num_gpus {gpus} must lie in min_gpus:max_gpus {lo}:{hi}")
-    batch = int(_num(path, line, row, "batch_size", integer=True, minimum=1, default=local * gpus))
-    bmin = int(_num(path, line, row, "min_batch", integer=True, minimum=1, default=min(batch, local * lo)))
-    bmax = int(_num(path, line, row, "max_batch", integer=True, minimum=1, default=max(batch, local * hi)))
+    batch = int(_num(path, line, row, "batch_size", integer=True, minimum=1, maximum=b_max,
+                     default=min(b_max, local * gpus)))
+    bmin = int(_num(path, line, row, "min_batch", integer=True, minimum=1, maximum=b_max,
+                    default=min(batch, local * lo)))
+    bmax = int(_num(path, line, row, "max_batch", integer=True, minimum=1, maximum=b_max,
+                    default=max(batch, min(b_max, local * hi))))
     if not bmin <= batch <= bmax:
         raise TraceError(f"{path}:{line}: batch_size {batch} must lie in min_batch:max_batch {bmin}:{bmax}")
     spec = SimJobSpec(job_id, submit, model, gpus, lo, hi, batch, bmin, bmax, epoch,
-                      user=row.get("user") or "user", account=row.get("account") or "account")
+                      user=_text(path, line, row, "user") or "user",
+                      account=_text(path, line, row, "account") or "account")
     return scaled_to(spec, duration)
 
 

@@ -19,7 +19,7 @@ from slurm_elastic.testing import make_job, make_nodes, make_snapshot
     ("text", "message"),
     [
         ("[daemon]\npolicy = 'nope'\n", "daemon.policy = 'nope': unknown policy 'nope'"),
-        ("[daemon]\npoll_interval = -1\n", "daemon.poll_interval = -1: must be a number of seconds > 0"),
+        ("[daemon]\npoll_interval = -1\n", "daemon.poll_interval = -1: must be >= 0.5 and <= 3600"),
         ("[daemon]\ncolour = 'blue'\n", "daemon.colour = 'blue': unknown key"),
         ("[daemon]\npartitions = 'gpu'\n", "daemon.partitions = 'gpu': must be a list"),
         ("[daemon]\ndry_run = 'yes'\n", "daemon.dry_run = 'yes': must be true or false"),
