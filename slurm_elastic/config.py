@@ -314,6 +314,13 @@ def load(path: Path = DEFAULT_PATH) -> Config:
     """Read and validate a configuration file.
 
     Raises:
-        ConfigError: the file cannot be read, or breaks a rule (see :func:`parse`).
+        ConfigError: the file cannot be read (not a regular file, over 1 MiB, not UTF-8), or breaks
+            a rule (see :func:`parse`); the message starts with the file's path.
     """
-    return parse(_read(path), str(path))
+    text = _read(path)
+    try:
+        return parse(text, str(path))
+    except ConfigError as exc:
+        if str(exc).startswith(f"{path}: "):
+            raise
+        raise ConfigError(f"{path}: {exc}") from exc

@@ -189,6 +189,7 @@ def test_check_config_prints_one_line_and_exits_2(text: bytes, message: str, tmp
     assert main(["check-config", str(path)]) == 2
     captured = capsys.readouterr()
     assert message in captured.err and captured.err.count("\n") == 1 and captured.out == ""
+    assert captured.err.startswith(f"slurm-elastic check-config: {path}: ")
 
 
 # -- policy parameters -------------------------------------------------------------------------------
