@@ -13,6 +13,10 @@ is a :class:`PeerLostError`: survivors roll back to their last commit, agree on 
 the store, and one holding a commit broadcasts it (generation ``<gen>.r``). It owns the batch and LR
 policy (exo: global batch and LR scale with the workers; endo: global batch kept, gradient accumulation
 above the per-GPU limit). It must not import torch or any communication library: the backend does that.
+
+Everything it reads from the job's store is hostile until checked: the backend verifies each value's
+MAC (a forged one reads as absent) and :mod:`.control` checks each payload's shape; a key that fails
+either is absent to the agent, which logs one line naming the key and the rule and carries on.
 """
 
 from __future__ import annotations
@@ -25,8 +29,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
+from . import control
+from .control import ControlRejectedError
 from .env import LauncherEnv, ScalingMode
 from .orders import Order as Order
 from .orders import OrderRejectedError as OrderRejectedError
@@ -35,6 +41,8 @@ from .sampler import ElasticSampler, SamplerState
 from .state import Stateful, TensorOps, TrainingState
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 
 class PeerLostError(RuntimeError):
@@ -102,34 +110,40 @@ class FileOrderSource:
 
 
 class KeyValue(Protocol):
-    """The store operations orders and rendezvous need."""
+    """The store operations orders and rendezvous need; values are signed and checked by the store."""
 
     def store_set(self, key: str, value: str) -> None:
-        """Set a key."""
+        """Set a key (signed)."""
 
     def store_get(self, key: str) -> str | None:
-        """Value of a key or None, without blocking."""
+        """Verified value of a key, or None if absent or refused; never blocks, never raises."""
 
-    def store_add(self, key: str, amount: int) -> int:
-        """Atomic add; the new value."""
+    def store_claim(self, key: str, value: str) -> str | None:
+        """Set a key unless it holds something; the verified value it holds then, or None if refused."""
 
 
 class StoreOrderSource:
-    """Orders in the job's TCPStore: ``orders/count`` and ``orders/<i>`` for i = 1..count.
+    """Orders in the job's TCPStore: ``orders/<seq>`` for seq = 1, 2, … (:mod:`.control`).
 
     Args:
         kv: store access.
     """
+
+    MAX_ORDERS = 1 << 16
+    """Orders kept at most (a job gets one per resize)."""
 
     def __init__(self, kv: KeyValue) -> None:
         self.kv = kv
         self._cache: list[str] = []
 
     def read(self) -> list[str]:
-        """Orders published so far (cached; one store round trip when nothing is new)."""
-        count = self.kv.store_add("orders/count", 0)
-        while len(self._cache) < count:
-            raw = self.kv.store_get(f"orders/{len(self._cache) + 1}")
+        """Orders published so far (cached; one store round trip when nothing is new).
+
+        A key that is absent or refused (not signed for it) ends the read; it is read again next time,
+        so a forgery the daemon's order then overwrites hides nothing.
+        """
+        while len(self._cache) < self.MAX_ORDERS:
+            raw = self.kv.store_get(control.order_key(len(self._cache) + 1))
             if raw is None:
                 break
             self._cache.append(raw)
@@ -137,10 +151,8 @@ class StoreOrderSource:
 
     @staticmethod
     def publish(kv: KeyValue, order: Order) -> None:
-        """Append a signed order (what the daemon, or a test acting as it, does)."""
-        n = kv.store_add("orders/next", 1)
-        kv.store_set(f"orders/{n}", order.to_json())
-        kv.store_add("orders/count", 1)
+        """Publish a signed order under its number (what the daemon, or a test acting as it, does)."""
+        kv.store_set(control.order_key(order.seq), order.to_json())
 
 
 def make_order_source(env: LauncherEnv, kv: KeyValue) -> OrderSource:
@@ -334,6 +346,7 @@ class Agent:
         self.rank = -1
         self._pending: Order | None = None
         self._parsed: dict[str, Order | None] = {}
+        self._refused: dict[str, int] = {}  # control key -> hash of the payload last refused (logged once)
         self._generations: list[str] = []
         self._log = open(env.event_log, "a", buffering=1) if env.event_log else None  # noqa: SIM115
         self._reporter = Reporter(env.reports, env.job_id, env.secret, env.report_every_s) if env.reports else None
@@ -369,6 +382,41 @@ class Agent:
             if order is not None:
                 out.append(order)
         return out
+
+    def _read_control(self, key: str, check: Callable[[str], _T]) -> _T | None:
+        """The checked payload of a control key (:mod:`.control`), or None if absent or refused.
+
+        The store refuses a value whose MAC fails; ``check`` one of the wrong shape. A refusal is
+        logged once per key and payload, naming the key and the rule, and the key reads as absent.
+        """
+        return self._checked(key, self.backend.store_get(key), check)
+
+    def _checked(self, key: str, raw: str | None, check: Callable[[str], _T]) -> _T | None:
+        if raw is None:
+            return None
+        try:
+            return check(raw)
+        except ControlRejectedError as exc:
+            if self._refused.get(key) != hash(raw):
+                if len(self._refused) >= 1024:
+                    self._refused.clear()
+                self._refused[key] = hash(raw)
+                log.warning("%s: refused store key %r: %s", self.me, key, exc)
+                self._event("refused", key=key, reason=str(exc))
+            return None
+
+    def _wait_control(self, key: str, check: Callable[[str], _T], timeout_s: float) -> _T | None:
+        """Poll a control key until it holds a payload that passes ``check``, up to ``timeout_s`` seconds."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            value = self._read_control(key, check)
+            if value is not None or time.monotonic() >= deadline:
+                return value
+            time.sleep(0.01)
+
+    def _read_go(self, seq: int) -> control.Go | None:
+        return self._read_control(control.go_key(seq), lambda p: control.read_go(p, seq, self.env.job_id,
+                                                                                  self.env.secret))
 
     # -- batch and LR policy ---------------------------------------------------------------------
     def _apply_policy(self, override: int = 0) -> None:
@@ -433,14 +481,15 @@ class Agent:
             self._transition(AgentState.JOINING)
             order = self._find_my_order()
             self._warm_up()
-            self.backend.store_set(f"o{order.seq}/ready/{self.me}", "1")
+            self.backend.store_set(control.ready_key(order.seq, self.me), control.ready_payload())
             self._transition(AgentState.WAITING)
-            go = self._wait_key(f"o{order.seq}/go", self.env.join_timeout_s)
+            go = self._wait_control(control.go_key(order.seq),
+                                    lambda p: control.read_go(p, order.seq, self.env.job_id, self.env.secret),
+                                    self.env.join_timeout_s)
             if go is None:
                 raise TimeoutError(f"{self.me}: no go for order {order.seq} within {self.env.join_timeout_s} s")
-            old = [str(w) for w in json.loads(go)["members"]]
-            self._form(f"o{order.seq}", order.workers, plan=transfer_plan(old, order.workers))
-            self._apply_policy(order.local_batch)
+            self._form(f"o{order.seq}", go.order.workers, plan=transfer_plan(go.members, go.order.workers))
+            self._apply_policy(go.order.local_batch)
             # no commit yet: the first step's commit is this worker's first rollback point (see _recover)
         else:
             self.extra.update(
@@ -466,7 +515,7 @@ class Agent:
             mine = [
                 o
                 for o in self._valid_orders()
-                if o.kind == "resize" and self.me in o.workers and self.backend.store_get(f"o{o.seq}/go") is None
+                if o.kind == "resize" and self.me in o.workers and self._read_go(o.seq) is None
             ]
             if mine:
                 return max(mine, key=lambda o: o.seq)
@@ -487,14 +536,6 @@ class Agent:
         self.job.loss_fn(self.job.model, self.job.dataset.batch(list(range(n)))).backward()
         self.job.optimizer.zero_grad(set_to_none=True)
         self._event("warmed", samples=n, s=round(time.perf_counter() - t0, 4))
-
-    def _wait_key(self, key: str, timeout_s: float) -> str | None:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            value = self.backend.store_get(key)
-            if value is not None or time.monotonic() >= deadline:
-                return value
-            time.sleep(0.01)
 
     def _form(
         self,
@@ -546,7 +587,7 @@ class Agent:
 
     def _decide(self) -> list[int]:
         """Rank 0: the control words of this step (resize/stop seq, once joiners are ready)."""
-        control = [0] * self.CONTROL_WORDS
+        words = [0] * self.CONTROL_WORDS
         applied = int(self.extra["applied_seq"])
         newer = [o for o in self._valid_orders() if o.seq > applied]
         if newer:  # every order is a whole target world: the latest one supersedes any still waiting
@@ -555,19 +596,19 @@ class Agent:
             self._pending = None
         order = self._pending
         if order is None:
-            return control
+            return words
         if order.kind == "stop":
-            control[1] = order.seq
-            return control
+            words[1] = order.seq
+            return words
         joiners = [w for w in order.workers if w not in self.members]
         if len(joiners) == len(order.workers):
             log.error("%s: refused order %d: no current worker stays, the state has no source", self.me, order.seq)
             self.extra["applied_seq"] = order.seq
             self._pending = None
-            return control
-        if all(self.backend.store_get(f"o{order.seq}/ready/{w}") is not None for w in joiners):
-            control[0] = order.seq
-        return control
+            return words
+        if all(self._read_control(control.ready_key(order.seq, w), control.read_ready) for w in joiners):
+            words[0] = order.seq
+        return words
 
     def _step(self) -> Interrupt | None:
         world, local = len(self.members), int(self.extra["local_batch"])
@@ -675,10 +716,11 @@ class Agent:
         self._transition(AgentState.SWITCHING)
         self._event("switch", seq=seq)
         if self.rank == 0:
-            order = self._pending
-            if order is None or order.seq != seq:
-                raise RuntimeError(f"rank 0 announced order {seq} it does not hold")
-            self.backend.store_set(f"o{seq}/go", json.dumps({"members": list(self.members), "order": order.to_json()}))
+            pending = self._pending
+            if pending is None or pending.seq != seq:  # the control words were not rank 0's: re-form
+                raise PeerLostError(f"{self.me}: the step announced order {seq}, which rank 0 does not hold")
+            order = pending
+            self.backend.store_set(control.go_key(seq), control.go_payload(self.members, order))
         else:
             order = self._announced(seq)
         t_go = self.clock()
@@ -714,14 +756,20 @@ class Agent:
         self._transition(AgentState.LEFT)
 
     def _announced(self, seq: int) -> Order:
-        """The order rank 0 announced as ``seq``: read from the source, else from rank 0's go key."""
+        """The order rank 0 announced as ``seq``: read from the source, else from rank 0's go key.
+
+        Raises:
+            PeerLostError: no go key that verifies came within three group timeouts.
+        """
         matches = {o for o in self._valid_orders() if o.seq == seq}
         if len(matches) == 1:
             return matches.pop()
-        go = self._wait_key(f"o{seq}/go", self.env.group_timeout_s * 3)
+        go = self._wait_control(control.go_key(seq), lambda p: control.read_go(p, seq, self.env.job_id,
+                                                                                self.env.secret),
+                                self.env.group_timeout_s * 3)
         if go is None:
-            raise PeerLostError(f"{self.me}: rank 0 announced order {seq} but wrote no go key")
-        return Order.parse(json.loads(go)["order"], self.env.job_id, self.env.secret)
+            raise PeerLostError(f"{self.me}: rank 0 announced order {seq} but wrote no go key that verifies")
+        return go.order
 
     def _recover(self, error: str) -> None:
         t0 = self.clock()
@@ -734,33 +782,68 @@ class Agent:
             self.state.restore()
         self.extra["applied_seq"] = max(applied, int(self.extra.get("applied_seq", 0)))
         gen = f"{self.generation}.r"
-        # the key before the count, so whoever counts this worker can read it
-        self.backend.store_set(f"{gen}/who/{self.me}", json.dumps({"commit": committed}))
-        idx = self.backend.store_add(f"{gen}/arrive", 1)
-        if idx == 1:
-            expected = len(self.members) - 1
-            deadline = time.monotonic() + self.env.group_timeout_s + 2.0
-            while self.backend.store_add(f"{gen}/arrive", 0) < expected and time.monotonic() < deadline:
-                time.sleep(0.02)
-            who = {w: self.backend.store_get(f"{gen}/who/{w}") for w in self.members}
-            survivors = [w for w in self.members if who[w] is not None]
-            src = next((w for w in survivors if json.loads(who[w] or "{}").get("commit")), None)
-            self.backend.store_set(f"{gen}/members", json.dumps({"members": survivors, "src": src}))
-        else:
-            raw = self._wait_key(f"{gen}/members", self.env.group_timeout_s * 2 + 5.0)
-            decided = json.loads(raw) if raw is not None else {}
-            survivors, src = decided.get("members", []), decided.get("src")
-        if self.me not in survivors:
-            log.error("%s: declared lost by the survivors of %s", self.me, self.generation)
+        try:
+            survivors, src = self._agree(gen, committed)
+            if self.me not in survivors:
+                log.error("%s: declared lost by the survivors of %s", self.me, self.generation)
+                self._transition(AgentState.FAILED)
+                return
+            if src is None:
+                log.error("%s: no survivor of %s holds a commit to roll back to", self.me, self.generation)
+                self._transition(AgentState.FAILED)
+                return
+            self._form(gen, survivors, sync_src=survivors.index(src))
+        except PeerLostError as exc:  # the survivors' world could not be formed either
+            log.error("%s: recovery of %s failed: %s", self.me, gen, exc)
             self._transition(AgentState.FAILED)
             return
-        if src is None:
-            log.error("%s: no survivor of %s holds a commit to roll back to", self.me, self.generation)
-            self._transition(AgentState.FAILED)
-            return
-        self._form(gen, survivors, sync_src=survivors.index(src))
         self._apply_policy()
         self.state.commit()
         self._event("recovered", world=len(survivors), since=self.clock() - t0)
         self._report("resize", self.clock() - t0)
         self._transition(AgentState.TRAINING)
+
+    def _agree(self, gen: str, committed: bool) -> tuple[tuple[str, ...], str | None]:
+        """The survivors' rendezvous after a loss in the current world (keys of :mod:`.control`).
+
+        Each survivor signs in (``who``, with whether it holds a commit), then claims ``leader``; the
+        first claim wins. The leader waits for all but one member to sign in (or a group timeout and
+        2 s), names the survivors in rank order and the first of them holding a commit, and writes
+        that as ``members``; the others wait for it. Only values that verify count, so a forged
+        sign-in, claim or decision can neither add a worker nor remove one.
+
+        Args:
+            gen: the generation the survivors will form.
+            committed: this worker holds a commit.
+
+        Returns:
+            The survivors and the worker whose commit wins (None if none holds one); ``((), None)``
+            if no decision came in time.
+
+        Raises:
+            PeerLostError: the store cannot be reached to sign in.
+        """
+        members = self.members
+        self.backend.store_set(control.who_key(gen, self.me), control.who_payload(committed))  # before the claim
+        key = control.leader_key(gen)
+        leader = self._checked(key, self.backend.store_claim(key, control.leader_payload(self.me)),
+                               lambda p: control.read_leader(p, members))
+        if leader != self.me:
+            decided = self._wait_control(control.members_key(gen), lambda p: control.read_members(p, members),
+                                         self.env.group_timeout_s * 2 + 5.0)
+            return decided if decided is not None else ((), None)
+        deadline = time.monotonic() + self.env.group_timeout_s + 2.0
+        seen: dict[str, bool] = {}
+        while True:
+            for w in members:
+                if w not in seen:
+                    commit = self._read_control(control.who_key(gen, w), control.read_who)
+                    if commit is not None:
+                        seen[w] = commit
+            if len(seen) >= len(members) - 1 or time.monotonic() >= deadline:
+                break
+            time.sleep(0.02)
+        survivors = tuple(w for w in members if w in seen)
+        src = next((w for w in survivors if seen[w]), None)
+        self.backend.store_set(control.members_key(gen), control.members_payload(survivors, src))
+        return survivors, src

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .agent import Order, StoreOrderSource
-from .torch_backend import TorchBackend, make_store
+from .torch_backend import SignedStore, TorchBackend, make_store
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train_cnn.py"
 
@@ -43,8 +43,8 @@ class _Run:
         self.dataset_size = dataset_size
         self.port = _free_port()
         self.store = make_store("127.0.0.1", self.port, serve=True)
-        self.kv = TorchBackend(self.store, 30.0)
         self.secret = os.urandom(16).hex()
+        self.kv = TorchBackend(SignedStore(self.store, "bench", self.secret.encode()), 30.0)
         self.seq = 0
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 

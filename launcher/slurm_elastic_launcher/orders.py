@@ -19,6 +19,16 @@ secret, of :func:`canonical` of the body (the same JSON without ``mac``). Every 
 
 Verification never raises on hostile input: a line that is not JSON (or not UTF-8), not an object,
 lacks a field, or carries a ``mac`` that is not a string of hex digits is refused like a bad MAC.
+
+It also owns the signing of the launcher's control values (:func:`sign_value`, :func:`open_value`):
+every value the launcher, or torch's rendezvous, writes to the job's TCPStore, the training state a
+worker sends a peer, and the checkpoint. Wire form (fixed layout, checked before anything is
+decoded): ``MAC ‖ payload``, where ``MAC`` is the 64 lowercase hex digits of HMAC-SHA256, keyed
+with the job's secret, over ``b"slurm-elastic/value/v1\0" ‖ u32be(len(job_id)) ‖ job_id ‖
+u32be(len(key)) ‖ key ‖ payload`` (``job_id`` and ``key`` UTF-8). Binding the key and the job means a
+value cannot be replayed under another key or in another job. A value shorter than its MAC, longer
+than the reader's cap, or whose MAC does not match (including one that is not hex or not ASCII) is
+refused with :class:`ValueRejectedError` naming the rule; nothing else is raised.
 """
 
 from __future__ import annotations
@@ -38,6 +48,10 @@ _ORDER_FIELDS = frozenset({"job_id", "seq", "kind", "workers", "local_batch"})
 
 class OrderRejectedError(ValueError):
     """An order names another job, has a bad MAC or is malformed."""
+
+
+class ValueRejectedError(ValueError):
+    """A signed control value that does not verify; the message is the rule it breaks."""
 
 
 class _RefusedError(ValueError):
@@ -211,3 +225,70 @@ def verify_report(line: str | bytes, job_id: str, secret: bytes) -> dict[str, An
     except _RefusedError:
         return None
     return body if body.get("job_id") == job_id else None
+
+
+# -- control values ------------------------------------------------------------------------------
+
+VALUE_DOMAIN = b"slurm-elastic/value/v1\0"
+VALUE_MAC_LEN = 64
+"""Hex digits of a control value's MAC, in front of its payload."""
+VALUE_MAX_BYTES = 1 << 20
+"""Default cap of a control value's payload (a store key's value); larger ones are refused."""
+
+
+def value_hmac(key: str, job_id: str, secret: bytes) -> hmac.HMAC:
+    """The HMAC-SHA256 state of a control value of ``key`` in job ``job_id``, before its payload.
+
+    Feed it the payload (in one piece or in chunks) and take ``hexdigest()``: that is the value's MAC.
+    """
+    job = job_id.encode("utf-8", "surrogatepass")
+    name = key.encode("utf-8", "surrogatepass")
+    h = hmac.new(secret, VALUE_DOMAIN, hashlib.sha256)
+    h.update(len(job).to_bytes(4, "big") + job + len(name).to_bytes(4, "big") + name)
+    return h
+
+
+def sign_value(key: str, job_id: str, payload: bytes, secret: bytes) -> bytes:
+    """The wire form of ``payload`` stored or sent under ``key`` in job ``job_id``: ``MAC ‖ payload``."""
+    h = value_hmac(key, job_id, secret)
+    h.update(payload)
+    return h.hexdigest().encode("ascii") + payload
+
+
+def open_value(raw: object, key: str, job_id: str, secret: bytes, max_bytes: int = VALUE_MAX_BYTES) -> bytes:
+    """The payload of a value signed by :func:`sign_value` for ``key`` in ``job_id``.
+
+    The MAC is checked over the exact bytes before anything is decoded; the payload is returned as
+    bytes, for the caller to decode.
+
+    Raises:
+        ValueRejectedError: not bytes, shorter than its MAC (truncated), a payload over ``max_bytes``,
+            a MAC that is not 64 lowercase hex digits, or one that does not match; nothing else,
+            whatever ``raw`` holds.
+    """
+    if not isinstance(raw, bytes | bytearray | memoryview):
+        raise ValueRejectedError(f"a {type(raw).__name__}, not bytes")
+    try:
+        view = memoryview(raw).cast("B")
+    except (TypeError, ValueError) as exc:  # a non-contiguous view
+        raise ValueRejectedError(f"not plain bytes: {exc}") from None
+    if len(view) < VALUE_MAC_LEN:
+        raise ValueRejectedError(f"{len(view)} bytes: shorter than its {VALUE_MAC_LEN}-digit MAC (truncated)")
+    if len(view) - VALUE_MAC_LEN > max_bytes:  # checked before anything is hashed or copied
+        raise ValueRejectedError(f"payload of {len(view) - VALUE_MAC_LEN} bytes: over the cap of {max_bytes}")
+    check_value_mac(bytes(view[:VALUE_MAC_LEN]), key, job_id, view[VALUE_MAC_LEN:], secret)
+    return bytes(view[VALUE_MAC_LEN:])
+
+
+def check_value_mac(mac: bytes, key: str, job_id: str, payload: bytes | memoryview, secret: bytes) -> None:
+    """Check a MAC kept apart from its payload (a checkpoint's ``.mac`` file), as :func:`open_value` does.
+
+    Raises:
+        ValueRejectedError: ``mac`` is not the 64 lowercase hex digits of the payload's MAC.
+    """
+    h = value_hmac(key, job_id, secret)
+    h.update(payload)
+    if not hmac.compare_digest(bytes(mac), h.hexdigest().encode("ascii")):  # bytes on both sides: no TypeError
+        if len(mac) != VALUE_MAC_LEN or not all(c in b"0123456789abcdef" for c in mac):
+            raise ValueRejectedError("MAC is not 64 lowercase hex digits")
+        raise ValueRejectedError("bad MAC (not signed with this job's secret for this key)")

@@ -2,14 +2,22 @@
 
 This module owns what "the state of a training job" is and how it moves: an in-memory commit at a step
 boundary (the rollback point after a lost worker), a restore, and a sync that broadcasts the state from
-one rank to the others as one flat buffer per dtype plus a small picklable skeleton (faster than
-pickled state dicts), either as a broadcast to the whole group (recovery) or point-to-point to the
-ranks that need it (a grow's joiners). It must not import torch or any communication library: tensor operations come
-through a :class:`TensorOps` and the collectives are arguments, so it runs single-process in unit tests.
+one rank to the others as one flat buffer per dtype plus a small skeleton (faster than pickled state
+dicts), either as a broadcast to the whole group (recovery) or point-to-point to the ranks that need it
+(a grow's joiners). It also owns the skeleton's encoding (:func:`encode_skeleton`,
+:func:`decode_skeleton`): tagged JSON, with pickle only for a leaf JSON cannot carry; the backend signs
+the encoded bytes and checks their MAC before :func:`decode_skeleton` sees them. It must not import
+torch or any communication library: tensor operations come through a :class:`TensorOps` and the
+collectives are arguments, so it runs single-process in unit tests.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
+import math
+import pickle
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -20,19 +28,19 @@ Broadcast = Callable[[Any, int], None]
 """In-place broadcast of one flat buffer from ``src`` (the buffer is filled on the other ranks)."""
 
 BroadcastObject = Callable[[Any, int], Any]
-"""Broadcast of a small picklable object from ``src``; returns the object on every rank."""
+"""Broadcast of a small object (a skeleton, see :func:`encode_skeleton`) from ``src``; the object on every rank."""
 
 Send = Callable[[Any, Sequence[int]], None]
 """Send one flat buffer to each of the ranks ``dsts``."""
 
 SendObject = Callable[[Any, Sequence[int]], None]
-"""Send a small picklable object to each of the ranks ``dsts``."""
+"""Send a small object (a skeleton, see :func:`encode_skeleton`) to each of the ranks ``dsts``."""
 
 Recv = Callable[[Any, int], None]
 """Fill one flat buffer with what rank ``src`` sends."""
 
 RecvObject = Callable[[int], Any]
-"""The small picklable object rank ``src`` sends."""
+"""The small object rank ``src`` sends."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +106,8 @@ def split_tree(tree: Any, ops: TensorOps) -> tuple[Any, list[Any]]:
         ops: tensor operations.
 
     Returns:
-        The skeleton (picklable, tensors replaced by slots) and the tensors in slot order.
+        The skeleton (tensors replaced by slots; dicts, lists and tuples rebuilt as such) and the tensors
+        in slot order.
     """
     tensors: list[Any] = []
 
@@ -139,7 +148,7 @@ class TrainingState:
         scheduler: the LR scheduler, or None.
         sampler: the elastic sampler.
         ops: tensor operations of the framework.
-        extra: small picklable counters owned by the caller (global step, applied order, LR scale);
+        extra: small counters owned by the caller (global step, applied order, LR scale);
             committed, restored and synced with the rest, kept by reference.
     """
 
@@ -221,7 +230,7 @@ class TrainingState:
 
         Args:
             broadcast: in-place broadcast of a flat buffer.
-            broadcast_object: broadcast of a small picklable object.
+            broadcast_object: broadcast of a small object (the skeleton).
             src: the rank whose state wins.
             rank: this rank.
 
@@ -251,7 +260,7 @@ class TrainingState:
 
         Args:
             send: sends one flat buffer to several ranks.
-            send_object: sends a small picklable object to several ranks.
+            send_object: sends a small object (the skeleton) to several ranks.
             dsts: receiving ranks; nothing is sent when empty.
 
         Returns:
@@ -342,3 +351,93 @@ def _nbytes(buffer: Any) -> int:
     if hasattr(buffer, "element_size"):
         return int(buffer.numel() * buffer.element_size())
     return len(buffer)
+
+
+# -- the skeleton's encoding ---------------------------------------------------------------------
+
+
+class SkeletonError(ValueError):
+    """Bytes that are not an encoded skeleton."""
+
+
+def encode_skeleton(obj: Any) -> bytes:
+    """``obj`` (a skeleton, or a tuple holding one) as compact ASCII JSON, every type kept.
+
+    ``None``, bools, ints, finite floats and strings are themselves; a container is a tagged array:
+    ``["l", [...]]`` a list, ``["t", [...]]`` a tuple, ``["d", [[key, value], ...]]`` a dict (keys
+    encoded the same way), ``["s", index, dtype, [shape]]`` a tensor's slot, ``["f", "inf"|"-inf"|"nan"]``
+    a float JSON cannot hold. Any other leaf (a subclass of those types too) is ``["p", base64]`` of its
+    pickle: the receiver unpickles it only inside bytes whose MAC it checked.
+    """
+    return json.dumps(_encode(obj), separators=(",", ":"), allow_nan=False).encode("ascii")
+
+
+def decode_skeleton(data: bytes) -> Any:
+    """Inverse of :func:`encode_skeleton`. Call it only on bytes whose MAC was checked.
+
+    Raises:
+        SkeletonError: not an encoded skeleton.
+    """
+    try:
+        return _decode(json.loads(data, parse_constant=_no_constant))
+    except SkeletonError:
+        raise
+    except (ValueError, TypeError, RecursionError, pickle.UnpicklingError, EOFError, AttributeError,
+            ImportError, IndexError, KeyError) as exc:
+        raise SkeletonError(f"not an encoded skeleton: {type(exc).__name__}: {exc}") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise SkeletonError(f"JSON constant {name} is not in the encoding")
+
+
+def _encode(node: Any) -> Any:
+    kind = type(node)
+    if node is None or kind in (bool, int, str):
+        return node
+    if kind is float:
+        return node if math.isfinite(node) else ["f", repr(node)]
+    if kind is _Slot:
+        return ["s", node.index, node.spec.dtype, list(node.spec.shape)]
+    if kind is list:
+        return ["l", [_encode(v) for v in node]]
+    if kind is tuple:
+        return ["t", [_encode(v) for v in node]]
+    if kind is dict:
+        return ["d", [[_encode(k), _encode(v)] for k, v in node.items()]]
+    return ["p", base64.b64encode(pickle.dumps(node)).decode("ascii")]
+
+
+def _is_count(value: object) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _decode(node: Any) -> Any:
+    if node is None or isinstance(node, bool | int | float | str):
+        return node
+    if not (isinstance(node, list) and node and isinstance(node[0], str)):
+        raise SkeletonError(f"untagged {type(node).__name__}")
+    tag, args = node[0], node[1:]
+    if tag == "f" and len(args) == 1 and args[0] in ("inf", "-inf", "nan"):
+        return float(args[0])
+    if tag == "s" and len(args) == 3:
+        index, dtype, shape = args
+        if _is_count(index) and isinstance(dtype, str) and isinstance(shape, list) and all(map(_is_count, shape)):
+            return _Slot(index, TensorSpec(dtype, tuple(shape)))
+    elif tag in ("l", "t") and len(args) == 1 and isinstance(args[0], list):
+        items = [_decode(v) for v in args[0]]
+        return items if tag == "l" else tuple(items)
+    elif tag == "d" and len(args) == 1 and isinstance(args[0], list):
+        out: dict[Any, Any] = {}
+        for pair in args[0]:
+            if not (isinstance(pair, list) and len(pair) == 2):
+                raise SkeletonError("a dict item is not a [key, value] pair")
+            out[_decode(pair[0])] = _decode(pair[1])  # an unhashable key: TypeError, refused by the caller
+        return out
+    elif tag == "p" and len(args) == 1 and isinstance(args[0], str):
+        try:
+            raw = base64.b64decode(args[0], validate=True)
+        except binascii.Error as exc:
+            raise SkeletonError(f"pickled leaf is not base64: {exc}") from None
+        return pickle.loads(raw)  # only inside bytes whose MAC the backend checked
+    raise SkeletonError(f"malformed {tag!r} node")

@@ -1,23 +1,33 @@
 """torch.distributed backend of the agent: the only launcher module importing torch.
 
-It owns process groups (gloo on CPU, NCCL when CUDA is available), the job's long-lived TCPStore and
-the per-generation ``PrefixStore``, the per-step gradient all-reduce (one flat buffer per dtype, with the
-BatchNorm buffers of rank 0 and the agent's control words folded in), the tensor operations of the state
-sync, checkpoints and RNG. Group timeouts are short (``SLURM_ELASTIC_GROUP_TIMEOUT_S``) so a dead or hung
-peer surfaces as :class:`~slurm_elastic_launcher.agent.PeerLostError` within seconds. It decides nothing
-about resizes: the agent does.
+It owns process groups (gloo on CPU, NCCL when CUDA is available), the job's long-lived TCPStore behind
+:class:`SignedStore` and the per-generation ``PrefixStore``, the per-step gradient all-reduce (one flat
+buffer per dtype, with the BatchNorm buffers of rank 0 and the agent's control words folded in), the
+tensor operations of the state sync, checkpoints and RNG. Group timeouts are short
+(``SLURM_ELASTIC_GROUP_TIMEOUT_S``) so a dead or hung peer surfaces as
+:class:`~slurm_elastic_launcher.agent.PeerLostError` within seconds. It decides nothing about resizes:
+the agent does.
+
+Anyone who reaches the store's port can write to it, so nothing read from it is believed unsigned:
+:class:`SignedStore` signs every value written through it (the agent's control keys and torch's own
+rendezvous keys alike, :func:`.orders.sign_value`) and checks every value read before anything decodes
+it; a value that fails is absent to its reader, with one log line naming the key and the rule. The
+skeleton of the state sent to a peer is signed the same way (key ``<generation>/state/<src>[/<dst>]``)
+and decoded only once its MAC matches; a checkpoint carries its MAC in ``<path>.mac`` and is unpickled
+only once that matches. Counters (``Store.add``) cannot be signed: the launcher uses none.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import io
 import logging
 import os
 import random
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -25,7 +35,8 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, Store, TCPStore
 
 from .agent import PeerLostError
-from .state import TensorOps, TensorSpec
+from .orders import VALUE_MAC_LEN, ValueRejectedError, check_value_mac, open_value, sign_value, value_hmac
+from .state import SkeletonError, TensorOps, TensorSpec, decode_skeleton, encode_skeleton
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +71,18 @@ class TorchOps:
         return {k: torch.cat(v) if len(v) > 1 else v[0].clone() for k, v in groups.items()}
 
     def empty_buffers(self, sizes: Mapping[str, int]) -> dict[str, Any]:
-        """Uninitialised flat buffers."""
-        return {k: torch.empty(n, dtype=getattr(torch, k), device=self.device) for k, n in sizes.items()}
+        """Uninitialised flat buffers.
+
+        Raises:
+            ValueError: a key that names no torch dtype.
+        """
+        out = {}
+        for k, n in sizes.items():
+            dtype = getattr(torch, k, None)
+            if not isinstance(dtype, torch.dtype):
+                raise ValueError(f"{k!r} is not a torch dtype")
+            out[k] = torch.empty(n, dtype=dtype, device=self.device)
+        return out
 
     def flat(self, tensor: Any) -> Any:
         """A flat contiguous view of ``tensor`` on the device (a copy only if it is not contiguous)."""
@@ -90,7 +111,7 @@ class TorchOps:
 
 
 def make_store(host: str, port: int, serve: bool, timeout_s: float = 60.0) -> TCPStore:
-    """Open (or host, if ``serve``) the job's long-lived TCPStore.
+    """Open (or host, if ``serve``) the job's long-lived TCPStore (unsigned: wrap it in :class:`SignedStore`).
 
     Args:
         host: store host.
@@ -106,20 +127,156 @@ def make_store(host: str, port: int, serve: bool, timeout_s: float = 60.0) -> TC
     )
 
 
+_ABSENT = b"\0slurm-elastic: absent\0"
+"""Expected and desired value of the compare-and-set that reads a key without blocking (never a signed value)."""
+
+OBJECT_MAX_BYTES = 64 << 20
+"""Largest encoded skeleton a worker accepts from a peer."""
+
+CHECKPOINT_KEY = "checkpoint"
+"""Key a checkpoint's MAC is computed under (with the job id), kept in ``<path>.mac``."""
+
+
+class SignedStore(Store):
+    """The job's TCPStore, every value signed with the job's secret and checked before it is used.
+
+    torch's rendezvous (gloo, NCCL, through a ``PrefixStore``) and the agent's control keys both go
+    through it. A value is stored as :func:`.orders.sign_value` of the full key and the job id; a value
+    read back that fails :func:`.orders.open_value` (forged, replayed from another key or job, truncated,
+    over ``max_bytes``) is treated as absent: the blocking :meth:`get` torch uses keeps waiting for a
+    good one until the timeout, :meth:`read` returns None. Each refusal is logged once per key and value.
+
+    Args:
+        inner: the job's TCPStore (:func:`make_store`).
+        job_id: the job's id.
+        secret: the job's secret.
+        max_bytes: largest payload accepted.
+    """
+
+    def __init__(self, inner: Store, job_id: str, secret: bytes, max_bytes: int = 1 << 20) -> None:
+        super().__init__()
+        self.inner = inner
+        self.job_id = job_id
+        self.secret = secret
+        self.max_bytes = max_bytes
+        self._timeout: dt.timedelta = getattr(inner, "timeout", dt.timedelta(seconds=300))
+        self._refused: dict[str, bytes] = {}
+        self._clones: list[SignedStore] = []  # a clone handed to C++ must outlive its Python side
+
+    # -- signing ---------------------------------------------------------------------------------
+    def _sign(self, key: str, value: str | bytes) -> str:
+        data = value.encode() if isinstance(value, str) else bytes(value)
+        return cast(str, sign_value(key, self.job_id, data, self.secret))  # bytes: pybind takes them as str
+
+    def _open(self, key: str, raw: bytes) -> bytes | None:
+        try:
+            return open_value(raw, key, self.job_id, self.secret, self.max_bytes)
+        except ValueRejectedError as exc:
+            digest = hashlib.sha256(raw).digest()
+            if self._refused.get(key) != digest:
+                if len(self._refused) >= 4096:
+                    self._refused.clear()
+                self._refused[key] = digest
+                log.warning("refused store key %r: %s", key, exc)
+            return None
+
+    # -- the Store interface (torch's rendezvous calls these) ------------------------------------
+    def set(self, key: str, value: str | bytes) -> None:
+        """Store ``value`` under ``key``, signed."""
+        self.inner.set(key, self._sign(key, value))
+
+    def get(self, key: str) -> bytes:
+        """The verified payload of ``key``, waiting for it (a refused value counts as not there yet).
+
+        Raises:
+            torch.distributed.DistStoreError: no verified value within the store's timeout.
+        """
+        deadline = time.monotonic() + self._timeout.total_seconds()
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise dist.DistStoreError(f"no verified value of store key {key!r} within {self._timeout}")
+            self.inner.wait([key], dt.timedelta(seconds=remaining))
+            payload = self._open(key, self.inner.get(key))
+            if payload is not None:
+                return payload
+            time.sleep(0.05)
+
+    def add(self, key: str, value: int) -> int:
+        """Atomic add (an unsigned counter: the launcher uses none)."""
+        return self.inner.add(key, value)
+
+    def check(self, keys: list[str]) -> bool:
+        """Whether every key holds a value (verified or not)."""
+        return self.inner.check(keys)
+
+    def wait(self, keys: list[str], timeout: dt.timedelta | None = None) -> None:
+        """Wait until every key holds a value (verified or not)."""
+        self.inner.wait(keys, self._timeout if timeout is None else timeout)
+
+    def compare_set(self, key: str, expected_value: str | bytes, desired_value: str | bytes) -> bytes:
+        """Set ``key`` to ``desired_value`` if it holds ``expected_value`` (empty: absent); what it holds then.
+
+        A value there that does not verify is returned as empty bytes.
+        """
+        expected = self._sign(key, expected_value) if expected_value else ""
+        current = self.inner.compare_set(key, expected, self._sign(key, desired_value))
+        return self._open(key, current) or b""
+
+    def delete_key(self, key: str) -> bool:
+        """Delete a key."""
+        return self.inner.delete_key(key)
+
+    def num_keys(self) -> int:
+        """Number of keys in the store."""
+        return self.inner.num_keys()
+
+    def set_timeout(self, timeout: dt.timedelta) -> None:
+        """Timeout of blocking calls."""
+        self._timeout = timeout
+        self.inner.set_timeout(timeout)
+
+    def clone(self) -> SignedStore:
+        """A store on a connection of its own, signing the same way."""
+        twin = SignedStore(cast(Any, self.inner).clone(), self.job_id, self.secret, self.max_bytes)
+        self._clones.append(twin)
+        return twin
+
+    # -- what the agent calls --------------------------------------------------------------------
+    def read(self, key: str) -> bytes | None:
+        """The verified payload of ``key``, or None if it is absent or refused; never blocks.
+
+        One round trip: a compare-and-set whose expected value no signed value equals returns what
+        the key holds, and leaves an absent key absent.
+        """
+        raw = self.inner.compare_set(key, cast(str, _ABSENT), cast(str, _ABSENT))
+        if raw == _ABSENT:
+            return None
+        return self._open(key, raw)
+
+    def claim(self, key: str, value: str | bytes) -> bytes | None:
+        """Set ``key`` to ``value`` unless it holds something; the verified payload it holds then, or None."""
+        current = self.inner.compare_set(key, "", self._sign(key, value))
+        return self._open(key, current)
+
+
 class TorchBackend:
     """Process groups, collectives and store access for the agent.
 
     Args:
-        store: the job's TCPStore.
+        store: the job's TCPStore, signed with the job's secret.
         group_timeout_s: collective timeout, seconds.
         socket_ifname: interface for gloo/NCCL, or empty to keep the environment's choice.
     """
 
     CONTROL_WORDS = 3
 
-    def __init__(self, store: Store, group_timeout_s: float, socket_ifname: str = "") -> None:
+    def __init__(self, store: SignedStore, group_timeout_s: float, socket_ifname: str = "") -> None:
         self.store = store
+        # a rendezvous value that never verifies then fails as fast as a dead peer does
+        store.set_timeout(dt.timedelta(seconds=group_timeout_s))
         self.group_timeout_s = group_timeout_s
+        self.generation = ""  # of the current world: part of the key the state sent in it is signed under
         if socket_ifname:
             os.environ["GLOO_SOCKET_IFNAME"] = socket_ifname
             os.environ["NCCL_SOCKET_IFNAME"] = socket_ifname
@@ -137,6 +294,7 @@ class TorchBackend:
         """
         if world_size > (os.cpu_count() or 1):
             torch.set_num_threads(1)
+        self.generation = generation
         prefix = PrefixStore(f"{generation}/", self.store)
         kwargs: dict[str, Any] = {}
         if self.cuda:
@@ -189,13 +347,27 @@ class TorchBackend:
             raise PeerLostError(f"broadcast failed: {exc}") from exc
 
     def broadcast_object(self, obj: Any, src: int) -> Any:
-        """Broadcast of a small picklable object."""
-        box = [obj]
+        """Broadcast of a small object (a skeleton, :func:`.state.encode_skeleton`), signed by ``src``.
+
+        Raises:
+            PeerLostError: a peer died or hung, or what ``src`` sent is refused (size, MAC, encoding).
+        """
+        me = dist.get_rank(self.group)
+        key = f"{self.generation}/state/{src}"
         try:
-            dist.broadcast_object_list(box, group=self.group, group_src=src)
+            if me == src:
+                buf = self._seal(key, obj)
+                dist.broadcast(torch.tensor([buf.numel()], dtype=torch.int64, device=self.device),
+                               group=self.group, group_src=src)
+                dist.broadcast(buf, group=self.group, group_src=src)
+                return obj
+            size = torch.zeros(1, dtype=torch.int64, device=self.device)
+            dist.broadcast(size, group=self.group, group_src=src)
+            buf = self._buffer_for(key, int(size.item()))
+            dist.broadcast(buf, group=self.group, group_src=src)
         except (RuntimeError, dist.DistError) as exc:
             raise PeerLostError(f"broadcast_object failed: {exc}") from exc
-        return box[0]
+        return self._unseal(key, buf)
 
     def send(self, buffer: Any, dsts: Sequence[int]) -> None:
         """Send a flat buffer to each rank of ``dsts`` (all sends in flight at once)."""
@@ -214,21 +386,50 @@ class TorchBackend:
             raise PeerLostError(f"recv from {src} failed: {exc}") from exc
 
     def send_object(self, obj: Any, dsts: Sequence[int]) -> None:
-        """Send a small picklable object to each rank of ``dsts``."""
+        """Send a small object (a skeleton) to each rank of ``dsts``, signed for each."""
+        me = dist.get_rank(self.group)
         try:
             for dst in dsts:
-                dist.send_object_list([obj], group=self.group, group_dst=dst)
+                buf = self._seal(f"{self.generation}/state/{me}/{dst}", obj)
+                dist.send(torch.tensor([buf.numel()], dtype=torch.int64, device=self.device),
+                          group=self.group, group_dst=dst)
+                dist.send(buf, group=self.group, group_dst=dst)
         except (RuntimeError, dist.DistError) as exc:
             raise PeerLostError(f"send_object to {list(dsts)} failed: {exc}") from exc
 
     def recv_object(self, src: int) -> Any:
-        """The small picklable object rank ``src`` sends."""
-        box: list[Any] = [None]
+        """The small object rank ``src`` sends, once its MAC matches.
+
+        Raises:
+            PeerLostError: ``src`` died or hung, or what it sent is refused (size, MAC, encoding).
+        """
+        key = f"{self.generation}/state/{src}/{dist.get_rank(self.group)}"
         try:
-            dist.recv_object_list(box, group=self.group, group_src=src)
+            size = torch.zeros(1, dtype=torch.int64, device=self.device)
+            dist.recv(size, group=self.group, group_src=src)
+            buf = self._buffer_for(key, int(size.item()))
+            dist.recv(buf, group=self.group, group_src=src)
         except (RuntimeError, dist.DistError) as exc:
             raise PeerLostError(f"recv_object from {src} failed: {exc}") from exc
-        return box[0]
+        return self._unseal(key, buf)
+
+    def _seal(self, key: str, obj: Any) -> torch.Tensor:
+        data = sign_value(key, self.store.job_id, encode_skeleton(obj), self.store.secret)
+        return torch.frombuffer(bytearray(data), dtype=torch.uint8).to(self.device)
+
+    def _buffer_for(self, key: str, size: int) -> torch.Tensor:
+        if not VALUE_MAC_LEN <= size <= VALUE_MAC_LEN + OBJECT_MAX_BYTES:
+            raise PeerLostError(f"{key}: refused a state of {size} bytes (must be {VALUE_MAC_LEN}.."
+                                f"{VALUE_MAC_LEN + OBJECT_MAX_BYTES})")
+        return torch.empty(size, dtype=torch.uint8, device=self.device)
+
+    def _unseal(self, key: str, buf: torch.Tensor) -> Any:
+        raw = buf.cpu().numpy().tobytes()
+        try:
+            return decode_skeleton(open_value(raw, key, self.store.job_id, self.store.secret, OBJECT_MAX_BYTES))
+        except (ValueRejectedError, SkeletonError) as exc:
+            log.warning("refused state %r: %s", key, exc)
+            raise PeerLostError(f"refused state {key!r}: {exc}") from None
 
     def reduce_step(self, model: torch.nn.Module, n_global: int, control: Sequence[int], rank: int) -> list[int]:
         """Sum gradients over ranks and divide by the global sample count; share rank 0's buffers.
@@ -271,38 +472,71 @@ class TorchBackend:
 
     # -- store ----------------------------------------------------------------------------------
     def store_set(self, key: str, value: str) -> None:
-        """Set a store key."""
-        self.store.set(key, value)
+        """Set a store key, signed.
+
+        Raises:
+            PeerLostError: the store cannot be reached.
+        """
+        try:
+            self.store.set(key, value.encode())
+        except (RuntimeError, dist.DistError) as exc:
+            raise PeerLostError(f"store: setting {key!r} failed: {exc}") from exc
 
     def store_get(self, key: str) -> str | None:
-        """Value of a key, or None if it does not exist (never blocks)."""
-        if not self.store.check([key]):
+        """Verified value of a key, or None if it is absent, refused or the store fails (never blocks)."""
+        try:
+            payload = self.store.read(key)
+        except (RuntimeError, dist.DistError) as exc:
+            log.warning("store: reading %r failed: %s", key, exc)
             return None
-        return bytes(self.store.get(key)).decode()
+        return None if payload is None else self._text(key, payload)
 
-    def store_add(self, key: str, amount: int) -> int:
-        """Atomic add; returns the new value."""
-        return int(self.store.add(key, amount))
+    def store_claim(self, key: str, value: str) -> str | None:
+        """Set a key unless it holds something; the verified value it holds then (None if refused or failed)."""
+        try:
+            payload = self.store.claim(key, value.encode())
+        except (RuntimeError, dist.DistError) as exc:
+            log.warning("store: claiming %r failed: %s", key, exc)
+            return None
+        return None if payload is None else self._text(key, payload)
 
-    def store_wait(self, key: str, timeout_s: float, poll_s: float = 0.02) -> str | None:
-        """Poll for a key up to ``timeout_s`` seconds; its value or None."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            value = self.store_get(key)
-            if value is not None or time.monotonic() >= deadline:
-                return value
-            time.sleep(poll_s)
+    @staticmethod
+    def _text(key: str, payload: bytes) -> str | None:
+        try:
+            return payload.decode()
+        except UnicodeDecodeError as exc:
+            log.warning("refused store key %r: a signed payload that is not UTF-8: %s", key, exc)
+            return None
 
     # -- checkpoints and digests -----------------------------------------------------------------
     def save(self, tree: Any, path: str) -> None:
-        """Write a state tree to ``path`` atomically (checkpoint-restart path)."""
-        tmp = f"{path}.tmp{os.getpid()}"
+        """Write a state tree to ``path`` atomically, its MAC to ``<path>.mac`` (checkpoint-restart path)."""
+        tmp, mac_tmp = f"{path}.tmp{os.getpid()}", f"{path}.mac.tmp{os.getpid()}"
         torch.save(tree, tmp)
+        h = value_hmac(CHECKPOINT_KEY, self.store.job_id, self.store.secret)
+        with open(tmp, "rb") as f:
+            while chunk := f.read(1 << 24):
+                h.update(chunk)
+        with open(mac_tmp, "w") as f:
+            f.write(h.hexdigest() + "\n")
         os.replace(tmp, path)
+        os.replace(mac_tmp, f"{path}.mac")
 
     def load(self, path: str) -> Any:
-        """Read a state tree written by :meth:`save`."""
-        return torch.load(path, weights_only=False)
+        """Read a state tree written by :meth:`save`, unpickled only once its MAC matches.
+
+        Raises:
+            ValueRejectedError: ``<path>.mac`` does not match the file (missing MAC: ``FileNotFoundError``).
+        """
+        with open(f"{path}.mac", "rb") as f:
+            mac = f.read(VALUE_MAC_LEN + 2).rstrip(b"\n")
+        with open(path, "rb") as f:
+            data = f.read()
+        try:
+            check_value_mac(mac, CHECKPOINT_KEY, self.store.job_id, data, self.store.secret)
+        except ValueRejectedError as exc:
+            raise ValueRejectedError(f"checkpoint {path}: {exc}") from None
+        return torch.load(io.BytesIO(data), weights_only=False)
 
     def digest(self, model: torch.nn.Module) -> str:
         """SHA-256 of the model's parameters and buffers (equality check across ranks)."""

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_elastic_launcher.agent import Order, StoreOrderSource
-from slurm_elastic_launcher.torch_backend import TorchBackend, make_store
+from slurm_elastic_launcher.torch_backend import SignedStore, TorchBackend, make_store
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "launcher" / "examples" / "train_cnn.py"
@@ -37,7 +37,7 @@ class FakeJob:
         self.dataset_size = dataset_size
         self.port = free_port()
         self.store = make_store("127.0.0.1", self.port, serve=True)
-        self.kv = TorchBackend(self.store, 10.0)
+        self.kv = TorchBackend(SignedStore(self.store, JOB_ID, SECRET.encode()), 10.0)
         self.env = {
             "SLURM_ELASTIC_JOB_ID": JOB_ID,
             "SLURM_ELASTIC_SECRET": SECRET,
