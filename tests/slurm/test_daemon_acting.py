@@ -30,7 +30,7 @@ def _daemon(cluster: DevCluster, tmp_path: Path) -> Daemon:
         return run_command(argv, env=cluster.env)
 
     cfg = parse(f'[daemon]\npartitions = ["gpu"]\npolicy = "dp"\ndry_run = false\nstore = "{tmp_path / "s.db"}"\n'
-                "poll_interval = 0.2\nmax_idle = 0.2\n")
+                "poll_interval = 0.5\nmax_idle = 0.5\n")
     store = Store(cfg.daemon.store)
     obs = ClusterView(SlurmCli(runner), shipped_profiles(), time.time, ("gpu",))
     return Daemon(cfg, obs, store, SlurmActuator(runner, store, time.time), sleep=time.sleep)

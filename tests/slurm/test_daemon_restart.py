@@ -65,7 +65,7 @@ def test_daemon_killed_mid_grow_is_settled_without_repeating(cluster: DevCluster
 
     # The next daemon, on the same store.
     cfg = parse(f'[daemon]\npartitions = ["gpu"]\npolicy = "dp"\ndry_run = false\nstore = "{store.path}"\n'
-                "poll_interval = 0.2\nmax_idle = 1.0\n")
+                "poll_interval = 0.5\nmax_idle = 1.0\n")
     obs2 = observer()
     act2 = SlurmActuator(runner, store, time.time, records=lambda: obs2.records)
     assert len(reconcile(store, obs2.observe(), time.time)) == 1 and store.unfinished_actions() == []

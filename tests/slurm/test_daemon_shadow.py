@@ -35,7 +35,7 @@ def test_shadow_daemon_plans_the_real_queue(cluster: DevCluster, tmp_path: Path)
     cluster.wait_state(elastic, "RUNNING")
     cluster.wait_state(rigid, "RUNNING")
     cfg = parse(f'[daemon]\npartitions = ["gpu"]\npolicy = "dp"\nstore = "{tmp_path / "state.db"}"\n'
-                "poll_interval = 0.1\nmax_idle = 0.1\n")
+                "poll_interval = 0.5\nmax_idle = 0.5\n")
     store = Store(cfg.daemon.store)
     daemon = Daemon(cfg, _observer(cluster), store, sleep=lambda s: None)
     assert daemon.run(max_rounds=2) == 2
