@@ -133,7 +133,7 @@ def bench_reaction(*, root: Any, repeat: int = 5, poll_interval: float = 0.2) ->
                                   poll_interval=poll_interval, max_idle=3600.0))
         store = Store(cfg.daemon.store)
         view = cluster_view(cfg, SlurmCli(runner), store, profiles=shipped_profiles())
-        daemon = slurm_daemon(cfg, view, store)
+        daemon = slurm_daemon(cfg, view, store, client_env=env)
         daemon.run(max_rounds=1)
         planned: list[float] = []
         running: list[float] = []

@@ -92,7 +92,7 @@ def _run(out: Path, root: Path, env: dict[str, str], jobs: Sequence[DemoJob], po
     cfg = Config(DaemonConfig(partitions=("gpu",), policy=policy, dry_run=False, store=store_path,
                               poll_interval=0.5, max_idle=5.0), guards=Guards(cooldown_s=15.0))
     observer = cluster_view(cfg, SlurmCli(runner), store)
-    daemon = slurm_daemon(cfg, observer, store, sleep=lambda s: None)
+    daemon = slurm_daemon(cfg, observer, store, sleep=lambda s: None, client_env=env)
     say(f"daemon acting with policy {policy!r} (store {store_path})")
 
     t0 = time.time()

@@ -40,6 +40,7 @@ class JobRequest:
     partition: str = ""
     output: str = "slurm-%j.out"
     secret_file: str = ""
+    umask: str = ""
 
 
 def _check(req: JobRequest) -> None:
@@ -57,25 +58,30 @@ def _check(req: JobRequest) -> None:
         value = getattr(req, key)
         if not _SAFE.fullmatch(value):
             raise ConfigError(f"--{key.replace('_', '-')} {value!r}: only letters, digits and _.:@%/+- are allowed")
+    if req.umask and not re.fullmatch(r"0[0-7]{3}", req.umask):
+        raise ConfigError(f"umask {req.umask!r}: expected four octal digits such as 0022")
     for key in ("gpus_per_node", "local_batch", "epochs"):
         if getattr(req, key) < 1:
             raise ConfigError(f"--{key.replace('_', '-')} {getattr(req, key)}: must be >= 1")
 
 
 def job_files(secret_file: str) -> dict[str, str]:
-    """The files of one job, all beside its secret: orders, reports, TCPStore address, join script.
+    """The files of one job, all beside its secret: orders, reports, TCPStore address, join script,
+    and the environment it was submitted with (its satellites get it: ``sbatch --export-file``).
 
     The daemon finds them from the orders path in the job's comment (:mod:`slurm_elastic.orders`).
     """
     return {"orders_file": secret_file + ".orders", "reports_file": secret_file + ".reports",
-            "store_file": secret_file + ".store", "join_file": secret_file + ".join"}
+            "store_file": secret_file + ".store", "join_file": secret_file + ".join",
+            "env_file": secret_file + ".env"}
 
 
 def render(template: str, req: JobRequest, *, part: str = "sbatch", template_dir: Path = TEMPLATE_DIR) -> str:
     """Render ``<template>.<part>.j2`` for ``req``.
 
     ``part`` is ``"sbatch"`` (the job's batch script) or ``"join"`` (the script the daemon submits,
-    as the job's user, to start extra workers that join the running job).
+    as the job's user, to start extra workers that join the running job; with ``req.umask`` it sets
+    that umask, the one the job itself got from sbatch at submit).
 
     Raises:
         ConfigError: an unknown template or part, or a value that breaks its rule.
@@ -96,7 +102,7 @@ def render(template: str, req: JobRequest, *, part: str = "sbatch", template_dir
     return tpl.render(
         name=req.name, nodes=nodes, gpus_per_node=per_node, min_gpus=req.min_gpus, max_gpus=req.max_gpus,
         batch=req.batch, mode=req.mode, time=req.time, account=req.account, partition=req.partition,
-        output=req.output, secret_file=shlex.quote(req.secret_file),
+        output=req.output, secret_file=shlex.quote(req.secret_file), umask=req.umask,
         **{key: shlex.quote(path) for key, path in job_files(req.secret_file).items()},
         port_base=29500, port_span=1000, local_batch=req.local_batch, epochs=req.epochs,
         command=" ".join(shlex.quote(w) for w in req.command),

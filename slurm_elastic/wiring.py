@@ -36,9 +36,10 @@ def cluster_view(cfg: Config, source: SlurmCli | PyslurmSource, store: Store | N
 
 
 def slurm_daemon(cfg: Config, view: ClusterView, store: Store, *,
-                 sleep: Callable[[float], None] = time.sleep) -> Daemon:
+                 sleep: Callable[[float], None] = time.sleep, client_env: Mapping[str, str] | None = None) -> Daemon:
     """A daemon over real Slurm seen through ``view`` (:func:`cluster_view`): acting through the view's
-    record source's runner on the records the view last read, unless ``cfg`` says dry run."""
+    record source's runner on the records the view last read, unless ``cfg`` says dry run.
+    ``client_env``: the environment that runner runs Slurm commands with (``None``: this process's)."""
     actuator = None if cfg.daemon.dry_run else SlurmActuator(view.source.runner, store, view.clock,
-                                                             records=lambda: view.records)
+                                                             records=lambda: view.records, client_env=client_env)
     return Daemon(cfg, view, store, actuator, sleep=sleep, clock=view.clock)

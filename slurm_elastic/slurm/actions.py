@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import getpass
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 
@@ -63,6 +64,7 @@ from slurm_elastic.slurm.records import JobRecord
 from slurm_elastic.slurm.satellites import (
     NotExpressible,
     as_user,
+    client_settings,
     initial_workers,
     leaving,
     mark_argv,
@@ -127,14 +129,17 @@ class SlurmActuator:
         store: the action journal, and the jobs' workers and satellites.
         clock: seconds since the epoch.
         records: the raw Slurm records of the last observation, by job id (satellites not folded).
-        me: the user the daemon runs as (satellites of other users' jobs go through ``runuser``).
+        me: the user the daemon runs as (satellites of other users' jobs go through ``setpriv``).
+        client_env: the environment ``runner`` runs Slurm commands with (``None``: this process's);
+            a satellite's sbatch keeps only its Slurm client settings (:func:`client_settings`).
         sleep: waits that many seconds (the requeue path's polls).
     """
 
     def __init__(self, runner: Runner, store: Store, clock: Callable[[], float],
                  records: Callable[[], Mapping[str, JobRecord]] | None = None, me: str = "",
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, client_env: Mapping[str, str] | None = None) -> None:
         self.runner, self.store, self.clock, self.sleep = runner, store, clock, sleep
+        self.client = client_settings(os.environ if client_env is None else client_env)
         self.records: Callable[[], Mapping[str, JobRecord]] = records or dict
         self.me = me or getpass.getuser()
 
@@ -250,7 +255,7 @@ class SlurmActuator:
         submitted: list[str] = []
         try:
             for sat in sats:
-                out = self.runner(sbatch_argv(rec, sat, script, as_user=as_user(rec.user, self.me)))
+                out = self.runner(sbatch_argv(rec, sat, script, as_user=as_user(rec.user, self.me), client=self.client))
                 sat_id = out.strip().split(";")[0]
                 self.store.add_satellite(sat_id, a.job_id, self.clock(), [(w, sat.node) for w in sat.workers])
                 submitted.append(sat_id)

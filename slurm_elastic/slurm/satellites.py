@@ -7,17 +7,39 @@ new GPUs of one node, running the job's own join script (``<secret>.join``, writ
 at a step boundary once the daemon's signed order names them. One satellite per node, so every
 allocation the daemon may later release is a whole (allocation, node) pair.
 
+A satellite runs with the job's environment and working directory, nothing of the daemon's:
+``slurm-elastic submit`` saved the environment the job was submitted with as ``<secret>.env``
+(NUL-separated ``NAME=value``, the format of ``sbatch --export-file``), and the satellite is
+submitted as::
+
+    setpriv --reuid=UID --regid=GID --init-groups --reset-env --     (as_user: only for another user)
+    env -i --chdir=WORK_DIR PATH=<sbatch's folder> SLURM_CONF=<the daemon's, if set>
+    sbatch --parsable --export-file=<secret>.env --chdir=WORK_DIR ... <secret>.join JOB W...
+
+``setpriv`` (no PAM, unlike ``runuser``) becomes the user, so sbatch reads the job's files with
+the user's rights, never root's; ``env -i`` gives sbatch an empty environment but for the Slurm
+client settings (:data:`CLIENT_SETTINGS`), so no ``SBATCH_*`` or other variable of the daemon can
+change what sbatch does (the daemon's ``SBATCH_EXPORT=NONE`` would drop the whole file); and
+``--chdir`` runs sbatch and the satellite in the job's working directory (sbatch takes
+``SLURM_SUBMIT_DIR`` from its own). With ``--export-file`` Slurm 22.05 clears sbatch's own
+environment before it builds the job's (docs/slurm-acting.md). A job without an ``.env`` file
+(submitted by an older slurm-elastic) is not grown in place: its satellite could only run in the
+daemon's environment.
+
 This module owns the pure parts of that: naming new workers, the ``sbatch`` argv of a satellite
-and the AdminComment that marks it as its job's,
-and choosing which workers leave on a shrink (so that only whole (allocation, node) pairs are freed:
-Slurm frees GPUs of a node only with the allocation's whole node). Folding satellites into their
-job for the planner is observation's (:func:`slurm_elastic.observe.snapshot.fold`). It runs no
-command itself.
+(it checks, never reads, the job's environment file) and the AdminComment that marks it as its
+job's, and choosing which workers leave on a shrink (so that only whole (allocation, node) pairs
+are freed: Slurm frees GPUs of a node only with the allocation's whole node). Folding satellites
+into their job for the planner is observation's (:func:`slurm_elastic.observe.snapshot.fold`). It
+runs no command itself.
 """
 
 from __future__ import annotations
 
+import os
+import pwd
 import re
+import shutil
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -26,7 +48,14 @@ from pathlib import Path
 from slurm_elastic.contract import satellite_marker
 from slurm_elastic.core.model import NodeName, Placement
 from slurm_elastic.errors import ElasticError
+from slurm_elastic.jobfiles import JobFileError, check
 from slurm_elastic.slurm.records import JobRecord
+
+CLIENT_SETTINGS = ("SLURM_CONF",)
+"""The variables of the daemon's Slurm command environment a satellite's ``sbatch`` is given: where
+the Slurm client finds its cluster. Nothing else of the daemon's environment reaches sbatch, and
+with ``--export-file`` sbatch passes none of its own environment to the job."""
+ENV_FILE_MAX_BYTES = 4 << 20
 
 
 class NotExpressible(ElasticError):  # noqa: N818 (an outcome, not a failure of ours)
@@ -85,18 +114,69 @@ def new_satellites(before: Placement, after: Placement, layout: Layout) -> list[
     return out
 
 
-def sbatch_argv(parent: JobRecord, sat: Satellite, join_script: Path, *, as_user: Sequence[str] = ()) -> list[str]:
-    """``sbatch`` argv of one satellite: the parent's user (via ``as_user``), account and partition.
+def env_file(join_script: Path) -> Path:
+    """The job's saved submit environment, beside its join script: ``<secret>.env``."""
+    return join_script.with_suffix(".env")
+
+
+def client_settings(env: Mapping[str, str]) -> list[str]:
+    """``NAME=value`` entries a satellite's sbatch needs from ``env``, the environment the daemon's Slurm
+    commands run with: ``PATH`` (the folder of the ``sbatch`` found on ``env``'s ``PATH``) and
+    :data:`CLIENT_SETTINGS`."""
+    sbatch = shutil.which("sbatch", path=env.get("PATH", os.defpath))
+    out = [f"PATH={os.path.dirname(sbatch)}"] if sbatch else []
+    return out + [f"{key}={env[key]}" for key in CLIENT_SETTINGS if key in env]
+
+
+def sbatch_argv(parent: JobRecord, sat: Satellite, join_script: Path, *, as_user: Sequence[str] = (),
+                client: Sequence[str] = ()) -> list[str]:
+    """``sbatch`` argv of one satellite: the parent's user (via ``as_user``), account, partition,
+    environment (its ``<secret>.env``) and working directory; see the module docstring. ``client``:
+    the Slurm client settings sbatch keeps (:func:`client_settings`).
 
     A satellite whose parent ends is cancelled by the daemon (:meth:`SlurmActuator.tend`).
+
+    Raises:
+        NotExpressible: the job has no saved environment (an older submission), its environment
+            file breaks a rule (a link, not a regular file, another owner, writable by others), or
+            its working directory is unknown.
     """
-    argv = [*as_user, "sbatch", "--parsable", "--nodes=1", f"--nodelist={sat.node}",
-            f"--ntasks-per-node={len(sat.workers)}", f"--gres=gpu:{len(sat.workers)}"]
+    work_dir = parent.work_dir
+    if not work_dir.startswith("/") or "\x00" in work_dir:
+        raise NotExpressible(f"job {parent.job_id}: its working directory {work_dir[:200]!r} is unknown or not "
+                             "absolute, so a satellite cannot run where the job runs: not grown in place")
+    env = env_file(join_script)
+    _check_env_file(parent, env)
+    argv = [*as_user, "env", "-i", f"--chdir={work_dir}", *client,
+            "sbatch", "--parsable", f"--export-file={env}", f"--chdir={work_dir}", "--nodes=1",
+            f"--nodelist={sat.node}", f"--ntasks-per-node={len(sat.workers)}", f"--gres=gpu:{len(sat.workers)}"]
     if parent.account:
         argv.append(f"--account={parent.account}")
     if parent.partition:
         argv.append(f"--partition={parent.partition.split(',')[0]}")
     return [*argv, str(join_script), parent.job_id, *sat.workers]
+
+
+def _check_env_file(parent: JobRecord, path: Path) -> None:
+    """The job's environment file exists, is a regular file of the job's user, writable by nobody else.
+
+    Checked by an open descriptor (never read: sbatch reads it, as the user). A FIFO would hold the
+    daemon's sbatch until its timeout; a file others can write would let them choose the satellite's
+    environment.
+    """
+    if not os.path.lexists(path):
+        raise NotExpressible(f"job {parent.job_id}: no saved environment {path} (submitted by an older "
+                             "slurm-elastic): its satellites would run in the daemon's environment, so it is not "
+                             "grown in place; resubmit it with `slurm-elastic submit`")
+    try:
+        uid = pwd.getpwnam(parent.user).pw_uid
+        check(path, uid, forbidden=0o022, rule="must not be writable by group or others",
+              max_size=ENV_FILE_MAX_BYTES)
+    except (KeyError, ValueError):
+        raise NotExpressible(f"job {parent.job_id}: unknown user {parent.user!r}") from None
+    except JobFileError as exc:
+        raise NotExpressible(f"job {parent.job_id}: {exc} (its satellites run with this environment): "
+                             "not grown in place") from None
 
 
 def mark_argv(sat_id: str, parent: str) -> list[str]:
@@ -109,8 +189,23 @@ def mark_argv(sat_id: str, parent: str) -> list[str]:
 
 
 def as_user(user: str, me: str) -> list[str]:
-    """The prefix that runs a command as ``user`` (``runuser``, root only), or nothing if we are them."""
-    return [] if user == me else ["runuser", "-u", user, "--"]
+    """The prefix that runs a command as ``user``, in a fresh environment, or nothing if we are them.
+
+    ``setpriv`` (root, or ``CAP_SETUID``/``CAP_SETGID``) switches to the user's uid, primary group
+    and groups, without PAM (``runuser`` opens a PAM session: more privileges and modules than a
+    ``sbatch`` needs) and with the environment reset to the user's basics (``--reset-env``).
+    :func:`sbatch_argv` then clears the environment in every case, ours included.
+
+    Raises:
+        NotExpressible: ``user`` is unknown on this host.
+    """
+    if user == me:
+        return []
+    try:
+        pw = pwd.getpwnam(user)
+    except (KeyError, ValueError):
+        raise NotExpressible(f"user {user!r} is unknown on this host: cannot submit as them") from None
+    return ["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--init-groups", "--reset-env", "--"]
 
 
 @dataclass(frozen=True, slots=True)

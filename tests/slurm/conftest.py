@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -78,8 +80,10 @@ class DevCluster:
         return job
 
     def cancel_all(self) -> None:
-        """``scancel`` every job and wait until no job holds a node."""
-        self.run(["scancel", "-u", "root"])
+        """``scancel`` every job (of every user) and wait until no job holds a node."""
+        ids = self.run(["squeue", "-h", "-o", "%i"]).stdout.split()
+        if ids:
+            self.run(["scancel", *sorted(set(ids))])
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             states = {j["job_state"] for j in self.json(["squeue", "--json"])["jobs"]}
@@ -147,3 +151,70 @@ def submit_example(cluster: DevCluster, tmp_path: Path, monkeypatch: pytest.Monk
         return int(capsys.readouterr().out.strip())
 
     return submit
+
+
+TEST_USER = "slurm-elastic-test"
+ACL_XATTR = "system.posix_acl_access"
+
+
+def _acl_search_only(owner_mode: int, uid: int) -> bytes:
+    """A POSIX ACL (its xattr form) keeping ``owner_mode``'s owner bits and letting ``uid`` search only."""
+    import struct
+
+    entries = [(0x01, (owner_mode >> 6) & 7, 0xFFFFFFFF), (0x02, 1, uid), (0x04, (owner_mode >> 3) & 7, 0xFFFFFFFF),
+               (0x10, 1 | ((owner_mode >> 3) & 7), 0xFFFFFFFF), (0x20, owner_mode & 7, 0xFFFFFFFF)]
+    return struct.pack("<I", 2) + b"".join(struct.pack("<HHI", tag, perm, who) for tag, perm, who in entries)
+
+
+def _let_search(user: pwd.struct_passwd, targets: Sequence[Path]) -> list[tuple[Path, int]]:
+    """Let ``user`` search (never list or read) every folder above ``targets`` it cannot search yet.
+
+    The tests' interpreter and its virtual environment may sit below a folder only root may enter
+    (``/root`` is 0700, and pyenv lives there): the jobs of the test user run that interpreter. A
+    per-user ACL entry (``u:USER:--x``) is added to just those folders. Returns what to undo.
+    """
+    changed: list[tuple[Path, int]] = []
+    folders = {parent for t in targets for parent in Path(os.path.realpath(t)).parents}
+    for folder in sorted(folders, key=lambda f: len(f.parts)):
+        st = folder.stat()
+        if st.st_mode & 0o001 or (st.st_uid == user.pw_uid and st.st_mode & 0o100):
+            continue
+        if ACL_XATTR in os.listxattr(folder):
+            pytest.fail(f"{folder}: the test user {user.pw_name} cannot search it and it has an ACL already")
+        try:
+            os.setxattr(folder, ACL_XATTR, _acl_search_only(st.st_mode, user.pw_uid))
+        except OSError as exc:
+            pytest.fail(f"{folder}: the test user {user.pw_name} cannot search it, and no ACL can say so: {exc}")
+        changed.append((folder, stat.S_IMODE(st.st_mode)))
+    return changed
+
+
+@pytest.fixture(scope="session")
+def test_user(cluster: DevCluster) -> Iterator[pwd.struct_passwd]:
+    """A user who is not root, with a home in /home, to run jobs as (created for the session if missing).
+
+    The dev cluster's nodes share this machine's users and file systems (slurmd runs as root), so
+    its jobs run as this user; it may search the folders above this interpreter and the repository
+    for the session (:func:`_let_search`). A user this fixture created is removed again, with its
+    home, and every ACL entry it added.
+    """
+    created = False
+    try:
+        entry = pwd.getpwnam(TEST_USER)
+    except KeyError:
+        proc = subprocess.run(["useradd", "--create-home", "--user-group", "--shell", "/bin/bash", TEST_USER],
+                              capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            pytest.fail(f"useradd {TEST_USER}: {proc.stderr.strip()}")
+        created = True
+        entry = pwd.getpwnam(TEST_USER)
+    changed = _let_search(entry, [Path(sys.executable), Path(__file__)])
+    try:
+        yield entry
+    finally:
+        cluster.cancel_all()
+        for folder, mode in changed:
+            os.removexattr(folder, ACL_XATTR)
+            os.chmod(folder, mode)
+        if created:
+            subprocess.run(["userdel", "--remove", TEST_USER], capture_output=True, check=False)

@@ -33,7 +33,7 @@ def _daemon(cluster: DevCluster, tmp_path: Path) -> Daemon:
                 "poll_interval = 0.5\nmax_idle = 0.5\n")
     store = Store(cfg.daemon.store)
     obs = ClusterView(SlurmCli(runner), shipped_profiles(), time.time, ("gpu",))
-    return Daemon(cfg, obs, store, SlurmActuator(runner, store, time.time), sleep=time.sleep)
+    return Daemon(cfg, obs, store, SlurmActuator(runner, store, time.time, client_env=cluster.env), sleep=time.sleep)
 
 
 def test_daemon_starts_a_held_elastic_job_at_the_planned_size(cluster: DevCluster, tmp_path: Path) -> None:
@@ -94,7 +94,7 @@ def test_a_job_without_the_launcher_is_requeued_at_its_new_size(cluster: DevClus
     free = next(n for n in snap.nodes if n.name == node)
     grown = Placement.of([(node, g) for g in sorted({*held.slots[0][1], *free.free_gpus})][:2])
     store = Store(tmp_path / "s.db")
-    act = SlurmActuator(runner, store, time.time, records=lambda: obs.records)
+    act = SlurmActuator(runner, store, time.time, records=lambda: obs.records, client_env=cluster.env)
     (outcome,) = act.apply(snap, (Action(ActionKind.GROW, JobId(str(job)), held, grown, 2, 1, 1, 0.1),))
     assert outcome.ok and outcome.message == "requeued at the new size", outcome.message
     deadline = time.monotonic() + 60

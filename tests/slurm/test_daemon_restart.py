@@ -59,7 +59,7 @@ def test_daemon_killed_mid_grow_is_settled_without_repeating(cluster: DevCluster
     grow = Action(ActionKind.GROW, JobId(job), held, Placement.of([(node, held.slots[0][1][0]), (other, 0)]),
                   64, 32, 1, 0.1)
     with pytest.raises(Killed):
-        SlurmActuator(dying, store, time.time, records=lambda: obs.records).apply(snap, (grow,))
+        SlurmActuator(dying, store, time.time, records=lambda: obs.records, client_env=cluster.env).apply(snap, (grow,))
     assert [e.action.kind for e in store.unfinished_actions()] == [ActionKind.GROW]
     assert len(store.satellites()) == 1
 
@@ -67,7 +67,7 @@ def test_daemon_killed_mid_grow_is_settled_without_repeating(cluster: DevCluster
     cfg = parse(f'[daemon]\npartitions = ["gpu"]\npolicy = "dp"\ndry_run = false\nstore = "{store.path}"\n'
                 "poll_interval = 0.5\nmax_idle = 1.0\n")
     obs2 = observer()
-    act2 = SlurmActuator(runner, store, time.time, records=lambda: obs2.records)
+    act2 = SlurmActuator(runner, store, time.time, records=lambda: obs2.records, client_env=cluster.env)
     assert len(reconcile(store, obs2.observe(), time.time)) == 1 and store.unfinished_actions() == []
     daemon = Daemon(cfg, obs2, store, act2)
     deadline = time.monotonic() + 240

@@ -53,8 +53,8 @@ def test_plain_job_has_no_record(cluster: DevCluster) -> None:
 def test_bad_elastic_value_refused(cluster: DevCluster, value: str) -> None:
     proc = cluster.run(["sbatch", f"--elastic={value}", "--wrap", "true"])
     assert proc.returncode != 0
-    reason = (f"sbatch: error: --elastic: invalid value '{value}': expected MIN:MAX with 1 <= MIN <= MAX "
-              "(e.g. --elastic=2:8)")
+    reason = (f"sbatch: error: --elastic: invalid value '{value}': expected MIN:MAX in ASCII digits with "
+              "1 <= MIN <= 65536 and MAX 0 (no maximum) or MIN <= MAX <= 65536 (e.g. --elastic=2:8)")
     assert reason in proc.stderr.splitlines(), proc.stderr
 
 

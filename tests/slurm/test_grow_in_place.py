@@ -46,7 +46,7 @@ def test_launcher_job_grows_onto_a_satellite_and_shrinks_back(cluster: DevCluste
 
     store = Store(tmp_path / "s.db")
     obs = ClusterView(SlurmCli(runner), shipped_profiles(), time.time, ("gpu",), store=store)
-    act = SlurmActuator(runner, store, time.time, records=lambda: obs.records)
+    act = SlurmActuator(runner, store, time.time, records=lambda: obs.records, client_env=cluster.env)
     _wait("the first progress report", lambda: obs.observe() is not None and bool(store.progress_of(job)))
 
     snap = obs.observe()

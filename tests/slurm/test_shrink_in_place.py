@@ -48,7 +48,7 @@ def test_launcher_job_shrinks_in_place(cluster: DevCluster, tmp_path: Path, subm
     shrink = Action(ActionKind.SHRINK, JobId(job), held, Placement((keep,)), 32, 32, 1, 0.1)
     cfg = Config(DaemonConfig(partitions=("gpu",), policy="dp", dry_run=False, store=store.path,
                               poll_interval=0.5, max_idle=3600.0))
-    daemon = slurm_daemon(cfg, obs, store)
+    daemon = slurm_daemon(cfg, obs, store, client_env=cluster.env)
     act = daemon.act
     assert isinstance(act, SlurmActuator)
     (outcome,) = act.apply(snap, (shrink,))

@@ -19,7 +19,15 @@ from slurm_elastic.observe.snapshot import build_snapshot, fold
 from slurm_elastic.orders import Channel, verify
 from slurm_elastic.slurm.actions import SlurmActuator
 from slurm_elastic.slurm.records import GpuRequest, JobRecord, NodeRecord
-from slurm_elastic.slurm.satellites import NotExpressible, initial_workers, leaving, new_satellites, sbatch_argv
+from slurm_elastic.slurm.satellites import (
+    NotExpressible,
+    as_user,
+    client_settings,
+    initial_workers,
+    leaving,
+    new_satellites,
+    sbatch_argv,
+)
 from slurm_elastic.store import ProgressRow, Store
 from slurm_elastic.testing import make_job, make_nodes, make_snapshot, report_limits, shipped_profiles
 from slurm_elastic_launcher.agent import Order
@@ -28,12 +36,16 @@ from slurm_elastic_launcher.reports import Reporter
 USER = getpass.getuser()
 
 
+WORK = "/home/alice/runs/resnet"
+
+
 def rec(job_id: str, gpus: dict[str, int], *, state: JobState = JobState.RUNNING, comment: str = "",
-        admin: str = "slurm-elastic gpus=1:16", batch_host: str | None = None) -> JobRecord:
+        admin: str = "slurm-elastic gpus=1:16", batch_host: str | None = None, work_dir: str = WORK,
+        user: str = USER) -> JobRecord:
     slots = tuple((NodeName(n), tuple(range(c))) for n, c in gpus.items())
-    return JobRecord(JobId(job_id), int(job_id), "j", USER, "acct", "gpu", state, (state.value.upper(),), 0, 0, None,
+    return JobRecord(JobId(job_id), int(job_id), "j", user, "acct", "gpu", state, (state.value.upper(),), 0, 0, None,
                      tuple(NodeName(n) for n in gpus), len(gpus), None, slots, GpuRequest(per_node=2), admin,
-                     comment, batch_host or (next(iter(gpus)) if gpus else None))
+                     comment, batch_host or (next(iter(gpus)) if gpus else None), work_dir=work_dir)
 
 
 def place(gpus: dict[str, int]) -> Placement:
@@ -53,12 +65,76 @@ def test_a_grow_is_one_satellite_per_node_with_fresh_worker_ids() -> None:
         new_satellites(place({"n0": 2}), place({"n1": 4}), layout)
 
 
-def test_satellite_sbatch_runs_as_the_user_on_the_account_and_partition(tmp_path: Path) -> None:
+def _env_file(tmp_path: Path, name: str = "job") -> Path:
+    path = tmp_path / f"{name}.env"
+    path.write_bytes(b"HOME=/home/alice\0")
+    path.chmod(0o600)
+    return path
+
+
+def test_the_client_settings_come_from_the_command_environment_and_nothing_else(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "slurm" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "sbatch").write_text("#!/bin/sh\n")
+    (bin_dir / "sbatch").chmod(0o755)
+    env = {"PATH": f"/nonexistent:{bin_dir}", "SLURM_CONF": "/etc/slurm/x.conf", "DAEMON_SECRET": "leak",
+           "SBATCH_EXPORT": "NONE"}
+    assert client_settings(env) == [f"PATH={bin_dir}", "SLURM_CONF=/etc/slurm/x.conf"]
+    assert client_settings({"PATH": "/nonexistent"}) == []
+
+
+def test_satellite_sbatch_runs_as_the_user_with_the_jobs_environment_and_folder(tmp_path: Path) -> None:
+    client = ["PATH=/opt/slurm/bin", "SLURM_CONF=/etc/slurm/slurm.conf"]
+    env = _env_file(tmp_path)
     (sat,) = new_satellites(place({"n0": 2}), place({"n0": 2, "n3": 2}), {"w0": ("n0", "7"), "w1": ("n0", "7")})
-    argv = sbatch_argv(rec("7", {"n0": 2}), sat, tmp_path / "job.join", as_user=["runuser", "-u", "alice", "--"])
-    assert argv == ["runuser", "-u", "alice", "--", "sbatch", "--parsable", "--nodes=1", "--nodelist=n3",
+    prefix = ["setpriv", "--reuid=1000", "--regid=1000", "--init-groups", "--reset-env", "--"]
+    argv = sbatch_argv(rec("7", {"n0": 2}), sat, tmp_path / "job.join", as_user=prefix, client=client)
+    assert argv == [*prefix, "env", "-i", f"--chdir={WORK}", *client,
+                    "sbatch", "--parsable", f"--export-file={env}", f"--chdir={WORK}", "--nodes=1", "--nodelist=n3",
                     "--ntasks-per-node=2", "--gres=gpu:2", "--account=acct", "--partition=gpu",
                     str(tmp_path / "job.join"), "7", "w2", "w3"]
+    # the daemon's own user too: the environment is cleared all the same, nothing of ours but the client settings
+    argv = sbatch_argv(rec("7", {"n0": 2}), sat, tmp_path / "job.join", as_user=as_user(USER, USER), client=client)
+    assert argv[:4 + len(client)] == ["env", "-i", f"--chdir={WORK}", *client, "sbatch"]
+
+
+def test_as_user_switches_with_setpriv_without_pam() -> None:
+    import pwd
+
+    me = pwd.getpwuid(os.getuid())
+    other = next((p for p in pwd.getpwall() if p.pw_name != me.pw_name), None)
+    assert as_user(me.pw_name, me.pw_name) == []
+    if other is not None:
+        assert as_user(other.pw_name, me.pw_name) == ["setpriv", f"--reuid={other.pw_uid}", f"--regid={other.pw_gid}",
+                                                      "--init-groups", "--reset-env", "--"]
+    with pytest.raises(NotExpressible, match="'no-such-user-x' is unknown"):
+        as_user("no-such-user-x", me.pw_name)
+
+
+def test_a_satellite_needs_the_jobs_saved_environment_and_folder(tmp_path: Path) -> None:
+    (sat,) = new_satellites(place({"n0": 2}), place({"n0": 2, "n3": 2}), {"w0": ("n0", "7"), "w1": ("n0", "7")})
+    join = tmp_path / "job.join"
+    with pytest.raises(NotExpressible, match=r"no saved environment .*job\.env .*older slurm-elastic.*daemon's env"):
+        sbatch_argv(rec("7", {"n0": 2}), sat, join)
+    env = _env_file(tmp_path)
+    env.chmod(0o622)
+    with pytest.raises(NotExpressible, match="must not be writable by group or others"):
+        sbatch_argv(rec("7", {"n0": 2}), sat, join)
+    env.unlink()
+    os.mkfifo(env)  # sbatch would wait on it until the daemon's command timed out
+    with pytest.raises(NotExpressible, match="not a regular file"):
+        sbatch_argv(rec("7", {"n0": 2}), sat, join)
+    env.unlink()
+    env.symlink_to(_env_file(tmp_path, "other"))
+    with pytest.raises(NotExpressible, match="symbolic link"):
+        sbatch_argv(rec("7", {"n0": 2}), sat, join)
+    env.unlink()
+    _env_file(tmp_path)
+    for bad in ("", "relative/dir"):
+        with pytest.raises(NotExpressible, match=r"working directory .* unknown or not absolute"):
+            sbatch_argv(rec("7", {"n0": 2}, work_dir=bad), sat, join)
+    with pytest.raises(NotExpressible, match="unknown user"):
+        sbatch_argv(rec("7", {"n0": 2}, user="no-such-user-x"), sat, join)
 
 
 def test_leaving_frees_whole_allocations_per_node_satellites_first() -> None:
@@ -113,7 +189,7 @@ def _job_files(tmp_path: Path, join: bool = True, name: str = "job-1") -> tuple[
     secret = b"s" * 32
     base = tmp_path / name
     for suffix, data, mode in (("", secret, 0o600), (".orders", b"", 0o600), (".reports", b"", 0o600),
-                               (".join", b"#!/bin/bash\n", 0o700)):
+                               (".join", b"#!/bin/bash\n", 0o700), (".env", b"A=1\0", 0o600)):
         if suffix == ".join" and not join:
             continue
         path = Path(f"{base}{suffix}")
@@ -147,9 +223,12 @@ def test_grow_then_shrink_a_launcher_job_in_place(tmp_path: Path) -> None:
     grow = Action(ActionKind.GROW, JobId("7"), place({"n000": 2}), place({"n000": 2, "n001": 2}), 128, 32, 1, 0.1)
     (out,) = act.apply(snap, (grow,))
     assert out.ok, out.message
-    assert ran == [["sbatch", "--parsable", "--nodes=1", "--nodelist=n001", "--ntasks-per-node=2", "--gres=gpu:2",
-                    "--account=acct", "--partition=gpu", str(tmp_path / "job-1.join"), "7", "w2", "w3"],
-                   ["scontrol", "update", "JobId=100", "AdminComment=slurm-elastic satellite-of=7"]]
+    sbatch = ran[0][ran[0].index("sbatch"):]
+    assert ran[0][:3] == ["env", "-i", f"--chdir={WORK}"]  # the daemon's own user: still a cleared environment
+    assert sbatch == ["sbatch", "--parsable", f"--export-file={tmp_path / 'job-1.env'}", f"--chdir={WORK}",
+                      "--nodes=1", "--nodelist=n001", "--ntasks-per-node=2", "--gres=gpu:2",
+                      "--account=acct", "--partition=gpu", str(tmp_path / "job-1.join"), "7", "w2", "w3"]
+    assert ran[1:] == [["scontrol", "update", "JobId=100", "AdminComment=slurm-elastic satellite-of=7"]]
     (order,) = _orders(tmp_path / "job-1.orders", "7", secret)
     assert order.kind == "resize" and order.workers == ("w0", "w1", "w2", "w3") and order.local_batch == 0
     assert act.store.satellites() == {"100": "7"}
@@ -198,6 +277,20 @@ def test_a_launcher_job_without_a_join_script_cannot_grow_in_place(tmp_path: Pat
     grow = Action(ActionKind.GROW, JobId("7"), place({"n000": 2}), place({"n000": 2, "n001": 2}), 128, 32, 1, 0.1)
     (out,) = act.apply(snap, (grow,))
     assert not out.ok and "cannot grow in place" in out.message and "job-1.join" in out.message
+
+
+def test_a_job_submitted_without_its_environment_is_not_grown_in_place(tmp_path: Path) -> None:
+    comment, secret = _job_files(tmp_path)
+    (tmp_path / "job-1.env").unlink()  # an older submission: only the daemon's environment to run with
+    ran: list[list[str]] = []
+    act = _actuator(tmp_path, {"7": rec("7", {"n000": 2}, comment=comment)}, ran)
+    snap = make_snapshot(make_nodes(2), [make_job("7", state=JobState.RUNNING, max_gpus=8,
+                                                  placement=[("n000", 0), ("n000", 1)])])
+    grow = Action(ActionKind.GROW, JobId("7"), place({"n000": 2}), place({"n000": 2, "n001": 2}), 128, 32, 1, 0.1)
+    (out,) = act.apply(snap, (grow,))
+    assert not out.ok and "no saved environment" in out.message and "job-1.env" in out.message, out.message
+    assert ran == []  # no sbatch, nothing as anyone
+    assert _orders(tmp_path / "job-1.orders", "7", secret)[-1].workers == ("w0", "w1")  # joiners withdrawn
 
 
 def test_rebatch_of_a_job_without_a_batch_range_sends_nothing(tmp_path: Path) -> None:

@@ -14,7 +14,8 @@ GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "pytorch.sbatch"
 GOLDEN_JOIN = Path(__file__).resolve().parents[1] / "golden" / "pytorch.join"
 REQ = JobRequest(command=("python", "train.py", "--data", "/scratch/my data"), min_gpus=2, max_gpus=8,
                  batch="64:512", mode="exo", local_batch=64, epochs=3, name="resnet", time="02:00:00",
-                 account="proj-1", partition="v100", secret_file="/home/alice/.slurm-elastic/secrets/job-1")
+                 account="proj-1", partition="v100", secret_file="/home/alice/.slurm-elastic/secrets/job-1",
+                 umask="0027")
 
 
 def test_pytorch_template_renders_the_golden_script() -> None:
@@ -47,6 +48,7 @@ def test_user_words_are_quoted_and_options_follow_the_request() -> None:
         ({"account": "a b"}, "--account 'a b': only letters"),
         ({"command": ()}, "no training command given"),
         ({"batch": "lots"}, "--batch 'lots': expected MIN:MAX"),
+        ({"umask": "022; rm -rf ~"}, "umask '022; rm -rf ~': expected four octal digits"),
     ],
 )
 def test_bad_values_are_refused(change: dict[str, object], message: str) -> None:
@@ -66,3 +68,75 @@ def test_submit_dry_run_prints_the_script(capsys: pytest.CaptureFixture[str]) ->
     out = capsys.readouterr().out
     assert out.startswith("#!/bin/bash") and "#SBATCH --elastic=2:8" in out and "python train.py" in out
     assert main(["submit", "--elastic", "eight", "--dry-run", "--", "python"]) == 2
+
+
+FAKE_SBATCH = """#!{python}
+# records what a real sbatch would pass to the job: its environment and its standard input (no shell:
+# a shell adds variables of its own)
+import os, sys
+out = os.environ["FAKE_OUT"]
+with open(out + ".env", "wb") as fh:
+    fh.write(b"".join(k + b"=" + v + b"\\0" for k, v in os.environb.items()))
+with open(out + ".script", "w") as fh:
+    fh.write(sys.stdin.read())
+if os.environ.get("FAKE_REFUSE"):
+    sys.exit("sbatch: error: refused")
+print("4242;dev")
+"""
+
+
+def _fake_sbatch(tmp_path: Path) -> Path:
+    import sys
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text(FAKE_SBATCH.format(python=sys.executable))
+    (bin_dir / "sbatch").chmod(0o755)
+    return bin_dir
+
+
+def _entries(data: bytes) -> dict[bytes, bytes]:
+    assert data.endswith(b"\0")  # every entry terminated: Slurm drops an unterminated last one
+    return dict(e.split(b"=", 1) for e in data[:-1].split(b"\0"))
+
+
+def test_submit_saves_the_environment_sbatch_gets_for_the_jobs_satellites(tmp_path: Path) -> None:
+    import os
+    from dataclasses import replace
+
+    from slurm_elastic.submit import submit
+
+    env = {"PATH": f"{_fake_sbatch(tmp_path)}:/usr/bin:/bin", "FAKE_OUT": str(tmp_path / "seen"),
+           "MY_TOKEN": "a b\nc=d", "LANG": "C.UTF-8"}
+    secret = tmp_path / "secrets" / "job-1"
+    old = os.umask(0o027)
+    try:
+        assert submit("pytorch", replace(REQ, secret_file=str(secret)), env=env) == "4242"
+    finally:
+        os.umask(old)
+    saved = Path(f"{secret}.env")
+    assert saved.stat().st_mode & 0o777 == 0o600
+    assert _entries(saved.read_bytes()) == {k.encode(): v.encode() for k, v in env.items()}
+    assert _entries(saved.read_bytes()) == _entries((tmp_path / "seen.env").read_bytes())  # exactly sbatch's
+    assert "\numask 0027\n" in Path(f"{secret}.join").read_text()  # this process's umask, for the satellites
+
+
+def test_submit_without_an_environment_saves_this_processes_and_cleans_up_a_refused_job(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import replace
+
+    from slurm_elastic.submit import submit
+
+    monkeypatch.setenv("PATH", f"{_fake_sbatch(tmp_path)}:/usr/bin:/bin")
+    monkeypatch.setenv("FAKE_OUT", str(tmp_path / "seen"))
+    monkeypatch.setenv("ODD", "\u00e9t\u00e9")
+    secret = tmp_path / "secrets" / "job-1"
+    assert submit("pytorch", replace(REQ, secret_file=str(secret), umask="")) == "4242"
+    saved = _entries(Path(f"{secret}.env").read_bytes())
+    assert saved == _entries((tmp_path / "seen.env").read_bytes())
+    assert saved[b"ODD"] == "\u00e9t\u00e9".encode()
+    monkeypatch.setenv("FAKE_REFUSE", "1")
+    other = tmp_path / "secrets" / "job-2"
+    with pytest.raises(ConfigError, match="sbatch refused the job: sbatch: error: refused"):
+        submit("pytorch", replace(REQ, secret_file=str(other)))
+    assert sorted(p.name for p in other.parent.iterdir() if p.name.startswith("job-2")) == []
