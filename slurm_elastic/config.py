@@ -51,6 +51,7 @@ from typing import Any
 from slurm_elastic import policies
 from slurm_elastic.core.guards import Guards
 from slurm_elastic.errors import ConfigError, UnknownPolicyError
+from slurm_elastic.textfiles import read_text
 
 DEFAULT_PATH = Path("/etc/slurm/elastic.toml")
 
@@ -289,25 +290,9 @@ def _guards(raw: Any) -> Guards:
 
 def _read(path: Path) -> str:
     """The file's text: opened once, a regular file, at most MAX_CONFIG_BYTES of UTF-8."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path}: cannot read configuration: {getattr(exc, 'strerror', None) or exc}") from exc
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise ConfigError(f"{path}: not a file (rule: the configuration is a regular TOML file)")
-    with os.fdopen(fd, "rb") as f:
-        try:
-            data = f.read(MAX_CONFIG_BYTES + 1)
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot read configuration: {exc.strerror}") from exc
-    if len(data) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES} bytes (rule: a configuration is at most "
-                          f"{MAX_CONFIG_BYTES} bytes)")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 (byte {exc.start}): cannot read configuration") from None
+    return read_text(path, max_bytes=MAX_CONFIG_BYTES, noun="configuration",
+                     kind_rule="the configuration is a regular TOML file",
+                     size_rule=f"a configuration is at most {MAX_CONFIG_BYTES} bytes", error=ConfigError)
 
 
 def load(path: Path = DEFAULT_PATH) -> Config:

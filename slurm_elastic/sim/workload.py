@@ -27,9 +27,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-import os
 import re
-import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -39,6 +37,7 @@ import numpy as np
 from slurm_elastic.core.model import ElasticMode
 from slurm_elastic.errors import TraceError
 from slurm_elastic.sim.truth import truth
+from slurm_elastic.textfiles import read_text
 from slurm_elastic_predictor.profiles import MODEL_DEFAULTS
 
 GPUS_PER_NODE = 4
@@ -175,25 +174,9 @@ def _shown(text: str) -> str:
 
 def _read(path: Path) -> str:
     """The file's text: opened once, a regular file, at most MAX_TRACE_BYTES of UTF-8."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except (OSError, ValueError) as exc:
-        raise TraceError(f"{path}: cannot read trace: {getattr(exc, 'strerror', None) or exc}") from exc
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise TraceError(f"{path}: not a file (rule: a trace is a regular CSV file)")
-    with os.fdopen(fd, "rb") as f:
-        try:
-            data = f.read(MAX_TRACE_BYTES + 1)
-        except OSError as exc:
-            raise TraceError(f"{path}: cannot read trace: {exc.strerror}") from exc
-    if len(data) > MAX_TRACE_BYTES:
-        raise TraceError(f"{path}: larger than {MAX_TRACE_BYTES} bytes (rule: a trace is at most "
-                         f"{MAX_TRACE_BYTES} bytes and {MAX_TRACE_ROWS} rows)")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise TraceError(f"{path}: not UTF-8 (byte {exc.start}): cannot read trace") from None
+    return read_text(path, max_bytes=MAX_TRACE_BYTES, noun="trace", kind_rule="a trace is a regular CSV file",
+                     size_rule=f"a trace is at most {MAX_TRACE_BYTES} bytes and {MAX_TRACE_ROWS} rows",
+                     error=TraceError)
 
 
 def _too_long(path: Path, line: int, column: str, value: str) -> TraceError:
