@@ -40,6 +40,8 @@ def _open(path: Path, uid: int, *, write: bool, forbidden: int, rule: str, max_s
     except OSError as exc:
         why = "a symbolic link (rule: no links)" if exc.errno == errno.ELOOP else exc.strerror or str(exc)
         raise JobFileError(f"{path}: {why}") from None
+    except ValueError:  # an embedded NUL, or a lone surrogate the file system cannot encode
+        raise JobFileError(f"{str(path)!r}: not a file name (rule: no NUL, and encodable as UTF-8)") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

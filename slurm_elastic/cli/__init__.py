@@ -7,7 +7,7 @@ Subcommands:
   default guards, or ``--no-guards``); metrics as JSON, a report directory.
 * ``reproduce`` -- the seed papers' comparisons as a markdown table (and a report); no site guards.
 * ``profiles``  -- fit the throughput model on the shipped profiles and report its error.
-* ``bench planner|simulate`` -- planning latency / simulation speed as JSON.
+* ``bench planner|simulate|fuzz`` -- planning latency / simulation speed / hostile-input fuzzing as JSON.
 * ``devcluster up|down|status`` -- a real local Slurm dev cluster (root; see ``dev/devcluster.py``).
 * ``install-plugin`` -- build the ``--elastic`` SPANK plugin and print/write its config lines.
 * ``daemon``    -- the loop beside slurmctld (shadow mode, or acting through ``scontrol``).

@@ -178,6 +178,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.bench == "reaction":
         print(json.dumps(bench_reaction(root=args.root, repeat=args.repeat), indent=2))
         return 0
+    if args.bench == "fuzz":
+        from slurm_elastic import fuzz
+
+        bar = ProgressBar(args.cases, enabled=not args.quiet and sys.stderr.isatty())
+        print(json.dumps(fuzz.run(args.cases, seed=args.seed, progress=lambda done, total: bar.step("fuzz")),
+                         indent=2))
+        return 0
     if args.bench == "simulate":
         out = bench_simulate(jobs=args.jobs, gpus=args.gpus, policy=args.policy, seed=args.seed,
                              round_gap=args.round_gap)

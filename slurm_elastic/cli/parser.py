@@ -37,15 +37,6 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {line} (see {self.prog} --help)\n")
 
 
-def _harden_train_drl(parser: argparse.ArgumentParser) -> None:
-    """Give ``train-drl``'s numeric options (declared in :mod:`slurm_elastic.drl.command`) the
-    same ranged types as every other command's."""
-    types = {"seed": _seed, "gpus": _gpus, "gpus_per_node": _gpus, "jobs": int_in(1, 100_000)}
-    for action in parser._actions:
-        if action.dest in types:
-            action.type = types[action.dest]
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="slurm-elastic", description="Elastic deep-learning scheduling for Slurm.")
     p.add_argument("--version", action="version", version=f"slurm-elastic {__version__}")
@@ -128,6 +119,13 @@ def build_parser() -> argparse.ArgumentParser:
     bs.add_argument("--round-gap", type=_round_gap, default=30.0)
     bs.add_argument("--json", action="store_true", help="print JSON (the default)")
 
+    bf = bsub.add_parser("fuzz", help="hostile inputs of every family through the real entry points "
+                         "(slurm_elastic.fuzz): outcomes, foreign exceptions, failed rounds, honest jobs unplanned")
+    bf.add_argument("--cases", type=int_in(0, 10_000_000), default=1000, help="cases to run (default 1000)")
+    bf.add_argument("--seed", type=_seed, default=0, help="seed of the run; case i is rebuilt from seed and i")
+    bf.add_argument("--quiet", action="store_true", help="no progress bar")
+    bf.add_argument("--json", action="store_true", help="print JSON (the default)")
+
     dev = sub.add_parser("devcluster", help="bring a real local Slurm dev cluster up or down (root only)")
     dsub = dev.add_subparsers(dest="devcluster", required=True, metavar="ACTION")
     for action, text in (("up", "start the dev cluster and wait until its nodes are idle"),
@@ -170,8 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     from slurm_elastic.drl import command as drl_command
 
     td = sub.add_parser("train-drl", help="train the drl (DL2) policy in the simulator and write its model file")
-    drl_command.add_arguments(td)
-    _harden_train_drl(td)
+    drl_command.add_arguments(td)  # its numeric options have the ranged argtypes too
 
     dm = sub.add_parser("demo", help="end to end on a real local Slurm cluster: daemon, elastic jobs resized "
                         "in place while they train, allocation report (root; a few minutes)")

@@ -6,14 +6,10 @@ import argparse
 import json
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-from slurm_elastic.errors import ConfigError
-
-if TYPE_CHECKING:
-    pass
+from typing import Any
 
 from slurm_elastic.cli.common import view
+from slurm_elastic.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +57,13 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from slurm_elastic.submit import new_secret_file, submit
     from slurm_elastic.templates import JobRequest, command_words, render
 
-    lo, sep, hi = args.elastic.partition(":")
-    if not sep or not lo.isdigit() or not hi.isdigit():
-        raise ConfigError(f"--elastic {args.elastic!r}: expected MIN:MAX with 1 <= MIN <= MAX (e.g. --elastic 2:8)")
-    req = JobRequest(command=command_words(args.train_command), min_gpus=int(lo), max_gpus=int(hi),
+    lo, hi = _range("--elastic", "gpus", args.elastic)
+    if args.batch:
+        _range("--batch", "batch", args.batch)
+    if hi is None:
+        raise ConfigError(f"--elastic {args.elastic!r}: submit needs a maximum (MIN:MAX with 1 <= MIN <= MAX, "
+                          "e.g. --elastic 2:8)")
+    req = JobRequest(command=command_words(args.train_command), min_gpus=lo, max_gpus=hi,
                      gpus_per_node=args.gpus_per_node, batch=args.batch, mode=args.mode,
                      local_batch=args.local_batch, epochs=args.epochs, name=args.job_name, time=args.time,
                      account=args.account, partition=args.partition, output=args.output,
@@ -74,3 +73,18 @@ def cmd_submit(args: argparse.Namespace) -> int:
         return 0
     print(submit(args.template, req))
     return 0
+
+
+def _range(option: str, key: str, text: str) -> tuple[int, int | None]:
+    """``MIN:MAX`` of ``--elastic`` or ``--batch`` by the one grammar the SPANK plugin, job_submit.lua
+    and :func:`slurm_elastic.contract.read_range` share.
+
+    Raises:
+        ConfigError: the option, the value and the rule (the CLI prints it in one line, exit 2).
+    """
+    from slurm_elastic.contract import ContractError, read_range
+
+    try:
+        return read_range(key, text)
+    except ContractError as exc:
+        raise ConfigError(f"{option}: {exc}") from None

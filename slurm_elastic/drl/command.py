@@ -16,10 +16,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from slurm_elastic.argtypes import int_at_least, param
+from slurm_elastic.argtypes import GPUS_MAX, int_in, param, seed
 from slurm_elastic.errors import ConfigError
 
-_nonneg_int = int_at_least(0)
+_count = int_in(0, 1_000_000)
+_gpus = int_in(1, GPUS_MAX)
+_jobs = int_in(1, 100_000)
 _param = param
 
 
@@ -27,20 +29,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``train-drl`` arguments to ``parser``."""
     parser.add_argument("--workload", default="ones-longhorn", help="built-in workload to train on "
                         "(default ones-longhorn)")
-    parser.add_argument("--gpus", type=int, default=64, help="cluster GPUs (default 64)")
-    parser.add_argument("--gpus-per-node", type=int, default=4, help="GPUs per node (default 4)")
-    parser.add_argument("--seed", type=int, default=1, help="the run's one seed (default 1)")
-    parser.add_argument("--episodes", type=_nonneg_int, default=15,
+    parser.add_argument("--gpus", type=_gpus, default=64, help="cluster GPUs (default 64)")
+    parser.add_argument("--gpus-per-node", type=_gpus, default=4, help="GPUs per node (default 4)")
+    parser.add_argument("--seed", type=seed, default=1, help="the run's one seed, 0..2**32-1 (default 1)")
+    parser.add_argument("--episodes", type=_count, default=15,
                         help="actor-critic episodes, one simulated workload each (default 15)")
-    parser.add_argument("--warmup-traces", type=_nonneg_int, default=8,
+    parser.add_argument("--warmup-traces", type=_count, default=8,
                         help="teacher runs for the supervised warm-up (default 8)")
-    parser.add_argument("--warmup-epochs", type=_nonneg_int, default=40,
+    parser.add_argument("--warmup-epochs", type=_count, default=40,
                         help="passes over the warm-up decisions (default 40)")
     parser.add_argument("--teacher", default="optimus",
                         help="policy imitated in the warm-up: drf or a policy (default optimus)")
     parser.add_argument("--teacher-param", type=_param, action="append", default=[], metavar="KEY=VALUE",
                         help="teacher parameter (repeatable; default for optimus: interval=0)")
-    parser.add_argument("--jobs", type=int, default=None, help="use only the first N jobs of each workload")
+    parser.add_argument("--jobs", type=_jobs, default=None, help="use only the first N jobs of each workload")
     parser.add_argument("--set", type=_param, action="append", default=[], metavar="KEY=VALUE", dest="settings",
                         help="other training setting of TrainConfig, e.g. entropy=0.05 (repeatable)")
     parser.add_argument("--out", type=Path, required=True, metavar="FILE", help="model file to write (.npz)")

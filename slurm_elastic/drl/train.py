@@ -177,7 +177,8 @@ class TrainConfig:
         rule(0 <= self.epsilon <= 1, "epsilon", self.epsilon, "must lie in [0, 1]")
         rule(math.isfinite(self.entropy) and self.entropy >= 0, "entropy", self.entropy, "must be >= 0")
         rule(self.reward in REWARDS, "reward", self.reward, f"must be one of {', '.join(REWARDS)}")
-        rule(self.round_gap >= 0, "round_gap", self.round_gap, "must be >= 0 seconds")
+        rule(math.isfinite(self.round_gap) and 0 <= self.round_gap <= 86_400, "round_gap", self.round_gap,
+             "must be finite, >= 0 and <= 86400 seconds (the simulate --round-gap range)")
 
     @property
     def teacher_kwargs(self) -> dict[str, Any]:

@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 
 REPORT_KINDS = frozenset({"progress", "resize", "end", "left"})
 """The kinds of report a launcher writes (:class:`~slurm_elastic.store.ProgressRow`)."""
+REPORT_NUMBER_MAX = 2**62
+"""Largest number a report field may hold: every count fits SQLite's 64-bit integers and every
+number a float, with room for sums (no honest time, sample count or batch comes near it)."""
 
 
 class ReportRefused(ValueError):  # noqa: N818 (an outcome: the line is skipped)
@@ -78,6 +81,9 @@ def _number(report: Mapping[str, Any], key: str, kind: type, *, optional: bool =
         raise ReportRefused(f"{key}={value!r}: must be finite")
     if value < 0:
         raise ReportRefused(f"{key}={value!r}: must be >= 0")
+    if value > REPORT_NUMBER_MAX:
+        shown = value if isinstance(value, float) or value < 10**30 else f"an integer of {value.bit_length()} bits"
+        raise ReportRefused(f"{key}={shown}: out of range (must be <= 2**62)")
     return kind(value)
 
 
@@ -88,7 +94,7 @@ def row_of(report: Mapping[str, Any]) -> ProgressRow:
         ReportRefused: a field is missing, of the wrong type, negative or not finite, or the kind is unknown.
     """
     kind = report.get("kind")
-    if kind not in REPORT_KINDS:
+    if not isinstance(kind, str) or kind not in REPORT_KINDS:
         raise ReportRefused(f"kind={kind!r}: must be one of {', '.join(sorted(REPORT_KINDS))}")
     throughput = _number(report, "throughput", float, optional=True)
     pause = _number(report, "pause_s", float, optional=True) if kind == "resize" else None

@@ -37,19 +37,23 @@ class SlurmCommandError(ElasticError):
 def run_command(argv: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = COMMAND_TIMEOUT_S) -> str:
     """Run one Slurm command (argv list, no shell) and return its standard output.
 
+    The output is read as UTF-8 with each byte that is not UTF-8 replaced (U+FFFD): a job name or
+    comment holding a user's arbitrary bytes changes that field only, never the reading of the queue.
+
     Raises:
         SlurmCommandError: the program is missing, timed out, or exited non-zero.
     """
     try:
-        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False,
+        proc = subprocess.run(list(argv), capture_output=True, timeout=timeout, check=False,
                               env=dict(env) if env is not None else None)
     except FileNotFoundError as exc:
         raise SlurmCommandError(f"{argv[0]}: not found (is Slurm's client installed and on PATH?)") from exc
     except subprocess.TimeoutExpired as exc:
         raise SlurmCommandError(f"{' '.join(argv)}: no answer within {timeout:g} s") from exc
     if proc.returncode != 0:
-        raise SlurmCommandError(f"{' '.join(argv)}: exit {proc.returncode}: {proc.stderr.strip()[:500]}")
-    return proc.stdout
+        stderr = proc.stderr.decode("utf-8", errors="replace")
+        raise SlurmCommandError(f"{' '.join(argv)}: exit {proc.returncode}: {stderr.strip()[:500]}")
+    return proc.stdout.decode("utf-8", errors="replace")
 
 
 def slurm_release(runner: Runner) -> tuple[int, int, int]:
@@ -75,13 +79,14 @@ def run_json(runner: Runner, argv: Sequence[str]) -> dict[str, Any]:
     """Run a ``--json`` Slurm command and return the parsed top-level object.
 
     Raises:
-        SlurmJsonError: the output is not a JSON object.
+        SlurmJsonError: the output is not a JSON object (nested past Python's recursion limit, or
+            holding an integer of more than 4300 digits, included).
     """
     text = runner(argv)
     try:
         doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SlurmJsonError(f"{' '.join(argv)}: output is not JSON: {exc}") from exc
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+        raise SlurmJsonError(f"{' '.join(argv)}: output is not JSON: {type(exc).__name__}: {str(exc)[:200]}") from None
     if not isinstance(doc, dict):
         raise SlurmJsonError(f"{' '.join(argv)}: output is a {type(doc).__name__}, not a JSON object")
     return doc

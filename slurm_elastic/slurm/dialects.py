@@ -147,17 +147,46 @@ def typename(value: object) -> str:
     return "null" if value is None else type(value).__name__
 
 
-def as_str(value: object, key: str, where: Where) -> str:
-    """A string field: null -> ``""`` (22.05 prints null for unset strings, 25.11 ``""``)."""
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise where.error(key, f"must be a string or null, got {typename(value)} {value!r}")
+INT_LIMIT = 2**64
+"""Slurm prints numbers of 64 bits at most (``NO_VAL64`` is ``2**64 - 2``): a larger one is refused."""
+TIME_MAX = 2**40
+"""Latest timestamp read (seconds since 1970, past the year 30000): a later one is refused, so
+every time is an exact float."""
+
+
+def _encodable(value: str, key: str, where: Where) -> str:
+    """``value`` if it is text UTF-8 can encode (JSON's ``\\ud800`` escapes give lone surrogates,
+    which no file name, log line or store row can hold)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise where.error(key, f"holds a lone surrogate at index {exc.start} (rule: text encodable as UTF-8), "
+                          f"got {value[:100]!r}") from None
     return value
 
 
+def as_str(value: object, key: str, where: Where) -> str:
+    """A string field: null -> ``""`` (22.05 prints null for unset strings, 25.11 ``""``); text UTF-8 encodes."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise where.error(key, f"must be a string or null, got {typename(value)} {_short(value)}")
+    return _encodable(value, key, where)
+
+
+def _short(value: object) -> str:
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**30 else f"of {value.bit_length()} bits"
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def _bounded(num: int, key: str, where: Where) -> int:
+    if not -INT_LIMIT < num < INT_LIMIT:
+        raise where.error(key, f"integer {_short(num)} out of range (rule: Slurm's numbers fit 64 bits)")
+    return num
+
+
 def as_int(value: object, key: str, where: Where) -> int | None:
-    """A number field: plain int or null (22.05), or ``{set, infinite, number}`` (25.11).
+    """A number field: plain int or null (22.05), or ``{set, infinite, number}`` (25.11), within 64 bits.
 
     Returns ``None`` for null, ``set: false`` and ``infinite: true``.
     """
@@ -166,7 +195,7 @@ def as_int(value: object, key: str, where: Where) -> int | None:
     if isinstance(value, bool):
         raise where.error(key, f"must be a number, got boolean {value!r}")
     if isinstance(value, int):
-        return value
+        return _bounded(value, key, where)
     if isinstance(value, Mapping):
         for k in ("set", "infinite", "number"):
             if k not in value:
@@ -175,14 +204,17 @@ def as_int(value: object, key: str, where: Where) -> int | None:
             return None
         num = value["number"]
         if isinstance(num, bool) or not isinstance(num, int):
-            raise where.error(f"{key}.number", f"must be an integer, got {typename(num)} {num!r}")
-        return int(num)
-    raise where.error(key, f"must be an integer, null or {{set, infinite, number}}, got {typename(value)} {value!r}")
+            raise where.error(f"{key}.number", f"must be an integer, got {typename(num)} {_short(num)}")
+        return _bounded(int(num), f"{key}.number", where)
+    raise where.error(key, f"must be an integer, null or {{set, infinite, number}}, got {typename(value)} "
+                      f"{_short(value)}")
 
 
 def as_time(value: object, key: str, where: Where) -> int | None:
-    """A timestamp: ``None`` when unset or 0 (Slurm's "never")."""
+    """A timestamp: ``None`` when unset or 0 (Slurm's "never"); else ``0 < t <= TIME_MAX``."""
     t = as_int(value, key, where)
+    if t and not 0 < t <= TIME_MAX:
+        raise where.error(key, f"time {t} out of range (rule: 0 < seconds since 1970 <= 2**40)")
     return t if t else None
 
 
@@ -190,8 +222,8 @@ def as_str_list(value: object, key: str, where: Where) -> tuple[str, ...]:
     if value is None:
         return ()
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise where.error(key, f"must be a list of strings, got {value!r}")
-    return tuple(value)
+        raise where.error(key, f"must be a list of strings, got {_short(value)}")
+    return tuple(_encodable(v, key, where) for v in value)
 
 
 # --------------------------------------------------------------------------------------------------

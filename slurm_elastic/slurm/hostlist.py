@@ -1,7 +1,9 @@
 """Slurm's compact strings: hostlists (``n[01-03]``), GRES (``gpu:v100:2(IDX:0-1)``) and TRES GPU requests.
 
 Pure: every malformed string is a :class:`~slurm_elastic.slurm.dialects.SlurmJsonError` naming the
-string and the rule it breaks.
+string and the rule it breaks. Numbers are ASCII digits (at most 18), and no string expands to more
+than :data:`MAX_NAMES` host names or GPU indices, so a record cannot make the reader hang or run out
+of memory.
 """
 
 from __future__ import annotations
@@ -13,7 +15,13 @@ from dataclasses import dataclass
 from slurm_elastic.core.model import NodeName
 from slurm_elastic.slurm.dialects import SlurmJsonError
 
-_HOST_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+_HOST_RANGE = re.compile(r"^([0-9]{1,18})(?:-([0-9]{1,18}))?$")
+MAX_NAMES = 100_000
+"""Most host names a hostlist, or GPU indices an index list, expands to (a cluster has far fewer)."""
+
+
+def _too_many(what: str, text: str) -> SlurmJsonError:
+    return SlurmJsonError(f"{what} {text[:200]!r}: expands to more than {MAX_NAMES} items (rule: at most {MAX_NAMES})")
 
 
 def expand_hostlist(hostlist: str) -> tuple[str, ...]:
@@ -32,6 +40,8 @@ def expand_hostlist(hostlist: str) -> tuple[str, ...]:
         if not item:
             raise SlurmJsonError(f"hostlist {hostlist!r}: empty host name (rule: comma-separated names)")
         out.extend(_expand_host(item, hostlist))
+        if len(out) > MAX_NAMES:
+            raise _too_many("hostlist", hostlist)
     return tuple(out)
 
 
@@ -75,9 +85,13 @@ def _expand_host(item: str, whole: str) -> list[str]:
         lo, hi = int(lo_s), int(hi_s if hi_s is not None else lo_s)
         if hi < lo:
             raise SlurmJsonError(f"hostlist {whole!r}: range {rng!r} descends (rule: N-M needs N <= M)")
+        if len(values) + hi - lo + 1 > MAX_NAMES:
+            raise _too_many("hostlist", whole)
         width = len(lo_s)
         values.extend(f"{v:0{width}d}" for v in range(lo, hi + 1))
     tails = _expand_host(rest, whole) if rest else [""]
+    if len(values) * len(tails) > MAX_NAMES:
+        raise _too_many("hostlist", whole)
     return [prefix + v + t for v in values for t in tails]
 
 
@@ -99,6 +113,8 @@ def parse_index_list(text: str) -> tuple[int, ...]:
         hi = int(m.group(2)) if m.group(2) is not None else lo
         if hi < lo:
             raise SlurmJsonError(f"GPU index list {text!r}: range {part!r} descends (rule: N-M needs N <= M)")
+        if len(out) + hi - lo + 1 > MAX_NAMES:
+            raise _too_many("GPU index list", text)
         out.update(range(lo, hi + 1))
     return tuple(sorted(out))
 
@@ -111,6 +127,7 @@ class GresItem:
     indices: tuple[int, ...] | None  # None when no IDX: was printed
 
 
+_COUNT = re.compile(r"[0-9]{1,18}")
 _GRES_ITEM = re.compile(r"^(?P<spec>[^()]+?)(?:\((?P<paren>[^()]*)\))?$")
 
 
@@ -142,9 +159,9 @@ def parse_gres(text: str | None) -> tuple[GresItem, ...]:
         count: int | None = None
         gtype = ""
         rest = [s for s in spec[1:] if s != "no_consume"]
-        if rest and rest[-1].isdigit():
+        if rest and _COUNT.fullmatch(rest[-1]):
             count = int(rest.pop())
-        elif rest and re.fullmatch(r"\d+[KMGTP]", rest[-1]):
+        elif rest and re.fullmatch(r"[0-9]{1,12}[KMGTP]", rest[-1]):
             count = _scaled(rest.pop())
         if len(rest) > 1:
             raise SlurmJsonError(f"GRES {text!r}: item {raw!r} has too many ':' parts (rule: name[:type][:count])")
@@ -161,7 +178,7 @@ def parse_gres(text: str | None) -> tuple[GresItem, ...]:
                     raise SlurmJsonError(f"GRES {text!r}: item {raw!r}: {exc}") from exc
             elif paren.startswith("CNT:"):
                 c = paren[4:]
-                if not c.isdigit():
+                if not _COUNT.fullmatch(c):
                     raise SlurmJsonError(f"GRES {text!r}: item {raw!r}: CNT must be an integer")
                 count = int(c) if count is None else count
             elif not paren.startswith("S:"):
@@ -208,7 +225,7 @@ def parse_gres_detail(entries: Sequence[str | None], nodes: Sequence[NodeName],
     return tuple(out)
 
 
-_TRES_GPU = re.compile(r"^gres[:/]gpu(?::(?P<type>[A-Za-z_][\w.-]*))?(?::(?P<count>\d+))?$")
+_TRES_GPU = re.compile(r"^gres[:/]gpu(?::(?P<type>[A-Za-z_][\w.-]*))?(?::(?P<count>[0-9]{1,18}))?$")
 
 
 def parse_tres_gpus(text: str | None, key: str = "tres") -> tuple[int | None, str]:

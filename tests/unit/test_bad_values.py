@@ -289,6 +289,18 @@ TRACE = "job_id,submit_time,num_gpus,duration\na,0,1,60\n"
     (["demo", "--timeout", "nan"], "argument --timeout: 'nan'"),
     (["train-drl", "--seed", "-1", "--out", "OUT"], "argument --seed: -1: must be"),
     (["train-drl", "--gpus", "-4", "--out", "OUT"], "argument --gpus"),
+    (["train-drl", "--gpus", "99999999", "--out", "OUT"], "argument --gpus: 99999999: must be"),
+    (["train-drl", "--jobs", "0", "--out", "OUT"], "argument --jobs: 0: must be >= 1"),
+    (["train-drl", "--episodes", "99999999999", "--out", "OUT"], "argument --episodes: 99999999999: must be"),
+    (["train-drl", "--seed", "٣", "--out", "OUT"], "argument --seed: '٣' is not an integer"),
+    (["train-drl", "--set", "round_gap=Infinity", "--out", "OUT"], "round_gap = inf: must be finite"),
+    (["submit", "--elastic", "²:³", "--dry-run", "--", "python", "x.py"], "--elastic: gpus='²:³': must be MIN:MAX"),
+    (["submit", "--elastic", "2:99999", "--dry-run", "--", "python", "x.py"], "--elastic: gpus='2:99999'"),
+    (["submit", "--elastic", "2:0", "--dry-run", "--", "python", "x.py"], "submit needs a maximum"),
+    (["submit", "--elastic", "2:4", "--batch", "1:x", "--dry-run", "--", "python", "x.py"], "--batch: batch='1:x'"),
+    (["submit", "--elastic", "2:4", "--batch", "٣:٤", "--dry-run", "--", "python", "x.py"], "--batch: batch='٣:٤'"),
+    (["bench", "fuzz", "--cases", "-1"], "argument --cases: -1: must be >= 0"),
+    (["bench", "fuzz", "--seed", "-1"], "argument --seed: -1: must be"),
 ], ids=_id)
 def test_bad_command_line_values_exit_2_with_one_line(argv: list[str], message: str, tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
