@@ -30,6 +30,9 @@ pytestmark = pytest.mark.slurm
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "launcher" / "examples" / "train_cnn.py"
 VENV_BIN = Path(sys.executable).parent
+# What stands for the installation (/usr/local): the checkout and its virtual environment, which a
+# private /tmp would hide when the clone sits in /tmp.
+INSTALLED = (ROOT, Path(sys.prefix))
 CAPS = {"CAP_DAC_OVERRIDE": 1, "CAP_KILL": 5, "CAP_SETGID": 6, "CAP_SETUID": 7}
 # Writes what each worker runs with (its environment, folder and umask), then becomes the worker.
 PROBE = """#!/bin/sh
@@ -86,13 +89,15 @@ out["inet"] = can(lambda: socket.socket(socket.AF_INET).close())
 print(json.dumps(out))
 """
     argv = unit_sandbox.command([sys.executable, "-c", probe], unit_sandbox.load(),
-                                state_dirs={"slurm-elastic": state}, env={"DAEMON_SECRET": "leak"})
+                                state_dirs={"slurm-elastic": state}, visible=INSTALLED,
+                                env={"DAEMON_SECRET": "leak"})
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     seen: dict[str, Any] = json.loads(proc.stdout)
     caps = sum(1 << bit for bit in CAPS.values())
     assert seen["uid"] == 0 and seen["bnd"] == caps and seen["eff"] == caps and seen["nnp"] == "1"
-    assert seen["umask"] == "0o77" and seen["cwd"] == "/" and seen["tmp"] == []
+    kept = sorted({p.resolve().relative_to("/tmp").parts[0] for p in INSTALLED if p.resolve().is_relative_to("/tmp")})
+    assert seen["umask"] == "0o77" and seen["cwd"] == "/" and seen["tmp"] == kept  # only the installation
     assert seen["env"] == ["DAEMON_SECRET", "PATH", "STATE_DIRECTORY"]
     assert not seen["etc_rw"] and seen["state_rw"] and seen["home_rw"] and (state / "probe").exists()
     assert not seen["netlink"] and seen["inet"]
@@ -168,7 +173,7 @@ def test_the_daemon_under_the_unit_grows_a_users_job_in_place_in_the_jobs_enviro
                     'store = "/var/lib/slurm-elastic/elastic.db"\npoll_interval = 0.5\nmax_idle = 2.0\n')
     unit = unit_sandbox.load()
     argv = unit_sandbox.command([str(VENV_BIN / "slurm-elastic"), "daemon", "--config", str(conf)], unit,
-                                state_dirs={"slurm-elastic": state}, visible=[cluster.root, tmp_path],
+                                state_dirs={"slurm-elastic": state}, visible=[*INSTALLED, cluster.root, tmp_path],
                                 env={"SLURM_CONF": cluster.env["SLURM_CONF"], "DAEMON_SECRET": "leak"})
     log = tmp_path / "daemon.log"
     var_lib = Path("/var/lib/slurm-elastic")

@@ -262,9 +262,10 @@ def command(argv: Sequence[str], unit: Unit, *, state_dirs: Mapping[str, Path], 
         state_dirs: for each ``StateDirectory=`` name, the folder bound at ``/var/lib/<name>``
             (so the test's store lands in a test folder; ``/var/lib/<name>`` is created, as systemd
             does, and stays empty).
-        visible: folders under ``/tmp`` that stay visible (read-only) in the private ``/tmp``:
-            the dev cluster's configuration and munge socket stand there for ``/etc/slurm`` and
-            ``/run/munge``, and the test's configuration file.
+        visible: folders that stay visible in the private ``/tmp`` when they are below it (others
+            are visible anyway): the dev cluster's configuration and munge socket stand there for
+            ``/etc/slurm`` and ``/run/munge``, the test's configuration file, and the checkout and
+            virtual environment that stand for ``/usr/local`` (a clone in ``/tmp`` is common).
         env: variables added to the clean environment (what ``Environment=`` lines would add).
     """
     for name in unit.state_directories:
@@ -518,6 +519,8 @@ def _enter(spec: dict[str, object]) -> None:
         for tmp in ("/tmp", "/var/tmp"):
             _mount("tmpfs", tmp, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
         for path, fd in kept.items():
+            if not any(Path(path).is_relative_to(tmp) for tmp in ("/tmp", "/var/tmp")):
+                continue  # outside the private folders: visible already
             os.makedirs(path, exist_ok=True)
             _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
     for name, fd in states.items():
