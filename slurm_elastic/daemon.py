@@ -77,6 +77,11 @@ class View(Protocol):
         priors, or left out of the snapshot)."""
         ...
 
+    @property
+    def nodes_left_out(self) -> Mapping[str, str]:
+        """The nodes of the last observation whose record did not read, with the reason."""
+        ...
+
 
 class ShadowActuator:
     """Carries out nothing: logs each action the plan implies (dry-run / shadow mode)."""
@@ -139,6 +144,7 @@ class Daemon:
                                                                  rec.snapshot.now)
         self.metrics.observe_round(rec, time.perf_counter() - t0)
         self.metrics.observe_quarantine(self.view.quarantined())
+        self.metrics.observe_nodes_left_out(self.view.nodes_left_out)
         self.memo = rec.memo
         self.rounds += 1
         self._last_round = self.clock()

@@ -15,7 +15,9 @@ Metrics, always:
 * ``slurm_elastic_actions_total{kind, outcome}`` — actions by kind, ``ok`` or ``failed``;
 * ``slurm_elastic_gpus{what}`` — GPUs of all elastic jobs, ``allocated`` and ``planned``;
 * ``slurm_elastic_jobs{state}`` — elastic jobs running / waiting;
-* ``slurm_elastic_quarantined_jobs`` — jobs whose own input broke a rule.
+* ``slurm_elastic_quarantined_jobs`` — jobs whose own input broke a rule;
+* ``slurm_elastic_node_left_out{node, reason}`` — 1 per node whose record Slurm printed oddly
+  (left out of the snapshot; node names are not private in Slurm).
 
 Only when identities may be shown (``Metrics(show_identities=True)``; the daemon allows it when
 Slurm's ``PrivateData`` has neither ``jobs`` nor ``users``, and hides them when it cannot tell):
@@ -121,6 +123,7 @@ class Metrics:
         self.jobs: Counter[str] = Counter()
         self.predictor_error: dict[tuple[str, str], float] = {}
         self.quarantined: dict[str, str] = {}
+        self.nodes_left_out: dict[str, str] = {}
 
     def observe_round(self, rec: RoundRecord, seconds: float) -> None:
         """Fold one round into the metrics."""
@@ -148,6 +151,11 @@ class Metrics:
         with self._lock:
             self.quarantined = dict(reasons)
 
+    def observe_nodes_left_out(self, reasons: Mapping[str, str]) -> None:
+        """The nodes left out now (name -> one-line reason), replacing the previous set."""
+        with self._lock:
+            self.nodes_left_out = dict(reasons)
+
     def render(self) -> str:
         """The Prometheus text exposition (version 0.0.4)."""
         with self._lock:
@@ -174,6 +182,10 @@ class Metrics:
             out += ["# HELP slurm_elastic_quarantined_jobs Jobs whose own input broke a rule (planned from "
                     "priors or left out).", "# TYPE slurm_elastic_quarantined_jobs gauge",
                     f"slurm_elastic_quarantined_jobs {len(self.quarantined)}"]
+            out += ["# HELP slurm_elastic_node_left_out A node whose record Slurm printed oddly, and why.",
+                    "# TYPE slurm_elastic_node_left_out gauge"]
+            out += [f'slurm_elastic_node_left_out{{node="{_label(n)}",reason="{_label(r, REASON_CHARS)}"}} 1'
+                    for n, r in sorted(self.nodes_left_out.items())]
             if self.show_identities:
                 out += self._identities()
         return "\n".join(out) + "\n"

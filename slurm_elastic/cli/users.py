@@ -40,12 +40,18 @@ def cmd_status(args: argparse.Namespace) -> int:
     rows += [{"job_id": jid, "user": cluster.records[jid].user if jid in cluster.records else "?",
               "state": "left out", "gpus": 0, "planned_gpus": 0, "range": "", "batch": 0, "planned_batch": 0,
               "mode": "", "quarantine": reason} for jid, reason in sorted(quarantined.items()) if jid not in shown]
+    rows += [{"job_id": "", "node": name, "user": "", "state": "left out", "gpus": 0, "planned_gpus": 0,
+              "range": "", "batch": 0, "planned_batch": 0, "mode": "", "quarantine": reason}
+             for name, reason in sorted(cluster.nodes_left_out.items())]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     print(f"{'JOBID':>8} {'USER':<10} {'STATE':<9} {'GPUS':>4} {'PLAN':>4} {'RANGE':>7} "
           f"{'BATCH':>6} {'PBATCH':>6} MODE")
     for r in rows:
+        if r.get("node"):
+            print(f"{'':>8} node {r['node']} left out: {r['quarantine']}")
+            continue
         print(f"{r['job_id']:>8} {r['user']:<10} {r['state']:<9} {r['gpus']:>4} {r['planned_gpus']:>4} "
               f"{r['range']:>7} {r['batch']:>6} {r['planned_batch']:>6} {r['mode']}")
         if r["quarantine"]:

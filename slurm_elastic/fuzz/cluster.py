@@ -74,6 +74,7 @@ class Source:
     nodes: list[NodeRecord]
     records: list[JobRecord]
     refused: dict[str, str] = field(default_factory=dict)
+    refused_nodes: dict[str, str] = field(default_factory=dict)
     release: tuple[int, int, int] = (25, 11, 7)
 
     @property

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
 from slurm_elastic.contract import ElasticRequest, parse_elastic_request
@@ -30,7 +30,7 @@ def snapshot_of(nodes: Sequence[NodeRecord], jobs: Sequence[JobRecord], *, now: 
                 profiles: Mapping[str, ThroughputModel], partitions: Sequence[str] = (),
                 default_model: str = "cifar10", satellites: Mapping[str, str] | None = None,
                 runtimes: Mapping[str, JobRuntime] | None = None,
-                refused: dict[str, str] | None = None) -> ClusterSnapshot:
+                refused: dict[str, str] | None = None, unreadable_nodes: Collection[str] = ()) -> ClusterSnapshot:
     """The snapshot of one observation (either backend).
 
     Args:
@@ -43,12 +43,14 @@ def snapshot_of(nodes: Sequence[NodeRecord], jobs: Sequence[JobRecord], *, now: 
         satellites: satellite job id -> its job's id (the store's).
         runtimes: what the launchers reported, by job id (:func:`~slurm_elastic.observe.progress.runtimes`).
         refused: as :func:`build_snapshot`'s (one job's broken record never fails the snapshot).
+        unreadable_nodes: as :func:`build_snapshot`'s.
     """
     wanted = set(partitions)
     managed_nodes = [n for n in nodes if not wanted or wanted & set(n.partitions)]
     managed = in_partitions(jobs, partitions)
     return build_snapshot(managed_nodes, fold(managed, satellites or {}), now=now, profiles=profiles,
-                          default_model=default_model, progress=runtimes, refused=refused)
+                          default_model=default_model, progress=runtimes, refused=refused,
+                          unreadable_nodes=unreadable_nodes)
 
 
 def in_partitions(jobs: Sequence[JobRecord], partitions: Sequence[str]) -> list[JobRecord]:
@@ -110,6 +112,7 @@ def build_snapshot(
     default_model: str = "cifar10",
     progress: Mapping[str, JobRuntime] | None = None,
     refused: dict[str, str] | None = None,
+    unreadable_nodes: Collection[str] = (),
 ) -> ClusterSnapshot:
     """Turn parsed nodes and jobs into the core's :class:`ClusterSnapshot` (pure).
 
@@ -143,11 +146,15 @@ def build_snapshot(
         progress: what the daemon knows per job id beyond Slurm.
         refused: when given, a job that breaks a rule below is left out (the GPUs it holds stay
             busy) and its reason stored here by job id; when ``None``, it raises.
+        unreadable_nodes: nodes whose record Slurm printed oddly (left out of ``nodes``): an
+            elastic job running on one is left out too (what it holds there is unknown, so it is
+            neither resized nor counted at a smaller size); a rigid job keeps its GPUs elsewhere.
 
     Raises:
         ContractError: a malformed elastic AdminComment.
         SlurmJsonError: a running elastic job with no GPU on these
             nodes; a job holding a GPU index its node does not have; an unknown model.
+        SnapshotError: a GPU held by two jobs; an elastic job running on an unreadable node.
     """
     progress = progress or {}
     node_gpus = {n.name: n.gpus for n in nodes}
@@ -159,7 +166,8 @@ def build_snapshot(
             continue
         try:
             job = _job_of(rec, node_gpus, held, now=now, total_gpus=total_gpus, profiles=profiles,
-                          default_model=default_model, runtime=progress.get(rec.job_id))
+                          default_model=default_model, runtime=progress.get(rec.job_id),
+                          unreadable=unreadable_nodes)
         except (ElasticError, ValueError) as exc:
             if refused is None:
                 raise
@@ -178,7 +186,7 @@ def build_snapshot(
 
 def _job_of(rec: JobRecord, node_gpus: Mapping[NodeName, int], held: dict[str, dict[int, str]], *, now: float,
             total_gpus: int, profiles: Mapping[str, ThroughputModel], default_model: str,
-            runtime: JobRuntime | None) -> Job | None:
+            runtime: JobRuntime | None, unreadable: Collection[str] = ()) -> Job | None:
     """One job of the snapshot (``None``: a rigid job without GPUs here); its GPUs are added to ``held``."""
     running = rec.state is JobState.RUNNING
     slots: list[tuple[str, int]] = []
@@ -199,6 +207,10 @@ def _job_of(rec: JobRecord, node_gpus: Mapping[NodeName, int], held: dict[str, d
     request = parse_elastic_request(rec.admin_comment, job_id=rec.job_id)
     if request is None:
         return _rigid_job(rec, slots, running, now)
+    odd = sorted({*rec.nodes, *(n for n, _ in rec.gpus)} & set(unreadable)) if running else []
+    if odd:
+        raise SnapshotError(f"job {rec.job_id}: runs on node {','.join(odd)}, whose record Slurm printed oddly "
+                            "(rule: a job is planned from nodes that read; it is left out until they do)")
     return _elastic_job(rec, request, slots, running, now=now, total_gpus=total_gpus, profiles=profiles,
                         default_model=default_model, runtime=runtime)
 

@@ -52,6 +52,11 @@ class RecordSource(Protocol):
         """The job records of the last read that were left out, by job id, with the reason."""
         ...
 
+    @property
+    def refused_nodes(self) -> Mapping[str, str]:
+        """The node records of the last :meth:`read` that were left out, by node name, with the reason."""
+        ...
+
     def read(self) -> tuple[list[NodeRecord], list[JobRecord]]:
         """Every node and every job."""
         ...
@@ -81,6 +86,9 @@ class ClusterView:
     left_out: dict[str, str] = field(default_factory=dict)
     """Jobs of the last observation left out of the snapshot, by id, with the reason (a record Slurm
     wrote that does not parse, a job that breaks a snapshot rule)."""
+    nodes_left_out: dict[str, str] = field(default_factory=dict)
+    """Nodes of the last observation left out of the snapshot, by name, with the reason (a record
+    Slurm printed that does not parse; the elastic jobs running there are left out too)."""
 
     def _jobs_read(self, jobs: list[JobRecord]) -> list[JobRecord]:
         self.records = {j.job_id: j for j in jobs}
@@ -105,6 +113,16 @@ class ClusterView:
             if new:
                 log.warning("job %s left out (every other job is planned): %s", jid, reason)
 
+    def _nodes_left_out(self, reasons: Mapping[str, str]) -> None:
+        """Nodes left out of this observation: logged when a node is first left out (or its reason
+        changes) and when it reads again."""
+        for name, reason in reasons.items():
+            if self.nodes_left_out.get(name) != reason:
+                log.warning("node %s left out (every other node is planned): %s", name, reason)
+        for name in set(self.nodes_left_out) - set(reasons):
+            log.info("node %s reads again", name)
+        self.nodes_left_out = dict(reasons)
+
     def poll(self) -> object:
         """Read the queue and the jobs' new reports; return a key that changes when the queue does."""
         jobs = self.source.jobs()
@@ -116,12 +134,14 @@ class ClusterView:
         and the resizes the store says are still under way."""
         nodes, jobs = self.source.read()
         managed = self._jobs_read(jobs)
+        self._nodes_left_out(self.source.refused_nodes)
         store = self.store
         refused: dict[str, str] = {}
         snap = snapshot_of(nodes, jobs, now=self.clock(), profiles=self.profiles, partitions=self.partitions,
                            default_model=self.default_model,
                            satellites=store.satellites() if store is not None else None,
-                           runtimes=runtimes(store, managed) if store is not None else None, refused=refused)
+                           runtimes=runtimes(store, managed) if store is not None else None, refused=refused,
+                           unreadable_nodes=self.nodes_left_out)
         self._quarantine(refused)
         self.left_out = {**self.source.refused, **refused}
         owed = owed_by_store(store, self.records, snap) if store is not None else ()

@@ -28,14 +28,20 @@ class SlurmCli:
     release: tuple[int, int, int] = field(init=False)
     refused: dict[str, str] = field(init=False, default_factory=dict)
     """The job records of the last read that did not parse, by job id, with the reason (left out)."""
+    refused_nodes: dict[str, str] = field(init=False, default_factory=dict)
+    """The node records of the last read that did not parse, by node name, with the reason (left out)."""
 
     def __post_init__(self) -> None:
         self.release = slurm_release(self.runner)
         self._sinfo = ["sinfo", "--json"] if self.release[:2] == (22, 5) else ["sinfo", "-N", "--json"]
 
     def nodes(self) -> list[NodeRecord]:
-        """Every node (``sinfo --json``; ``sinfo -N --json`` on 25.11)."""
-        return parse_nodes(run_json(self.runner, self._sinfo))
+        """Every node (``sinfo --json``; ``sinfo -N --json`` on 25.11); one whose record does not parse
+        is left out and named in :attr:`refused_nodes`."""
+        refused: dict[str, str] = {}
+        nodes = parse_nodes(run_json(self.runner, self._sinfo), refused)
+        self.refused_nodes = refused
+        return nodes
 
     def jobs(self) -> list[JobRecord]:
         """Every job Slurm lists (``squeue --json``); one whose record does not parse is left out and

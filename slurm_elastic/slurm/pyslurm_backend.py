@@ -249,6 +249,8 @@ class PyslurmSource:
     runner: Runner = run_command
     refused: dict[str, str] = field(default_factory=dict)
     """The job records of the last read that did not convert, by job id, with the reason (left out)."""
+    refused_nodes: dict[str, str] = field(default_factory=dict)
+    """The node records of the last read that did not convert, by node name, with the reason (left out)."""
 
     @classmethod
     def connect(cls, runner: Runner = run_command) -> PyslurmSource:
@@ -277,8 +279,10 @@ class PyslurmSource:
         """Every node (``Nodes.load()``; used GPUs from the jobs' layouts) and every job, from one job load."""
         all_jobs = self.jobs()
         nodes = self.api.Nodes
+        refused: dict[str, str] = {}
         recs = node_records((cast(PyslurmNode, n) for n in _load("Nodes", lambda: nodes.load().values())),
-                            all_jobs)
+                            all_jobs, refused)
+        self.refused_nodes = refused
         return recs, all_jobs
 
 

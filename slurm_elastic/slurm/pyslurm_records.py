@@ -289,50 +289,71 @@ def job_record(job: PyslurmJob) -> JobRecord:
     )
 
 
-def node_records(nodes: Iterable[PyslurmNode], jobs: Iterable[JobRecord]) -> list[NodeRecord]:
+def node_records(nodes: Iterable[PyslurmNode], jobs: Iterable[JobRecord],
+                 refused: dict[str, str] | None = None) -> list[NodeRecord]:
     """pyslurm ``Node`` objects as :class:`NodeRecord`, sorted by name.
 
     A node's used GPUs are those the given jobs hold while their state holds the node
     (``RUNNING``, ``SUSPENDED``, ``CONFIGURING``, ``COMPLETING`` …): pass every job, not only the
-    managed partitions' ones.
+    managed partitions' ones. With ``refused``, a node that does not convert is left out and its
+    reason stored there under its name (``record <i>`` when the name is unreadable), as
+    :func:`~slurm_elastic.slurm.records.parse_nodes` does.
 
     Raises:
-        SlurmJsonError: a missing name or state, malformed GRES, a node listed twice, or a job holding a
-            GPU index beyond its node's GPUs.
+        SlurmJsonError: without ``refused``: a missing name or state, malformed GRES, a node listed
+            twice, or a job holding a GPU index beyond its node's GPUs.
     """
     used: dict[str, set[int]] = {}
     for rec in jobs:
         if rec.slurm_state and rec.slurm_state[0] in _HOLDING_STATES:
-            for node, idx in rec.gpus:
-                used.setdefault(node, set()).update(idx)
+            for held_on, idx in rec.gpus:
+                used.setdefault(held_on, set()).update(idx)
     out: dict[str, NodeRecord] = {}
-    for n in nodes:
-        name = _s(n.name, "Node ?", "name")
-        if not name:
-            raise _bad("Node ?", "name", "must not be empty")
-        subject = f"Node {name}"
-        if name in out:
-            raise _bad(subject, "name", "listed twice (rule: one record per node)")
-        states = tuple(s.strip().upper() for s in _s(n.state, subject, "state").split("+") if s.strip())
-        if not states:
-            raise _bad(subject, "state", "is empty (rule: BASE[+FLAG…])")
-        total = 0
-        types: set[str] = set()
-        for key, value in _mapping(n.configured_gres, subject, "configured_gres").items():
-            gname, gtype = _gres_key(key)
-            if gname == "gpu":
-                total += _gres_count(value, subject, f"configured_gres[{key!r}]")
-                if gtype:
-                    types.add(gtype)
-        idx = tuple(sorted(used.get(name, ())))
-        beyond = [g for g in idx if g >= total]
-        if beyond:
-            raise _bad(subject, "configured_gres", f"jobs hold GPU indices {beyond} beyond the node's {total} GPUs")
-        parts = n.partitions or ()
-        if isinstance(parts, str) or not all(isinstance(p, str) for p in parts):
-            raise _bad(subject, "partitions", f"must be a list of strings, got {parts!r}")
-        state = map_node_state(states[0], states[1:], gpus_in_use=bool(idx))
-        out[name] = NodeRecord(NodeName(name), state, states, total, tuple(sorted(types)), idx,
-                               tuple(sorted(set(parts))), _s(n.reason, subject, "reason"))
-    return [out[k] for k in sorted(out)]
+    odd: dict[str, str] = {}
+    for i, n in enumerate(nodes):
+        try:
+            node = _node_record(n, used, out)
+        except (SlurmJsonError, ValueError, TypeError, LookupError, AttributeError) as exc:
+            if refused is None:
+                raise
+            raw = getattr(n, "name", None)
+            name = raw if isinstance(raw, str) and 0 < len(raw) <= 256 and raw.isprintable() else ""
+            odd.setdefault(name or f"record {i}", str(exc) if isinstance(exc, SlurmJsonError)
+                           else f"Node {name or '?'}: {exc!r}")
+            continue
+        out[node.name] = node
+    if refused is not None:
+        refused.update(odd)
+    return [out[k] for k in sorted(out) if k not in odd]
+
+
+def _node_record(n: PyslurmNode, used: Mapping[str, set[int]], seen: Mapping[str, NodeRecord]) -> NodeRecord:
+    """One node (see :func:`node_records`)."""
+    name = _s(n.name, "Node ?", "name")
+    if not name:
+        raise _bad("Node ?", "name", "must not be empty")
+    subject = f"Node {name}"
+    if name in seen:
+        raise _bad(subject, "name", "listed twice (rule: one record per node)")
+    states = tuple(s.strip().upper() for s in _s(n.state, subject, "state").split("+") if s.strip())
+    if not states:
+        raise _bad(subject, "state", "is empty (rule: BASE[+FLAG…])")
+    total = 0
+    types: set[str] = set()
+    for key, value in _mapping(n.configured_gres, subject, "configured_gres").items():
+        gname, gtype = _gres_key(key)
+        if gname == "gpu":
+            total += _gres_count(value, subject, f"configured_gres[{key!r}]")
+            if gtype:
+                types.add(gtype)
+    idx = tuple(sorted(used.get(name, ())))
+    beyond = [g for g in idx if g >= total]
+    if beyond:
+        raise _bad(subject, "configured_gres", f"jobs hold GPU indices {beyond} beyond the node's {total} GPUs")
+    parts = n.partitions or ()
+    if isinstance(parts, str) or not all(isinstance(p, str) for p in parts):
+        raise _bad(subject, "partitions", f"must be a list of strings, got {parts!r}")
+    state = map_node_state(states[0], states[1:], gpus_in_use=bool(idx))
+    return NodeRecord(NodeName(name), state, states, total, tuple(sorted(types)), idx,
+                      tuple(sorted(set(parts))), _s(n.reason, subject, "reason"))
 

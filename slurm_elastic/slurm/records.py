@@ -19,7 +19,7 @@ The numeric Slurm id of the record is kept in :attr:`JobRecord.slurm_job_id`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -220,7 +220,7 @@ class AccountingRecord:
     admin_comment: str
 
 
-def parse_nodes(doc: Mapping[str, Any]) -> list[NodeRecord]:
+def parse_nodes(doc: Mapping[str, Any], refused: dict[str, str] | None = None) -> list[NodeRecord]:
     """Read nodes from ``sinfo --json`` (22.05), ``sinfo -N --json`` or ``scontrol show node --json`` (25.11).
 
     25.11's ``sinfo -N`` lists a node once per partition; the records are merged (partitions united)
@@ -228,41 +228,77 @@ def parse_nodes(doc: Mapping[str, Any]) -> list[NodeRecord]:
     refused: sinfo groups nodes whose GRES totals may differ (it compares them only when its format
     prints them), so per-node GPUs cannot be trusted; use ``sinfo -N --json``.
 
+    Args:
+        doc: the parsed document.
+        refused: when given, a node record that does not parse (right after slurmctld restarts,
+            ``gres_used`` may print ``gpu:v100:4`` without its IDX list) or that disagrees with
+            another record of the same node is left out and its reason stored here under the
+            node's name (``record <i>`` when even the name is unreadable), so one odd record never
+            hides the other nodes; when ``None``, it raises.
+
     Returns:
         Nodes sorted by name.
 
     Raises:
         UnsupportedSlurmVersion: unknown dialect.
-        SlurmJsonError: a missing key, malformed GRES, disagreeing duplicates, or Slurm errors.
+        SlurmJsonError: the document's shape is wrong or Slurm reported errors; without ``refused``
+            also a missing key, malformed GRES or disagreeing duplicates.
     """
     kind = DocKind.SCONTROL_NODE if "sinfo" not in doc and _command(doc) == "show" else DocKind.SINFO
     version = detect_version(doc, kind)
     check_errors(doc, kind)
     where = Where(kind, "document")
-    records: list[NodeRecord] = []
-    if version.is_legacy:
-        nodes = require(doc, "nodes", where)
-        records = [_node_object(n, kind, legacy=True) for n in _list_of_objects(nodes, "nodes", where)]
-    elif "sinfo" in doc:
-        rows = _list_of_objects(doc["sinfo"], "sinfo", where)
-        records = [_sinfo_row(r, i) for i, r in enumerate(rows)]
+    read: Callable[[Mapping[str, Any], int], NodeRecord]
+    if version.is_legacy or "sinfo" not in doc:
+        rows = _list_of_objects(require(doc, "nodes", where), "nodes", where)
+        legacy = version.is_legacy
+
+        def read_node(n: Mapping[str, Any], i: int) -> NodeRecord:
+            return _node_object(n, kind, legacy=legacy)
+
+        read = read_node
     else:
-        nodes = require(doc, "nodes", where)
-        records = [_node_object(n, kind, legacy=False) for n in _list_of_objects(nodes, "nodes", where)]
+        rows = _list_of_objects(doc["sinfo"], "sinfo", where)
+        read = _sinfo_row
     merged: dict[str, NodeRecord] = {}
-    for rec in records:
+    odd: dict[str, str] = {}
+    for i, row in enumerate(rows):
+        try:
+            rec = read(row, i)
+        except (SlurmJsonError, ValueError, TypeError, LookupError, AttributeError) as exc:
+            if refused is None:
+                raise
+            name = _raw_node_name(row)
+            odd.setdefault(name or f"record {i}", str(exc) if isinstance(exc, SlurmJsonError)
+                           else f"{kind.value}: node {name or '?'}: {exc!r}")
+            continue
         prev = merged.get(rec.name)
         if prev is None:
             merged[rec.name] = rec
             continue
         if (prev.slurm_state, prev.gpus, prev.used_gpus, prev.gpu_types) != (
                 rec.slurm_state, rec.gpus, rec.used_gpus, rec.gpu_types):
-            raise Where(kind, f"node {rec.name}").error(
+            error = Where(kind, f"node {rec.name}").error(
                 "state/gres", "listed twice with different state or GRES (rule: one snapshot per document)")
+            if refused is None:
+                raise error
+            odd.setdefault(rec.name, str(error))
         parts = tuple(sorted(set(prev.partitions) | set(rec.partitions)))
         merged[rec.name] = NodeRecord(prev.name, prev.state, prev.slurm_state, prev.gpus, prev.gpu_types,
                                       prev.used_gpus, parts, prev.reason)
-    return [merged[k] for k in sorted(merged)]
+    if refused is not None:
+        refused.update(odd)
+    return [merged[k] for k in sorted(merged) if k not in odd]
+
+
+def _raw_node_name(row: Mapping[str, Any]) -> str:
+    """The node name of a record that did not parse, when it can be read (``""`` otherwise)."""
+    name = row.get("name")
+    if name is None:
+        nodes = row.get("nodes")
+        listed = nodes.get("nodes") if isinstance(nodes, Mapping) else None
+        name = listed[0] if isinstance(listed, list) and len(listed) == 1 else None
+    return name if isinstance(name, str) and 0 < len(name) <= 256 and name.isprintable() else ""
 
 
 def _command(doc: Mapping[str, Any]) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -49,6 +49,7 @@ class FakeObserver:
     snapshot: ClusterSnapshot
     key: int = 0
     fail: int = 0
+    nodes_left_out: dict[str, str] = field(default_factory=dict)
 
     def observe(self) -> ClusterSnapshot:
         if self.fail:

@@ -85,6 +85,7 @@ class Source:
     nodes: list[NodeRecord]
     records: list[JobRecord]
     refused: dict[str, str] = field(default_factory=dict)
+    refused_nodes: dict[str, str] = field(default_factory=dict)
     release: tuple[int, int, int] = (22, 5, 0)
 
     @property
@@ -417,6 +418,7 @@ def test_a_failing_first_observation_does_not_stop_the_acting_daemon_from_starti
     class Flaky:
         snap: object
         fails: int = 2
+        nodes_left_out: dict[str, str] = field(default_factory=dict)
 
         def observe(self):  # type: ignore[no-untyped-def]
             if self.fails:
