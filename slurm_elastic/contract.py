@@ -8,6 +8,10 @@ forge them (``job_submit.lua`` at submit, the daemon with ``scontrol update``):
 * a satellite allocation's marker: ``slurm-elastic satellite-of=JOBID`` (:func:`satellite_marker`
   writes it, :func:`satellite_parent` reads it; extra ``key=value`` tokens after the tag are
   allowed, the marker wins). A satellite is fixed load, never an elastic job of its own.
+* a satellite's submission token, in its Slurm comment (which its user sets at ``sbatch``, before
+  the daemon knows its id): ``slurm-elastic-satellite=<32 hex digits>``
+  (:func:`satellite_token_comment`, :func:`satellite_token`); the daemon journals the token before
+  it submits, so a satellite whose id the daemon never learnt is found in Slurm by it.
 
 Pure: no I/O. Every refusal is a :class:`ContractError` naming the job, the value and the rule.
 
@@ -42,6 +46,10 @@ ELASTIC_TAG = "slurm-elastic"
 
 SATELLITE_KEY = "satellite-of"
 """Key of a satellite's marker: ``slurm-elastic satellite-of=<jobid>``."""
+
+
+SATELLITE_TOKEN_KEY = "slurm-elastic-satellite="
+"""Prefix of a satellite's Slurm comment: ``slurm-elastic-satellite=<token>``."""
 
 
 class ContractError(ElasticError):
@@ -208,6 +216,21 @@ def is_elastic(admin_comment: str) -> bool:
 def satellite_marker(parent: str) -> str:
     """The AdminComment that marks a satellite allocation as ``parent``'s."""
     return f"{ELASTIC_TAG} {SATELLITE_KEY}={parent}"
+
+
+def satellite_token_comment(token: str) -> str:
+    """The Slurm comment a satellite is submitted with (``token``: 32 lowercase hex digits)."""
+    if satellite_token(SATELLITE_TOKEN_KEY + token) != token:
+        raise ValueError(f"satellite token {token[:64]!r}: must be 32 lowercase hex digits")
+    return SATELLITE_TOKEN_KEY + token
+
+
+def satellite_token(comment: str) -> str | None:
+    """The submission token of a satellite's comment, else ``None`` (anything else in the comment: ``None``)."""
+    if not comment.startswith(SATELLITE_TOKEN_KEY):
+        return None
+    token = comment[len(SATELLITE_TOKEN_KEY):]
+    return token if len(token) == 32 and all(c in "0123456789abcdef" for c in token) else None
 
 
 def satellite_parent(admin_comment: str) -> str | None:

@@ -125,6 +125,8 @@ class Daemon:
         act: Actor | None = ShadowActuator() if self.config.daemon.dry_run else self.actuator
         if act is None:
             raise ConfigError("daemon.dry_run = false needs an actuator (the Slurm actuator)")
+        if not self.config.daemon.dry_run:
+            self.store.hold()  # one acting daemon per store (StoreError names the other one)
         self.act: Actor = act
         self.planner = policies.build(self.config.daemon.policy, self.config.policy_params, self.config.guards)
         self.rng = np.random.default_rng(self.config.daemon.seed)

@@ -6,7 +6,12 @@ This module owns the database file and its schema. Its contract with the daemon:
   again *after* (:meth:`Store.finish_action`, ``done`` or ``failed`` with the message), each in its
   own committed transaction, so a daemon killed in between finds the action in
   :meth:`Store.unfinished_actions` on restart and reconciles it against Slurm instead of losing
-  or repeating it;
+  or repeating it; each step of an action (one Slurm command, one order) is written before it
+  runs, with what it will produce or look for, and its outcome (the Slurm ids it produced)
+  after it (:meth:`Store.add_step`), so the restarted daemon resumes or undoes exactly the steps
+  that ran;
+* one acting daemon per store: :meth:`Store.hold` takes an exclusive lock on ``<store>.lock``
+  for the life of the process;
 * every round is recorded with its plan (as JSON) and the one-line summary;
 * progress reports from jobs' launchers (samples, loss, metric, throughput at a configuration,
   resize pauses) are appended, never updated, together with how far the job's report file has
@@ -27,9 +32,12 @@ epoch, passed in by the caller (the store reads no clock).
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import sqlite3
-from collections.abc import Iterable, Iterator
+import stat
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +47,7 @@ from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, NodeName, Placement, Plan
 from slurm_elastic.errors import ElasticError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 LOCK_WAIT_S = 2.0
 """How long a call waits for another process's write lock before it fails (sqlite's busy timeout)."""
 
@@ -102,6 +110,14 @@ CREATE TABLE IF NOT EXISTS satellites (
     submitted REAL NOT NULL,
     ended REAL
 );
+CREATE TABLE IF NOT EXISTS steps (
+    action_id INTEGER NOT NULL REFERENCES actions(id),
+    seq INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    detail TEXT NOT NULL,
+    t REAL NOT NULL,
+    PRIMARY KEY (action_id, seq)
+);
 CREATE TABLE IF NOT EXISTS quarantine (
     job_id TEXT PRIMARY KEY,
     t REAL NOT NULL,
@@ -117,7 +133,8 @@ _MIGRATE_1_TO_2 = (
 )
 # Version 2 stores named a report's world size ``gpus``; the launcher, the reports and the rows say ``world``.
 _MIGRATE_2_TO_3 = ("ALTER TABLE progress RENAME COLUMN gpus TO world",)
-_MIGRATIONS = {1: _MIGRATE_1_TO_2 + _MIGRATE_2_TO_3, 2: _MIGRATE_2_TO_3}
+# Version 3 stores lack the steps table (created by the schema script): nothing to alter.
+_MIGRATIONS = {1: _MIGRATE_1_TO_2 + _MIGRATE_2_TO_3, 2: _MIGRATE_2_TO_3, 3: ()}
 
 
 class StoreError(ElasticError):
@@ -222,6 +239,7 @@ class Store:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._lock_fd: int | None = None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             if path.is_dir():
@@ -262,8 +280,44 @@ class Store:
                 raise StoreError(f"{path}: schema version {row[0]}, this slurm-elastic reads {SCHEMA_VERSION}")
 
     def close(self) -> None:
-        """Close the connection."""
+        """Close the connection (and give up the acting lock, if held)."""
         self._db.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def hold(self) -> None:
+        """Take the acting lock (``<store>.lock``, ``flock``, exclusive) for as long as this store is
+        open; again on the same store: nothing. The lock dies with the process, so a killed daemon
+        never leaves it behind.
+
+        Raises:
+            StoreError: another process holds it (another daemon acts on this store), or the lock
+                file breaks a rule (a link, not a regular file).
+        """
+        if self._lock_fd is not None:
+            return
+        lock = self.path.with_name(self.path.name + ".lock")
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise StoreError(f"store {self.path}: lock file {lock}: {exc.strerror or exc} (rule: a regular "
+                             "file, never a link)") from None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise StoreError(f"store {self.path}: lock file {lock} is not a regular file")
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+                raise StoreError(f"store {self.path}: another daemon (pid {holder}) acts on it (rule: one "
+                                 "acting daemon per store; stop it first)") from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._lock_fd = fd
 
     @contextmanager
     def _tx(self) -> Iterator[None]:
@@ -329,6 +383,24 @@ class Store:
             args,
         ).fetchall()
         return [JournalEntry(r[0], r[1], action_from_json(r[2]), r[3], r[4], r[5], r[6]) for r in rows]
+
+    def add_step(self, action_id: int, name: str, detail: Mapping[str, Any], t: float) -> None:
+        """Journal one step of a running action: before it runs, what it will do and look for; after,
+        what it produced (the Slurm ids)."""
+        with self._tx():
+            self._db.execute("INSERT INTO steps(action_id, seq, name, detail, t) VALUES (?, (SELECT COALESCE("
+                             "MAX(seq), 0) + 1 FROM steps WHERE action_id = ?), ?, ?, ?)",
+                             (action_id, action_id, name, json.dumps(dict(detail), sort_keys=True), t))
+
+    def steps_of(self, action_id: int) -> list[tuple[str, dict[str, Any], float]]:
+        """The steps of an action, in order: ``(name, detail, t)``."""
+        return [(str(n), json.loads(d), float(t)) for n, d, t in self._db.execute(
+            "SELECT name, detail, t FROM steps WHERE action_id = ? ORDER BY seq", (action_id,))]
+
+    def step_details(self, name: str) -> list[dict[str, Any]]:
+        """The detail of every step called ``name``, of any action, oldest first."""
+        return [json.loads(d) for (d,) in self._db.execute(
+            "SELECT detail FROM steps WHERE name = ? ORDER BY action_id, seq", (name,))]
 
     def unfinished_actions(self) -> list[JournalEntry]:
         """Actions begun and never finished (the daemon died in between), oldest first."""

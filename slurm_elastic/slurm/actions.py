@@ -37,8 +37,14 @@ credential when it kills the old run and refuses a launch whose credential was m
 second ("Job credential revoked", the job then FAILS); one second later it reissues it (seen on
 Slurm 22.05, in 5 of 6 immediate restarts).
 
-Each action is written to the store before its first command and again after its last, so a
-daemon that dies in between finds it on restart (:func:`reconcile`). Commands are argv lists run
+Each action is written to the store before its first command and again after its last, and each
+of its steps (a command, an order, a satellite's submission with its token, the id it produced)
+before it runs (:mod:`slurm_elastic.slurm.steps`), so a daemon that dies in between finds it on
+restart and resumes or undoes exactly the steps that ran (:meth:`SlurmActuator.reconcile`): a
+requeue interrupted after ``requeuehold`` is carried on (the job is never left held); a grow whose
+satellites were all submitted (found by id, or in Slurm by their token) adopts them, else it
+cancels the ones found and withdraws their workers from the job's order; a shrink whose order
+the job holds is done, with its node release owed again if that was not written. Commands are argv lists run
 through an injected runner; no shell. Owed work is done at every poll of the daemon, between
 rounds too (:meth:`SlurmActuator.tend`): node releases that fell due, and satellites (one whose
 job ended is cancelled, one that did not start in time is cancelled and its workers are taken out
@@ -50,12 +56,15 @@ from __future__ import annotations
 import getpass
 import logging
 import os
+import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from typing import Any
 
-from slurm_elastic.contract import parse_elastic_request
+from slurm_elastic.contract import parse_elastic_request, satellite_marker, satellite_token
 from slurm_elastic.core.actions import Action, ActionKind
-from slurm_elastic.core.model import ClusterSnapshot, JobState, Placement
+from slurm_elastic.core.model import ClusterSnapshot, Job, JobState, Placement
 from slurm_elastic.core.rounds import ActionOutcome
 from slurm_elastic.errors import ElasticError
 from slurm_elastic.observe.progress import finished_training
@@ -71,7 +80,8 @@ from slurm_elastic.slurm.satellites import (
     new_satellites,
     sbatch_argv,
 )
-from slurm_elastic.store import Store
+from slurm_elastic.slurm.steps import Steps, crash_from_env, step_of
+from slurm_elastic.store import JournalEntry, Store
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +95,18 @@ REQUEUE_WAIT_S = 30.0
 CREDENTIAL_WAIT_S = 1.1
 
 __all__ = ["NotExpressible", "SlurmActuator", "commands", "reconcile"]
+
+
+def _job_id_of(sbatch_out: str) -> str:
+    """The job id ``sbatch --parsable`` printed (``ID`` or ``ID;CLUSTER``).
+
+    Raises:
+        NotExpressible: it printed something else.
+    """
+    head = sbatch_out.strip().split(";")[0]
+    if not head.isascii() or not head.isdigit() or len(head) > 18:
+        raise NotExpressible(f"sbatch printed {sbatch_out[:80]!r}, not a job id")
+    return head
 
 
 def _shape(jid: str, after: Placement) -> list[str]:
@@ -133,15 +155,19 @@ class SlurmActuator:
         client_env: the environment ``runner`` runs Slurm commands with (``None``: this process's);
             a satellite's sbatch keeps only its Slurm client settings (:func:`client_settings`).
         sleep: waits that many seconds (the requeue path's polls).
+        crash: called at each crash point (:mod:`slurm_elastic.slurm.steps`; default: what
+            ``SLURM_ELASTIC_CRASH_AT`` asks for, nothing when it is unset).
     """
 
     def __init__(self, runner: Runner, store: Store, clock: Callable[[], float],
                  records: Callable[[], Mapping[str, JobRecord]] | None = None, me: str = "",
-                 sleep: Callable[[float], None] = time.sleep, client_env: Mapping[str, str] | None = None) -> None:
+                 sleep: Callable[[float], None] = time.sleep, client_env: Mapping[str, str] | None = None,
+                 crash: Callable[[str], None] | None = None) -> None:
         self.runner, self.store, self.clock, self.sleep = runner, store, clock, sleep
         self.client = client_settings(os.environ if client_env is None else client_env)
         self.records: Callable[[], Mapping[str, JobRecord]] = records or dict
         self.me = me or getpass.getuser()
+        self.crash = crash if crash is not None else crash_from_env()
 
     def apply(self, snapshot: ClusterSnapshot, actions: tuple[Action, ...]) -> tuple[ActionOutcome, ...]:
         """Carry out each action; one failure never stops the others."""
@@ -149,8 +175,9 @@ class SlurmActuator:
         records = self.records()
         for a in actions:
             aid = self.store.begin_action(a, self.clock())
+            steps = Steps(self.store, aid, a.kind.value, self.clock, self.crash)
             try:
-                note = self._carry_out(snapshot, a, records.get(a.job_id))
+                note = self._carry_out(snapshot, a, records.get(a.job_id), steps)
             except Exception as exc:  # one job's action, whatever it met, never stops the others'
                 reason = str(exc) if isinstance(exc, ElasticError) else f"failed: {type(exc).__name__}: {exc}"
                 if isinstance(exc, ElasticError):
@@ -166,30 +193,35 @@ class SlurmActuator:
             out.append(ActionOutcome(a, True, note))
         return tuple(out)
 
-    def _carry_out(self, snapshot: ClusterSnapshot, a: Action, rec: JobRecord | None) -> str:
+    def _carry_out(self, snapshot: ClusterSnapshot, a: Action, rec: JobRecord | None, steps: Steps) -> str:
         channel = self._channel(rec) if a.kind in (ActionKind.GROW, ActionKind.SHRINK, ActionKind.REBATCH,
                                                    ActionKind.MOVE) else None
         if channel is None or rec is None:
             for argv in commands(snapshot, a):
-                self.runner(argv)
-                if argv[:2] == ["scontrol", "requeuehold"]:
-                    self._wait_requeued(a.job_id)
+                steps.run(step_of(argv), partial(self._command, argv), argv=list(argv))
             if a.kind is ActionKind.DROP:
                 self._cancel_satellites(a.job_id)
             return "requeued at the new size" if a.kind in (ActionKind.GROW, ActionKind.SHRINK, ActionKind.MOVE) else ""
         if finished_training(self.store.progress_of(a.job_id)):
             return "nothing done: the job finished training, its workers are exiting"
         if a.kind is ActionKind.GROW:
-            return self._grow(a, rec, channel)
+            return self._grow(a, rec, channel, steps)
         if a.kind is ActionKind.SHRINK:
-            return self._shrink(a, rec, channel)
+            return self._shrink(a, rec, channel, steps)
         if a.kind is ActionKind.REBATCH:
             batch = self._batch(a, rec)
             if not batch:
                 return "nothing sent: the job declared no batch range, it keeps its own batch policy"
-            seq = channel.send("resize", channel.workers(self._initial(rec, channel)), batch)
+            workers = channel.workers(self._initial(rec, channel))
+            seq = steps.run("order", partial(channel.send, "resize", workers, batch), workers=workers, batch=batch)
             return f"order {seq}"
         raise NotExpressible(f"job {a.job_id}: moving a launcher job is a shrink then a grow; plan them apart")
+
+    def _command(self, argv: Sequence[str]) -> None:
+        """Run one command of the requeue path, a start, a preemption or a drop."""
+        self.runner(argv)
+        if argv[:2] == ["scontrol", "requeuehold"]:
+            self._wait_requeued(argv[2])
 
     def _wait_requeued(self, jid: str) -> None:
         """Wait until a requeued job is back in the queue (``squeue -h -j J -o %T`` shows PENDING),
@@ -240,7 +272,7 @@ class SlurmActuator:
             return 0
         return a.global_batch if req.mode.value == "endo" else a.local_batch * a.accumulation
 
-    def _grow(self, a: Action, rec: JobRecord, channel: Channel) -> str:
+    def _grow(self, a: Action, rec: JobRecord, channel: Channel, steps: Steps) -> str:
         try:
             script = channel.join_script()
         except ChannelError as exc:
@@ -248,18 +280,25 @@ class SlurmActuator:
         current = channel.workers(self._initial(rec, channel))
         sats = new_satellites(a.before, a.after, self.store.workers_of(a.job_id))
         joiners = [w for sat in sats for w in sat.workers]
+        tokens = [secrets.token_hex(16) for _ in sats]
         # The order first: the job keeps training until the joiners are ready, so a daemon that dies
-        # before the satellites are submitted leaves no allocation behind, only an order a later
-        # one supersedes.
-        seq = channel.send("resize", [*current, *joiners], self._batch(a, rec))
+        # before the satellites are submitted leaves no allocation behind, only an order the next
+        # one withdraws (reconcile). Each satellite's token is journaled before its sbatch.
+        seq = steps.run("order", partial(channel.send, "resize", [*current, *joiners], self._batch(a, rec)),
+                        current=current, joiners=joiners,
+                        satellites=[{"node": s.node, "workers": list(s.workers), "token": t}
+                                    for s, t in zip(sats, tokens, strict=True)])
         submitted: list[str] = []
         try:
-            for sat in sats:
-                out = self.runner(sbatch_argv(rec, sat, script, as_user=as_user(rec.user, self.me), client=self.client))
-                sat_id = out.strip().split(";")[0]
+            for sat, token in zip(sats, tokens, strict=True):
+                argv = sbatch_argv(rec, sat, script, as_user=as_user(rec.user, self.me), client=self.client,
+                                   token=token)
+                sat_id = _job_id_of(steps.run("sbatch", partial(self.runner, argv), token=token, node=sat.node,
+                                              workers=list(sat.workers)))
+                steps.note("submitted", token=token, sat_id=sat_id)
                 self.store.add_satellite(sat_id, a.job_id, self.clock(), [(w, sat.node) for w in sat.workers])
                 submitted.append(sat_id)
-                self.runner(mark_argv(sat_id, a.job_id))
+                steps.run("mark", partial(self.runner, mark_argv(sat_id, a.job_id)), sat_id=sat_id)
         except ElasticError:
             for sat_id in submitted:
                 self._cancel(sat_id)
@@ -267,15 +306,20 @@ class SlurmActuator:
             raise
         return f"order {seq}; satellites {','.join(submitted)} with workers {','.join(joiners)}"
 
-    def _shrink(self, a: Action, rec: JobRecord, channel: Channel) -> str:
+    def _shrink(self, a: Action, rec: JobRecord, channel: Channel, steps: Steps) -> str:
         current = channel.workers(self._initial(rec, channel))
         plan = leaving(rec, current, self.store.workers_of(a.job_id), a.before, a.after)
         stay = [w for w in current if w not in plan.workers]
-        seq = channel.send("resize", stay, self._batch(a, rec))
+        keep = list(plan.parent_nodes) if tuple(sorted(n for n, _ in rec.gpus)) != plan.parent_nodes else None
+        seq = steps.run("order", partial(channel.send, "resize", stay, self._batch(a, rec)), stay=stay,
+                        leaving=list(plan.workers), keep=keep)
         note = f"order {seq}: {','.join(plan.workers)} leave"
-        if tuple(sorted(n for n, _ in rec.gpus)) != plan.parent_nodes:
-            self.store.add_release(a.job_id, list(plan.parent_nodes), len(stay), len(plan.workers), self.clock())
-            note += f"; the job keeps {','.join(plan.parent_nodes)} once they have left"
+        if keep is not None:
+            ordered = self.clock()
+            steps.run("owe-release", partial(self.store.add_release, a.job_id, keep, len(stay), len(plan.workers),
+                                             ordered), keep=keep, world=len(stay), leaving=len(plan.workers),
+                      ordered=ordered)
+            note += f"; the job keeps {','.join(keep)} once they have left"
         return note + (f"; satellites {','.join(plan.satellites)} end" if plan.satellites else "")
 
     # -- satellites -------------------------------------------------------------------------------
@@ -322,19 +366,28 @@ class SlurmActuator:
 
         A shrink's node release is done once the job trains in its new world (see the module
         docstring).
-        A satellite gone from the queue is recorded as ended; one whose job is gone or not
-        running is cancelled; one still waiting after ``SATELLITE_START_TIMEOUT_S`` is cancelled
-        and its workers are taken out of its job's world by a new order (the latest order wins).
+        A satellite gone from the queue is recorded as ended (its workers are taken out of its
+        running job's order if it still names them: a satellite that started and then failed); one
+        whose job is gone or not running is cancelled; one still waiting after
+        ``SATELLITE_START_TIMEOUT_S`` is cancelled and its workers are taken out of its job's world
+        by a new order (the latest order wins). A job in Slurm carrying the token of a satellite
+        this daemon submitted, but not recorded as one (the daemon died before it learnt the id,
+        and no unfinished action claims it), is an orphan: cancelled.
         """
         records = self.records()
         now = self.clock()
         lines = self._release(records, now)
+        lines += self._cancel_orphans(records)
         submitted = self.store.satellite_times()
         for sat_id, parent in self.store.satellites().items():
             sat, job = records.get(sat_id), records.get(parent)
             if sat is None or sat.state is JobState.FINISHED:
                 self.store.end_satellite(sat_id, now)
-                lines.append(f"satellite {sat_id} of job {parent} ended")
+                withdrawn = ""
+                if job is not None and not finished_training(self.store.progress_of(parent)):
+                    what = self._withdraw(job, sat_id)
+                    withdrawn = f" ({what})" if what == "its workers withdrawn" else ""
+                lines.append(f"satellite {sat_id} of job {parent} ended{withdrawn}")
             elif job is None or job.state is not JobState.RUNNING:
                 self._cancel(sat_id)
                 lines.append(f"satellite {sat_id} cancelled: job {parent} is not running")
@@ -344,32 +397,178 @@ class SlurmActuator:
                              f"{SATELLITE_START_TIMEOUT_S:.0f} s: cancelled, " + self._withdraw(job, sat_id))
         return lines
 
+    def _cancel_orphans(self, records: Mapping[str, JobRecord]) -> list[str]:
+        """Cancel the jobs carrying a satellite token this daemon journaled, unknown as satellites."""
+        marked = {rec.job_id: token for rec in records.values()
+                  if rec.state is not JobState.FINISHED and (token := satellite_token(rec.comment))}
+        known = self.store.satellites(include_ended=True)
+        suspects = {jid: token for jid, token in marked.items() if jid not in known}
+        if not suspects:
+            return []
+        claimed = {str(s["token"]) for e in self.store.unfinished_actions()
+                   for n, d, _ in self.store.steps_of(e.id) if n == "order" for s in d.get("satellites", [])}
+        ours = {str(d["token"]) for d in self.store.step_details("sbatch")}
+        lines = []
+        for jid, token in sorted(suspects.items()):
+            if token in ours and token not in claimed:
+                try:
+                    self.runner(["scancel", jid])
+                    lines.append(f"orphan satellite {jid} (submitted, its id never journaled) cancelled")
+                except ElasticError as exc:
+                    lines.append(f"orphan satellite {jid}: scancel failed: {exc}")
+        return lines
+
     def _withdraw(self, job: JobRecord, sat_id: str) -> str:
         """Order a satellite's workers out of its job's world (the latest order wins); what was done."""
+        return self._withdraw_workers(job, {w for w, (_, alloc) in self.store.workers_of(job.job_id).items()
+                                            if alloc == sat_id})
+
+    def _withdraw_workers(self, job: JobRecord, gone: set[str]) -> str:
+        """Order ``gone`` out of the running job's world if its latest order names any; what was done."""
+        if job.state is not JobState.RUNNING:
+            return "the job does not run: nothing to withdraw"
         try:
             channel = self._channel(job)
             if channel is None:
                 return "the job has no launcher"
-            gone = {w for w, (_, alloc) in self.store.workers_of(job.job_id).items() if alloc == sat_id}
             current = channel.workers(self._initial(job, channel))
-            if gone & set(current):
-                channel.send("resize", [w for w in current if w not in gone])
+            if not gone & set(current):
+                return "its workers were not in the job's order"
+            channel.send("resize", [w for w in current if w not in gone])
         except ElasticError as exc:
             return f"its workers could not be withdrawn: {exc}"
         return "its workers withdrawn"
 
-
     def reconcile(self, snapshot: ClusterSnapshot) -> list[str]:
-        """Settle the journal's unfinished actions by ``snapshot`` (:func:`reconcile`); one line each."""
-        return reconcile(self.store, snapshot, self.clock)
+        """Settle the actions a previous daemon began and never finished; one line each.
+
+        Each is judged by its journaled steps and what the job and Slurm say now (module
+        docstring): resumed where the steps that ran can be carried on, undone where they cannot,
+        and judged by Slurm alone (:func:`reconcile`) where no step was journaled.
+        """
+        records = self.records()
+        jobs = {j.job_id: j for j in snapshot.jobs}
+        lines = []
+        for entry in self.store.unfinished_actions():
+            a = entry.action
+            steps = self.store.steps_of(entry.id)
+            names = [n for n, _, _ in steps]
+            try:
+                if not steps:
+                    ok, msg = _judged(a, jobs.get(a.job_id))
+                elif "order" in names and a.kind is ActionKind.GROW:
+                    ok, msg = self._settle_grow(a, steps, records)
+                elif "order" in names:
+                    ok, msg = self._settle_order(a, steps, records)
+                else:
+                    ok, msg = self._settle_commands(entry, steps, jobs.get(a.job_id), records.get(a.job_id))
+            except ElasticError as exc:
+                ok, msg = False, f"could not be settled: {exc}"
+            self.store.finish_action(entry.id, ok, self.clock(), msg)
+            lines.append(f"{a.kind.value} job {a.job_id}: {msg}")
+        return lines
+
+    def _settle_commands(self, entry: JournalEntry, steps: list[tuple[str, dict[str, Any], float]],
+                         job: Job | None, rec: JobRecord | None) -> tuple[bool, str]:
+        """A start, preemption, drop, or a resize by requeue: a requeue interrupted after ``requeuehold``
+        is carried on from its last journaled command (each after ``requeuehold`` is safe to
+        repeat), so the job is never left held; anything else is judged by Slurm."""
+        a = entry.action
+        names = [n for n, _, _ in steps]
+        if "requeuehold" not in names or rec is None or rec.state is JobState.RUNNING:
+            return _judged(a, job)
+        last = list(steps[-1][1]["argv"])
+        if step_of(last) == "requeuehold":
+            self._wait_requeued(a.job_id)  # it ran (the job no longer runs): wait until it is back in the queue
+            todo = self._commands_after(entry, last)
+        else:
+            todo = [last, *self._commands_after(entry, last)]
+        run = Steps(self.store, entry.id, a.kind.value, self.clock, self.crash)
+        for argv in todo:
+            try:
+                run.run(step_of(argv), partial(self._command, argv), argv=argv)
+            except ElasticError as exc:
+                if step_of(argv) != "release":  # releasing a job that is no longer held fails harmlessly
+                    raise
+                log.info("job %s: %s", a.job_id, exc)
+        return True, f"resumed after a restart: {', '.join(step_of(v) for v in todo)} done"
+
+    def _commands_after(self, entry: JournalEntry, argv: Sequence[str]) -> list[list[str]]:
+        """The commands of the requeue path that follow ``argv`` (its journaled shape is reused)."""
+        a = entry.action
+        shape = next((list(d["argv"]) for n, d, _ in self.store.steps_of(entry.id) if n == "shape"), None)
+        if shape is None:
+            shape = ["scontrol", "update", f"JobId={a.job_id}", *_shape(a.job_id, a.after)]
+        path = [["scontrol", "requeuehold", a.job_id], shape, ["scontrol", "release", a.job_id],
+                ["scontrol", "update", f"JobId={a.job_id}", "StartTime=now"]]
+        names = [step_of(v) for v in path]
+        return path[names.index(step_of(argv)) + 1:]
+
+    def _settle_grow(self, a: Action, steps: list[tuple[str, dict[str, Any], float]],
+                     records: Mapping[str, JobRecord]) -> tuple[bool, str]:
+        """An in-place grow: adopt its satellites when every one was submitted (by journaled id or by
+        its token in Slurm), else cancel those found and withdraw the joiners from the job's order."""
+        order = next(d for n, d, _ in steps if n == "order")
+        planned = {str(s["token"]): s for s in order["satellites"]}
+        found = {str(d["token"]): str(d["sat_id"]) for n, d, _ in steps if n == "submitted"}
+        job = records.get(a.job_id)
+        for other in records.values():  # submitted, but the daemon died before it learnt the id
+            token = satellite_token(other.comment)
+            if token in planned and token not in found and job is not None and other.user == job.user:
+                found[token] = other.job_id
+        known = self.store.satellites(include_ended=True)
+        if job is not None and job.state is JobState.RUNNING and set(found) == set(planned):
+            for token, sat_id in found.items():
+                sat = planned[token]
+                if sat_id not in known:
+                    self.store.add_satellite(sat_id, a.job_id, self.clock(),
+                                             [(str(w), str(sat["node"])) for w in sat["workers"]])
+                sat_rec = records.get(sat_id)
+                if sat_rec is None or sat_rec.admin_comment != satellite_marker(a.job_id):
+                    self.runner(mark_argv(sat_id, a.job_id))
+            return True, f"resumed after a restart: satellites {','.join(sorted(found.values()))} adopted"
+        for sat_id in sorted(found.values()):
+            self._cancel(sat_id)
+        withdrawn = self._withdraw_workers(job, set(map(str, order["joiners"]))) if job is not None else "job gone"
+
+        return False, (f"undone after a restart: {len(found)} of {len(planned)} satellites submitted"
+                       f"{' (cancelled: ' + ','.join(sorted(found.values())) + ')' if found else ''}; {withdrawn}")
+
+    def _settle_order(self, a: Action, steps: list[tuple[str, dict[str, Any], float]],
+                      records: Mapping[str, JobRecord]) -> tuple[bool, str]:
+        """A shrink or a rebatch: done when the job holds its order (the latest signed one names the
+        journaled workers), with a shrink's node release owed again if that step did not run."""
+        order = next(d for n, d, _ in steps if n == "order")
+        workers = list(order.get("stay", order.get("workers", [])))
+        job = records.get(a.job_id)
+        channel = self._channel(job)
+        history = channel.history() if channel is not None else []
+        if not history or list(history[-1].workers) != workers:
+            return False, "not done after a restart: the job never got the order"
+        keep = order.get("keep")
+        if keep and a.job_id not in {r["job_id"] for r in self.store.releases()}:
+            self.store.add_release(a.job_id, list(keep), len(workers), len(order["leaving"]),
+                                   next(t for n, _, t in steps if n == "order"))
+            return True, (f"done after a restart: the job holds order {history[-1].seq}; it keeps "
+                          f"{','.join(keep)} once the leavers have left (release owed again)")
+        return True, f"done after a restart: the job holds order {history[-1].seq}"
+
+
+def _judged(a: Action, job: Job | None) -> tuple[bool, str]:
+    """Whether Slurm shows ``a`` done: a START or a resize when the job runs at the target GPU count,
+    a PREEMPT when it waits, a DROP when it is gone."""
+    if a.kind is ActionKind.DROP:
+        ok = job is None
+    elif a.kind is ActionKind.PREEMPT:
+        ok = job is not None and job.state is JobState.PENDING
+    else:
+        ok = job is not None and job.state is JobState.RUNNING and job.num_gpus == a.after.num_gpus
+    return ok, "found done after a restart" if ok else "found not done after a restart"
 
 
 def reconcile(store: Store, snapshot: ClusterSnapshot, clock: Callable[[], float]) -> list[str]:
-    """Settle actions a previous daemon began and never finished, by what Slurm shows now.
-
-    A START or a resize counts as done when the job runs at the target GPU count, a PREEMPT when
-    it waits, a DROP when the job is gone; otherwise the action is recorded as failed (the next
-    round plans again from what really is). Nothing is re-executed blindly.
+    """Settle unfinished actions by what Slurm shows now, alone (no step is resumed or undone; the
+    acting daemon uses :meth:`SlurmActuator.reconcile`). Nothing is re-executed.
 
     Returns:
         One line per settled action.
@@ -377,15 +576,7 @@ def reconcile(store: Store, snapshot: ClusterSnapshot, clock: Callable[[], float
     jobs = {j.job_id: j for j in snapshot.jobs}
     lines = []
     for entry in store.unfinished_actions():
-        a = entry.action
-        job = jobs.get(a.job_id)
-        if a.kind is ActionKind.DROP:
-            ok = job is None
-        elif a.kind is ActionKind.PREEMPT:
-            ok = job is not None and job.state is JobState.PENDING
-        else:
-            ok = job is not None and job.state is JobState.RUNNING and job.num_gpus == a.after.num_gpus
-        msg = "found done after a restart" if ok else "found not done after a restart"
+        ok, msg = _judged(entry.action, jobs.get(entry.action.job_id))
         store.finish_action(entry.id, ok, clock(), msg)
-        lines.append(f"{a.kind.value} job {a.job_id}: {msg}")
+        lines.append(f"{entry.action.kind.value} job {entry.action.job_id}: {msg}")
     return lines

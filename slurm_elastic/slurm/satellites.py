@@ -45,7 +45,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurm_elastic.contract import satellite_marker
+from slurm_elastic.contract import satellite_marker, satellite_token_comment
 from slurm_elastic.core.model import NodeName, Placement
 from slurm_elastic.errors import ElasticError
 from slurm_elastic.jobfiles import JobFileError, check
@@ -129,10 +129,12 @@ def client_settings(env: Mapping[str, str]) -> list[str]:
 
 
 def sbatch_argv(parent: JobRecord, sat: Satellite, join_script: Path, *, as_user: Sequence[str] = (),
-                client: Sequence[str] = ()) -> list[str]:
+                client: Sequence[str] = (), token: str = "") -> list[str]:
     """``sbatch`` argv of one satellite: the parent's user (via ``as_user``), account, partition,
     environment (its ``<secret>.env``) and working directory; see the module docstring. ``client``:
-    the Slurm client settings sbatch keeps (:func:`client_settings`).
+    the Slurm client settings sbatch keeps (:func:`client_settings`). ``token``: the journaled
+    submission token, put in the satellite's comment (:func:`~slurm_elastic.contract.satellite_token_comment`)
+    so that it is found in Slurm even if the daemon dies before it learns the satellite's id.
 
     A satellite whose parent ends is cancelled by the daemon (:meth:`SlurmActuator.tend`).
 
@@ -154,6 +156,8 @@ def sbatch_argv(parent: JobRecord, sat: Satellite, join_script: Path, *, as_user
         argv.append(f"--account={parent.account}")
     if parent.partition:
         argv.append(f"--partition={parent.partition.split(',')[0]}")
+    if token:
+        argv.append(f"--comment={satellite_token_comment(token)}")
     return [*argv, str(join_script), parent.job_id, *sat.workers]
 
 

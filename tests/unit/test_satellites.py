@@ -227,7 +227,9 @@ def test_grow_then_shrink_a_launcher_job_in_place(tmp_path: Path) -> None:
     assert ran[0][:3] == ["env", "-i", f"--chdir={WORK}"]  # the daemon's own user: still a cleared environment
     assert sbatch == ["sbatch", "--parsable", f"--export-file={tmp_path / 'job-1.env'}", f"--chdir={WORK}",
                       "--nodes=1", "--nodelist=n001", "--ntasks-per-node=2", "--gres=gpu:2",
-                      "--account=acct", "--partition=gpu", str(tmp_path / "job-1.join"), "7", "w2", "w3"]
+                      "--account=acct", "--partition=gpu", sbatch[10], str(tmp_path / "job-1.join"), "7", "w2", "w3"]
+    (token,) = [d["token"] for d in act.store.step_details("sbatch")]  # journaled before the sbatch ran
+    assert sbatch[10] == f"--comment=slurm-elastic-satellite={token}" and len(token) == 32
     assert ran[1:] == [["scontrol", "update", "JobId=100", "AdminComment=slurm-elastic satellite-of=7"]]
     (order,) = _orders(tmp_path / "job-1.orders", "7", secret)
     assert order.kind == "resize" and order.workers == ("w0", "w1", "w2", "w3") and order.local_batch == 0
