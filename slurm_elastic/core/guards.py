@@ -112,6 +112,10 @@ class GuardedPlanner(PlannerWrapper):
             view = replace(view, jobs=tuple(
                 replace(j, max_gpus=max(j.min_gpus, min(j.max_gpus, g.max_gpus_per_job))) if j.elastic else j
                 for j in view.jobs))
+        if any(not j.can_grow and j.num_gpus for j in view.jobs):  # the inner planner gives their growth to others
+            view = replace(view, jobs=tuple(
+                replace(j, max_gpus=max(j.min_gpus, min(j.max_gpus, j.num_gpus))) if not j.can_grow and j.num_gpus
+                else j for j in view.jobs))
         inner = self.inner.plan(view, m.inner, rng)
         counts = {p.job_id: p.num_gpus for p in inner.plan.jobs}
         inner_counts = dict(counts)
@@ -239,10 +243,7 @@ class GuardedPlanner(PlannerWrapper):
             if old is not None and old.num_gpus == k:  # untouched by the guards: the inner planner's sizing
                 return sizing.Sizing(old.global_batch, old.local_batch, old.accumulation, old.lr)
             if job.state is JobState.RUNNING and k == job.num_gpus:  # kept as it is
-                current = jobs[job.job_id]
-                return sizing.Sizing(current.global_batch, current.local_batch,
-                                     max(1, -(-current.global_batch // (k * current.local_batch))),
-                                     current.base_lr * current.global_batch / current.base_batch)
+                return sizing.kept(jobs[job.job_id])
             return sizing.size_for(job, k, snapshot.profiles[job.model])
 
         return build_plan(snapshot, plan.policy, counts, reasons=reasons, choose=choose, score=plan.score,

@@ -180,8 +180,13 @@ class Job:
         samples_at_last_change: ``samples_processed`` at ``last_change_time``.
         model: key of the job's throughput profile in ``ClusterSnapshot.profiles``.
         progress: latest progress report.
-        shrink_sizes: GPU counts below the current one that the job can be shrunk to, when its
-            GPUs are released only in whole blocks (``()``: none, it cannot shrink; ``None``: any).
+        release_blocks: when the job's GPUs are released only in whole blocks, those blocks as
+            ``(node, GPUs)``, each freed on its own (a node of its own allocation, a satellite);
+            ``()``: it cannot shrink at all; ``None``: any GPU can go. See :attr:`shrink_sizes`.
+        can_rebatch: its batch can change while it runs (it runs the launcher); a job that cannot
+            keeps the batch it started with until it is restarted.
+        can_grow: it can be given more GPUs while it runs (in place, or by a restart for a job
+            without the launcher); ``False`` for a launcher job whose join script is missing.
     """
 
     job_id: JobId
@@ -211,7 +216,9 @@ class Job:
     samples_at_last_change: int = 0
     model: str = ""
     progress: ProgressReport = field(default_factory=ProgressReport)
-    shrink_sizes: tuple[int, ...] | None = None
+    release_blocks: tuple[tuple[NodeName, int], ...] | None = None
+    can_rebatch: bool = True
+    can_grow: bool = True
 
     def __post_init__(self) -> None:
         def rule(ok: bool, what: str) -> None:
@@ -233,14 +240,30 @@ class Job:
         rule(running == (self.placement.num_gpus > 0),
              f"state {self.state.value} does not match placement of {self.placement.num_gpus} GPUs")
         rule((self.local_batch > 0) == running, f"local batch {self.local_batch} must be > 0 exactly when running")
-        rule(all(0 < k < self.placement.num_gpus for k in self.shrink_sizes or ()),
-             f"shrink sizes {self.shrink_sizes} must lie strictly between 0 and the GPUs held "
-             f"({self.placement.num_gpus})")
+        held = {n: len(g) for n, g in self.placement.slots}
+        in_blocks: dict[NodeName, int] = {}
+        for node, n in self.release_blocks or ():
+            in_blocks[node] = in_blocks.get(node, 0) + n
+        rule(all(n > 0 for _, n in self.release_blocks or ())
+             and all(n <= held.get(node, 0) for node, n in in_blocks.items())
+             and sum(in_blocks.values()) < max(1, self.placement.num_gpus),
+             f"release blocks {self.release_blocks} must be GPUs it holds, never all of them")
 
     @property
     def num_gpus(self) -> int:
         """GPUs held now."""
         return self.placement.num_gpus
+
+    @property
+    def shrink_sizes(self) -> tuple[int, ...] | None:
+        """GPU counts below the current one that whole :attr:`release_blocks` reach (``None``: any)."""
+        if self.release_blocks is None:
+            return None
+        k = self.placement.num_gpus
+        sums = {0}
+        for _, n in self.release_blocks:
+            sums |= {s + n for s in sums}
+        return tuple(sorted(k - s for s in sums if 0 < s < k))
 
     @property
     def base_local_batch(self) -> int:

@@ -5,7 +5,9 @@ in order of importance:
 
 1. a running job keeps the schedulable GPUs it holds (a worker that stays never moves; workers on
    draining or down nodes must move); a shrinking job gives up GPUs on the nodes where it has the
-   fewest first, so what remains spans as few nodes as possible;
+   fewest first, so what remains spans as few nodes as possible, and a job whose GPUs are freed
+   only in whole blocks (``Job.release_blocks``) gives up whole blocks, so the GPUs the plan frees
+   (and gives to others) are those Slurm frees;
 2. a growing job takes free GPUs on the nodes it already uses first;
 3. everything else is packed best-fit: a request that fits in one node goes to the UP node whose
    free GPUs fit it most tightly; larger requests take whole free nodes first.
@@ -16,10 +18,13 @@ Placing never fails when the counts fit the schedulable GPUs: packing is a prefe
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
-from slurm_elastic.core.model import ClusterSnapshot, JobId, NodeName, NodeState, Placement
+from slurm_elastic.core.model import ClusterSnapshot, Job, JobId, NodeName, NodeState, Placement
 from slurm_elastic.errors import InvalidPlanError
+
+T = TypeVar("T")
 
 
 class _FreePool:
@@ -52,6 +57,27 @@ class _FreePool:
         return None
 
 
+def _blocks_to_free(job: Job, per_node: Mapping[NodeName, list[int]], free: int,
+                    order: Mapping[NodeName, int]) -> list[tuple[NodeName, int]] | None:
+    """Whole ``Job.release_blocks`` totalling ``free`` GPUs, those on the nodes where the job has
+    the fewest GPUs (then the last nodes) first; ``None`` when the job has no blocks or none add up."""
+    if job.release_blocks is None or free <= 0:
+        return None
+    ranked = sorted(job.release_blocks, key=lambda b: (len(per_node.get(b[0], ())), -order.get(b[0], 0)))
+    return subset_summing(ranked, lambda b: b[1], free)
+
+
+def subset_summing(items: Sequence[T], size: Callable[[T], int], total: int) -> list[T] | None:
+    """Items (preferring earlier ones) whose sizes sum to exactly ``total`` > 0; a subset-sum search."""
+    reach: dict[int, list[T]] = {0: []}
+    for item in items:
+        n = size(item)
+        for got in sorted(reach, reverse=True):
+            if got + n <= total and got + n not in reach:
+                reach[got + n] = [*reach[got], item]
+    return reach.get(total) if total > 0 else None
+
+
 def place(snapshot: ClusterSnapshot, counts: Mapping[JobId, int]) -> dict[JobId, Placement]:
     """Choose concrete GPUs for planned GPU counts.
 
@@ -81,6 +107,10 @@ def place(snapshot: ClusterSnapshot, counts: Mapping[JobId, int]) -> dict[JobId,
             if keep:
                 per_node[node] = keep
         have = sum(len(g) for g in per_node.values())
+        blocks = _blocks_to_free(job, per_node, have - k, order) if have == job.num_gpus else None
+        for node, n in blocks or ():  # whole release blocks: what the plan frees is what Slurm frees
+            per_node[node] = per_node[node][: len(per_node[node]) - n]
+            have -= n
         # Shrink: leave the nodes where the job has fewest GPUs first.
         for node in sorted(per_node, key=lambda n: (len(per_node[n]), -order[n])):
             if have <= k:

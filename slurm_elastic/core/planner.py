@@ -105,7 +105,11 @@ def build_plan(
     score: float | None = None,
     notes: tuple[str, ...] = (),
 ) -> Plan:
-    """Make a full plan from GPU counts per job.
+    """Make a full plan from GPU counts per job, within what each job can do.
+
+    A running job that cannot grow (``Job.can_grow``) is held at its size, and one that cannot
+    change its batch while it runs (``Job.can_rebatch``) keeps its configuration when its size
+    does not change: a plan never asks for what the job cannot do.
 
     Args:
         snapshot: the cluster now.
@@ -120,6 +124,7 @@ def build_plan(
     """
     reasons = reasons or {}
     limits = batch_limits or {}
+    counts, capped = _capable(snapshot, counts)
     placements = place(snapshot, counts)
     plans: list[JobPlan] = []
     unplaced: list[Unplaced] = []
@@ -127,7 +132,9 @@ def build_plan(
         k = counts.get(job.job_id, 0)
         model = snapshot.profiles[job.model]
         s = None
-        if k > 0:
+        if k > 0 and not job.can_rebatch and k == job.num_gpus:
+            s = sizing.kept(job)  # its batch changes only with a restart, and its size did not change
+        elif k > 0:
             s = choose(job, k) if choose else sizing.size_for(job, k, model, limits.get(job.job_id))
         if s is None:
             why = reasons.get(job.job_id) or (
@@ -137,7 +144,19 @@ def build_plan(
             continue
         plans.append(JobPlan(job.job_id, placements[job.job_id], s.global_batch, s.local_batch, s.accumulation, s.lr))
     plans.sort(key=lambda p: p.job_id)
-    return Plan(policy, tuple(plans), tuple(unplaced), score, notes)
+    return Plan(policy, tuple(plans), tuple(unplaced), score, (*notes, *capped))
+
+
+def _capable(snapshot: ClusterSnapshot, counts: Mapping[JobId, int]) -> tuple[dict[JobId, int], tuple[str, ...]]:
+    """``counts`` within what each job can do: a running job that cannot grow keeps its size."""
+    out = dict(counts)
+    notes = []
+    for job in snapshot.elastic_jobs():
+        k = out.get(job.job_id, 0)
+        if not job.can_grow and job.num_gpus and k > job.num_gpus:
+            out[job.job_id] = job.num_gpus
+            notes.append(f"job {job.job_id} kept at {job.num_gpus} GPUs, not {k}: it cannot grow (no join script)")
+    return out, tuple(notes)
 
 
 def current_counts(snapshot: ClusterSnapshot) -> dict[JobId, int]:

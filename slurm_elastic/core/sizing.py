@@ -43,6 +43,13 @@ class Sizing:
     lr: float
 
 
+def kept(job: Job) -> Sizing:
+    """The running job's configuration as it is now (a job kept at its size and batch)."""
+    k = job.num_gpus
+    return Sizing(job.global_batch, job.local_batch, max(1, -(-job.global_batch // (k * job.local_batch))),
+                  job.base_lr * job.global_batch / job.base_batch)
+
+
 def shape_key(job: Job) -> tuple[object, ...]:
     """Everything that decides a job's sizes and predicted throughput, except measurements.
 

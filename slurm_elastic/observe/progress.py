@@ -16,12 +16,12 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from slurm_elastic.core.model import JobState, ProgressReport
 from slurm_elastic.observe.bounds import ReportLimits, ReportOutOfBounds
-from slurm_elastic.orders import Channel, ChannelError
+from slurm_elastic.orders import Channel, ChannelError, NoChannel
 from slurm_elastic.slurm.records import JobRecord
 from slurm_elastic.store import ProgressRow, Store
 
@@ -56,6 +56,8 @@ class JobRuntime:
         samples_at_last_change: ``samples_processed`` at ``last_change_time``.
         run_time: seconds executed so far (overrides ``now - start_time``).
         progress: latest loss/metric report.
+        can_grow: ``False`` when the job runs the launcher but its join script is missing or breaks
+            a rule (:meth:`~slurm_elastic.orders.Channel.join_script`): it cannot grow in place.
     """
 
     model: str | None = None
@@ -69,6 +71,7 @@ class JobRuntime:
     samples_at_last_change: int = 0
     run_time: float | None = None
     progress: ProgressReport = field(default_factory=ProgressReport)
+    can_grow: bool = True
 
 
 def _number(report: Mapping[str, Any], key: str, kind: type, *, optional: bool = False) -> Any:
@@ -206,6 +209,23 @@ def runtimes(store: Store, records: Iterable[JobRecord]) -> dict[str, JobRuntime
         rt = runtime_of(store.progress_of(rec.job_id))
         if rt is not None:
             out[rec.job_id] = rt
+    return out
+
+
+def join_checked(rts: Mapping[str, JobRuntime], records: Iterable[JobRecord]) -> dict[str, JobRuntime]:
+    """``rts`` with ``can_grow=False`` for each running launcher job whose join script is missing or
+    breaks a rule: such a job is planned at most at its current size, not grown every round and
+    refused every round (the reason is logged when the grow is tried, see the actuator)."""
+    out = dict(rts)
+    for rec in records:
+        if rec.state is not JobState.RUNNING or not rec.comment:
+            continue
+        try:
+            Channel.open(rec.job_id, rec.user, rec.comment).join_script()
+        except NoChannel:
+            continue
+        except ChannelError:
+            out[rec.job_id] = replace(out.get(rec.job_id) or JobRuntime(), can_grow=False)
     return out
 
 

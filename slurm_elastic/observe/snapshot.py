@@ -92,8 +92,9 @@ def fold(records: Sequence[JobRecord], satellites: Mapping[str, str]) -> list[Jo
 def _folded(r: JobRecord, sats: list[JobRecord]) -> JobRecord:
     blocks = None
     if r.state is JobState.RUNNING and COMMENT_KEY in r.comment:
-        own = [len(g) for n, g in r.gpus if n != r.batch_host]
-        blocks = tuple(own + [sum(len(g) for _, g in s.gpus) for s in sats])
+        own = [(n, len(g)) for n, g in r.gpus if n != r.batch_host and g]
+        # Satellites are submitted on one node each; one that spans several is never freed.
+        blocks = tuple(own + [(s.gpus[0][0], len(s.gpus[0][1])) for s in sats if len(s.gpus) == 1])
     if not sats:
         return r if blocks is None else replace(r, release_blocks=blocks)
     return replace(r, nodes=tuple(dict.fromkeys([*r.nodes, *(n for s in sats for n in s.nodes)])),
@@ -282,15 +283,15 @@ def _elastic_job(rec: JobRecord, req: ElasticRequest, slots: list[tuple[str, int
         observed_throughput=rt.observed_throughput, placement=Placement.of(slots), local_batch=local,
         start_time=start, run_time=run_time, last_change_time=last_change,
         samples_at_last_change=rt.samples_at_last_change, model=model, progress=rt.progress,
-        shrink_sizes=_shrink_sizes(k, rec.release_blocks) if running else None,
+        release_blocks=_release_blocks(rec.release_blocks, slots) if running else None,
+        can_rebatch=COMMENT_KEY in rec.comment, can_grow=rt.can_grow,
     )
 
 
-def _shrink_sizes(k: int, blocks: tuple[int, ...] | None) -> tuple[int, ...] | None:
-    """The counts below ``k`` reachable by freeing whole blocks (``None`` when any count can go)."""
+def _release_blocks(blocks: tuple[tuple[NodeName, int], ...] | None,
+                    slots: list[tuple[str, int]]) -> tuple[tuple[NodeName, int], ...] | None:
+    """The blocks on the managed nodes (GPUs elsewhere are not the planner's to free)."""
     if blocks is None:
         return None
-    sums = {0}
-    for b in blocks:
-        sums |= {s + b for s in sums}
-    return tuple(sorted(k - s for s in sums if 0 < s < k))
+    nodes = {n for n, _ in slots}
+    return tuple(b for b in blocks if b[0] in nodes)

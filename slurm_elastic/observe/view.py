@@ -20,7 +20,7 @@ from typing import Protocol
 from slurm_elastic.core.model import ClusterSnapshot
 from slurm_elastic.observe.bounds import limits_of
 from slurm_elastic.observe.inflight import owed_by_store
-from slurm_elastic.observe.progress import ingest, runtimes
+from slurm_elastic.observe.progress import ingest, join_checked, runtimes
 from slurm_elastic.observe.snapshot import fingerprint, in_partitions, snapshot_of
 from slurm_elastic.slurm.records import JobRecord, NodeRecord
 from slurm_elastic.store import Store
@@ -140,7 +140,8 @@ class ClusterView:
         snap = snapshot_of(nodes, jobs, now=self.clock(), profiles=self.profiles, partitions=self.partitions,
                            default_model=self.default_model,
                            satellites=store.satellites() if store is not None else None,
-                           runtimes=runtimes(store, managed) if store is not None else None, refused=refused,
+                           runtimes=join_checked(runtimes(store, managed), managed) if store is not None else None,
+                           refused=refused,
                            unreadable_nodes=self.nodes_left_out)
         self._quarantine(refused)
         self.left_out = {**self.source.refused, **refused}

@@ -137,9 +137,10 @@ class JobRecord:
         het_job_id, het_job_offset: heterogeneous-job ids (``None`` if not a het job).
         work_dir: the job's working directory (``current_working_directory``; ``""`` if unset):
             where its satellites run.
-        release_blocks: for a running launcher job, the GPU counts Slurm can free one at a time
-            (a node of its own allocation other than the batch host, a whole satellite); ``None``
-            when any count can go (set by :func:`slurm_elastic.slurm.satellites.fold`).
+        release_blocks: for a running launcher job, the ``(node, GPUs)`` blocks Slurm can free one
+            at a time (a node of its own allocation other than the batch host, a whole one-node
+            satellite); ``None`` when any count can go (set by
+            :func:`slurm_elastic.observe.snapshot.fold`).
     """
 
     job_id: JobId
@@ -167,7 +168,7 @@ class JobRecord:
     het_job_id: int | None = None
     het_job_offset: int | None = None
     work_dir: str = ""
-    release_blocks: tuple[int, ...] | None = None
+    release_blocks: tuple[tuple[NodeName, int], ...] | None = None
 
     @property
     def placement(self) -> Placement:

@@ -47,6 +47,7 @@ from pathlib import Path
 
 from slurm_elastic.contract import satellite_marker, satellite_token_comment
 from slurm_elastic.core.model import NodeName, Placement
+from slurm_elastic.core.placement import subset_summing
 from slurm_elastic.errors import ElasticError
 from slurm_elastic.jobfiles import JobFileError, check
 from slurm_elastic.slurm.records import JobRecord
@@ -279,11 +280,5 @@ def _per_node(movable: list[Block], groups: Mapping[Block, list[str]],
 
 
 def _by_count(blocks: list[Block], groups: Mapping[Block, list[str]], free: int) -> list[Block] | None:
-    """Blocks (preferring earlier ones) whose GPUs sum to exactly ``free``; a subset-sum search."""
-    reach: dict[int, list[Block]] = {0: []}
-    for key in blocks:
-        size = len(groups[key])
-        for total in sorted(reach, reverse=True):
-            if total + size <= free and total + size not in reach:
-                reach[total + size] = [*reach[total], key]
-    return reach.get(free) if free > 0 else None
+    """Blocks (preferring earlier ones) whose GPUs sum to exactly ``free``."""
+    return subset_summing(blocks, lambda key: len(groups[key]), free)

@@ -81,7 +81,7 @@ def test_guarded_plans_are_valid(snap, policy: str, per_job: int, per_user: int,
 def test_a_job_released_in_whole_blocks_is_never_planned_in_between() -> None:
     from dataclasses import replace
 
-    from slurm_elastic.core.model import JobState
+    from slurm_elastic.core.model import JobState, NodeName
 
     a = make_job("a", state=JobState.RUNNING, max_gpus=4,
                  placement=[("n000", 0), ("n000", 1), ("n001", 0), ("n001", 1)])
@@ -89,11 +89,11 @@ def test_a_job_released_in_whole_blocks_is_never_planned_in_between() -> None:
     c = make_job("c", max_gpus=2, submit_time=2)
     free_any = make_snapshot(make_nodes(3, 2), [a, b, c], now=100.0)
     assert _plan(free_any, Guards(protect_rigid=False)).plan.by_job()[JobId("a")].num_gpus == 3  # dp's choice
-    blocks = make_snapshot(make_nodes(3, 2), [replace(a, shrink_sizes=(2,)), b, c], now=100.0)
+    blocks = make_snapshot(make_nodes(3, 2), [replace(a, release_blocks=((NodeName("n001"), 2),)), b, c], now=100.0)
     res = _plan(blocks, Guards(protect_rigid=False)).plan
     got = {p.job_id: p.num_gpus for p in res.jobs}
     assert got[JobId("a")] == 4 and JobId("c") not in got  # 3 is not reachable: a keeps 4, c waits
     assert any("released only in whole blocks" in n for n in res.notes)
     assert plan_violations(blocks, res) == ()
-    stuck = make_snapshot(make_nodes(3, 2), [replace(a, shrink_sizes=()), b, c], now=100.0)
+    stuck = make_snapshot(make_nodes(3, 2), [replace(a, release_blocks=()), b, c], now=100.0)
     assert _plan(stuck, Guards(protect_rigid=False)).plan.by_job()[JobId("a")].num_gpus == 4  # cannot shrink

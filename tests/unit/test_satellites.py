@@ -163,7 +163,7 @@ def test_shrink_sizes_follow_the_blocks_slurm_can_free() -> None:
     job = rec("7", {"n0": 2, "n1": 2}, batch_host="n0", comment=comment)
     sat = rec("9", {"n2": 1}, admin="slurm-elastic satellite-of=7")
     (folded,) = fold([job, sat], {"9": "7"})
-    assert folded.release_blocks == (2, 1)
+    assert folded.release_blocks == (("n1", 2), ("n2", 1))
     nodes = [NodeRecord(NodeName(n), NodeState.UP, ("MIXED",), 2, (), (), ("gpu",)) for n in ("n0", "n1", "n2")]
     snap = build_snapshot(nodes, [folded], now=10.0, profiles=shipped_profiles())
     assert snap.job(JobId("7")).shrink_sizes == (2, 3, 4)  # 5 GPUs: free the satellite, a node, or both
