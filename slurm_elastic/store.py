@@ -42,6 +42,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, NodeName, Placement, Plan
@@ -230,17 +231,31 @@ def plan_to_json(plan: Plan) -> str:
     }, sort_keys=True)
 
 
+def _round_of(r: tuple[Any, ...]) -> dict[str, Any]:
+    return {"id": r[0], "t": r[1], "policy": r[2], "summary": r[3], "plan": json.loads(r[4]),
+            "violations": json.loads(r[5])}
+
+
 class Store:
     """The daemon's SQLite database.
 
     Args:
         path: database file (created with its folder if missing).
+        read_only: open an existing store for reading only (``status`` beside a running daemon):
+            nothing is created, migrated or written, and any write raises.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
         self.path = path
         self._lock_fd: int | None = None
         try:
+            if read_only:
+                if not path.is_file():
+                    raise StoreError(f"store {path}: no such file (rule: a reader opens an existing store)")
+                self._db = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, isolation_level=None,
+                                           timeout=LOCK_WAIT_S)
+                self._check_schema()
+                return
             path.parent.mkdir(parents=True, exist_ok=True)
             if path.is_dir():
                 raise StoreError(f"store {path}: a directory (rule: the store is a file)")
@@ -261,6 +276,17 @@ class Store:
             self._db.close()
             raise StoreError(f"store {path}: {exc} (rule: a slurm-elastic SQLite store; move the file "
                              "aside to start a new one)") from None
+
+    def _check_schema(self) -> None:
+        try:
+            row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+        except sqlite3.Error as exc:
+            self._db.close()
+            raise StoreError(f"store {self.path}: {exc}") from None
+        if row is None or int(row[0]) != SCHEMA_VERSION:
+            self._db.close()
+            raise StoreError(f"store {self.path}: schema version {row[0] if row else 'none'}, this slurm-elastic "
+                             f"reads {SCHEMA_VERSION}")
 
     def _open(self) -> None:
         path = self.path
@@ -349,8 +375,13 @@ class Store:
         rows = self._db.execute(
             "SELECT id, t, policy, summary, plan, violations FROM rounds WHERE t >= ? ORDER BY id", (since,)
         ).fetchall()
-        return [{"id": r[0], "t": r[1], "policy": r[2], "summary": r[3], "plan": json.loads(r[4]),
-                 "violations": json.loads(r[5])} for r in rows]
+        return [_round_of(r) for r in rows]
+
+    def last_round(self) -> dict[str, Any] | None:
+        """The latest round (one row read, however long the daemon has run)."""
+        row = self._db.execute(
+            "SELECT id, t, policy, summary, plan, violations FROM rounds ORDER BY id DESC LIMIT 1").fetchone()
+        return _round_of(row) if row is not None else None
 
     # -- the action journal -----------------------------------------------------------------------
 

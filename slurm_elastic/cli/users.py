@@ -16,18 +16,24 @@ log = logging.getLogger(__name__)
 
 def cmd_status(args: argparse.Namespace) -> int:
     from slurm_elastic.config import load
-    from slurm_elastic.store import Store
+    from slurm_elastic.store import Store, StoreError
 
     cfg = load(args.config)
-    cluster = view(cfg)
+    store = None
+    if cfg.daemon.store.exists():
+        try:  # the daemon's store, read only: satellites folded in, what the jobs reported
+            store = Store(cfg.daemon.store, read_only=True)
+        except StoreError as exc:
+            log.warning("status from Slurm alone (satellites' GPUs and reported batches not shown): %s", exc)
+    cluster = view(cfg, store)
+    cluster.writes_store = False
     snap = cluster.observe()
     planned: dict[str, Any] = {}
     quarantined: dict[str, str] = {}
-    if cfg.daemon.store.exists():
-        store = Store(cfg.daemon.store)
-        rounds = store.rounds()
-        if rounds:
-            planned = {j["job_id"]: j for j in rounds[-1]["plan"]["jobs"]}
+    if store is not None:
+        last = store.last_round()
+        if last is not None:
+            planned = {j["job_id"]: j for j in last["plan"]["jobs"]}
         quarantined = {j: r for j, r in store.quarantined().items() if j in cluster.records}
         store.close()
     quarantined.update(cluster.left_out)

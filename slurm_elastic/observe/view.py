@@ -73,6 +73,8 @@ class ClusterView:
         partitions: partitions whose nodes the daemon manages (empty: all).
         default_model: profile of elastic jobs that report no model.
         store: the daemon's store (satellites, launcher reports, owed releases); ``None``: Slurm alone.
+        writes_store: store the jobs' new reports and quarantine (the daemon); ``False`` for a
+            reader beside the daemon (``status``), which sees what the store holds and writes nothing.
     """
 
     source: RecordSource
@@ -81,6 +83,7 @@ class ClusterView:
     partitions: tuple[str, ...] = ()
     default_model: str = "cifar10"
     store: Store | None = None
+    writes_store: bool = True
     records: dict[str, JobRecord] = field(default_factory=dict)
     """The raw job records of the last read, by id (satellites not folded): what the actuator acts on."""
     left_out: dict[str, str] = field(default_factory=dict)
@@ -99,7 +102,7 @@ class ClusterView:
 
     def read_reports(self, records: list[JobRecord]) -> int:
         """Store the new reports of these jobs, each checked against its job's bounds; returns how many."""
-        if self.store is None:
+        if self.store is None or not self.writes_store:
             return 0
         now = self.clock()
         return ingest(self.store, records, lambda rec: limits_of(rec, now=now, profiles=self.profiles,
@@ -108,8 +111,8 @@ class ClusterView:
     def _quarantine(self, reasons: Mapping[str, str]) -> None:
         """Jobs left out of this observation: logged once, and kept in the store's quarantine."""
         for jid, reason in reasons.items():
-            new = self.store.quarantine(jid, reason, self.clock()) if self.store is not None else (
-                jid not in self.left_out)
+            new = self.store.quarantine(jid, reason, self.clock()) if self.store is not None and self.writes_store \
+                else jid not in self.left_out
             if new:
                 log.warning("job %s left out (every other job is planned): %s", jid, reason)
 

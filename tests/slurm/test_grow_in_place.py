@@ -5,6 +5,7 @@ Every sample of every epoch is trained exactly once (the job's own count, report
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from slurm_elastic.cli import main
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, Placement
 from slurm_elastic.observe.view import ClusterView
@@ -34,7 +36,8 @@ def _wait(what: str, ok: Any, timeout: float = 90.0) -> None:
 
 
 def test_launcher_job_grows_onto_a_satellite_and_shrinks_back(cluster: DevCluster, tmp_path: Path,
-                                                              submit_example: Any) -> None:
+                                                              submit_example: Any, monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
     out = cluster.root / "jobs" / "grow-%j.out"
     epochs, size = 3, 32768
     job = str(submit_example(out, "--elastic", "1:4", "--gpus-per-node", "1", "--epochs", str(epochs),
@@ -68,6 +71,17 @@ def test_launcher_job_grows_onto_a_satellite_and_shrinks_back(cluster: DevCluste
     _wait("a throughput measured at 2 workers", lambda: obs.observe().job(JobId(job)).observed_throughput is not None)
     snap = obs.observe()
     assert snap.job(JobId(job)).num_gpus == 2  # the satellite's GPU counts as the job's
+    # `status` (another process beside the daemon) says what the job says: the satellite's GPU
+    # is the job's, and the batch is the one the job reported, not the priors' (issue 14, finding 7).
+    for key, value in cluster.env.items():
+        monkeypatch.setenv(key, value)
+    conf = tmp_path / "elastic.toml"
+    conf.write_text(f'[daemon]\npartitions = ["gpu"]\nstore = "{tmp_path / "s.db"}"\n')
+    capsys.readouterr()
+    assert main(["status", "--config", str(conf), "--json"]) == 0
+    row = {r["job_id"]: r for r in json.loads(capsys.readouterr().out)}[job]
+    reported = [r for r in store.progress_of(job) if r.world == 2][-1]
+    assert (row["gpus"], row["batch"]) == (2, reported.global_batch), (row, reported)
 
     (outcome,) = act.apply(snap, (Action(ActionKind.SHRINK, JobId(job), snap.job(JobId(job)).placement, held,
                                          32, 32, 1, 0.1),))

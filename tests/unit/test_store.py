@@ -96,3 +96,18 @@ def test_a_version_2_store_is_migrated_and_its_rows_keep_their_world(tmp_path: P
     con.close()
     rows = Store(db).progress_of("7")
     assert rows == [ProgressRow(t=1.0, kind="resize", samples=64, world=3, global_batch=96)]
+
+
+def test_a_reader_beside_the_daemon_sees_the_store_and_writes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with pytest.raises(StoreError, match="no such file"):
+        Store(path, read_only=True)
+    daemon = Store(path)
+    daemon.add_satellite("9", "7", 1.0, [("w1", "n1")])
+    reader = Store(path, read_only=True)
+    assert reader.satellites() == {"9": "7"} and reader.last_round() is None
+    with pytest.raises(sqlite3.OperationalError, match="readonly"):
+        reader.add_satellite("10", "7", 2.0, [("w2", "n2")])
+    daemon.hold()  # the reader takes no lock: the daemon still acts
+    reader.close()
+    daemon.close()
