@@ -26,6 +26,8 @@ environment or the file again after :func:`load`. Example::
     max_gpus_per_user = 64
     max_gpus_per_account = 128
     protect_rigid = true          # never grow elastic jobs onto GPUs queued rigid jobs need
+    min_run_s = 120               # a job runs this long at its size before it may be preempted
+    max_preemptions = 3           # most times one job is preempted (requeued); then it runs on
 
 The rules: the file is a regular file of at most 1 MiB of UTF-8 TOML; every table is a table;
 integers refuse floats and booleans, numbers are finite; ``poll_interval`` is at least 0.5 s (at
@@ -265,12 +267,18 @@ def parse(text: str, source: str = "<config>") -> Config:
     return Config(daemon, dict(policies.check_params(daemon.policy, params)), _guards(raw.get("guards", {})))
 
 
+SITE_GUARD_DEFAULTS: dict[str, Any] = {"min_run_s": 120.0, "max_preemptions": 3}
+"""Guards on in every site file unless it sets them (0 turns one off): without them, a policy that
+serves by submit time and Slurm's own starts preempt the same jobs over and over (issue 14)."""
+
 _GUARD_LIMITS: dict[str, tuple[float, bool, str]] = {
     "cooldown_s": (MAX_COOLDOWN_S, False, " of seconds; 0 = no limit"),
     "max_resizes_per_hour": (MAX_RESIZES_PER_HOUR, True, "; 0 = no limit"),
     "max_gpus_per_job": (MAX_GPUS, True, "; 0 = no limit"),
     "max_gpus_per_user": (MAX_GPUS, True, "; 0 = no limit"),
     "max_gpus_per_account": (MAX_GPUS, True, "; 0 = no limit"),
+    "min_run_s": (MAX_COOLDOWN_S, False, " of seconds; 0 = no limit"),
+    "max_preemptions": (MAX_RESIZES_PER_HOUR, True, "; 0 = no limit"),
 }
 
 
@@ -285,7 +293,7 @@ def _guards(raw: Any) -> Guards:
     for key, (high, integer, what) in _GUARD_LIMITS.items():
         if key in raw:
             _number(f"guards.{key}", raw[key], 0, high, integer=integer, what=what)
-    return Guards(**raw)
+    return Guards(**{**SITE_GUARD_DEFAULTS, **raw})
 
 
 def _read(path: Path) -> str:

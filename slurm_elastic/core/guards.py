@@ -11,6 +11,9 @@ know them. Pure: its state (when each job last changed) lives in its memo.
 * **Cooldown** (``cooldown_s``) and **rate** (``max_resizes_per_hour``): a running job whose
   allocation changed less than ``cooldown_s`` ago, or changed ``max_resizes_per_hour`` times in
   the last hour (as seen by this planner: each new ``last_change_time``), keeps its current size.
+* **No preemption churn** (``min_run_s``, ``max_preemptions``): a running job the inner planner
+  would stop keeps its size when it started or changed less than ``min_run_s`` ago, or has been
+  preempted ``max_preemptions`` times already (``Job.preemptions``).
 * **Whole blocks**: a running job whose GPUs are released only in whole blocks
   (``Job.shrink_sizes``: a launcher job on Slurm frees a node of its own allocation or a whole
   satellite, never part of one) is never planned to a size in between: its shrink is rounded up
@@ -50,6 +53,9 @@ class Guards:
         max_gpus_per_user: cap on the GPUs of all elastic jobs of one user.
         max_gpus_per_account: cap on the GPUs of all elastic jobs of one account.
         protect_rigid: keep GPUs free for waiting rigid jobs.
+        min_run_s: least seconds a running job keeps its allocation (since it started or last
+            changed) before it may be preempted.
+        max_preemptions: most times one job is preempted; a job preempted that often runs on.
     """
 
     cooldown_s: float = 0.0
@@ -58,10 +64,12 @@ class Guards:
     max_gpus_per_user: int = 0
     max_gpus_per_account: int = 0
     protect_rigid: bool = True
+    min_run_s: float = 0.0
+    max_preemptions: int = 0
 
     def __post_init__(self) -> None:
         for name in ("cooldown_s", "max_resizes_per_hour", "max_gpus_per_job", "max_gpus_per_user",
-                     "max_gpus_per_account"):
+                     "max_gpus_per_account", "min_run_s", "max_preemptions"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
                 raise ConfigError(f"guards.{name} = {value!r}: must be a number >= 0 (0 = no limit)")
@@ -126,6 +134,8 @@ class GuardedPlanner(PlannerWrapper):
             if job.state is not JobState.RUNNING or counts.get(job.job_id, 0) == job.num_gpus:
                 continue
             why = self._frozen(job, changes.get(job.job_id, ()), snapshot.now)
+            if not why and not counts.get(job.job_id):
+                why = self._unpreemptable(job, snapshot.now)
             kept = len(job.placement.gpu_set() & sched)  # GPUs on lost or draining nodes cannot be kept
             if why and kept >= job.min_gpus:
                 counts[job.job_id] = kept
@@ -207,6 +217,15 @@ class GuardedPlanner(PlannerWrapper):
             return f"changed {now - job.last_change_time:.0f} s ago, cooldown {g.cooldown_s:g} s"
         if g.max_resizes_per_hour and len(changes) > g.max_resizes_per_hour:
             return f"changed {len(changes) - 1} times in the last hour, limit {g.max_resizes_per_hour}"
+        return ""
+
+    def _unpreemptable(self, job: Job, now: float) -> str:
+        g = self.guards
+        since = job.last_change_time if job.last_change_time is not None else job.start_time
+        if g.min_run_s and since is not None and now - since < g.min_run_s:
+            return f"ran {now - since:.0f} s at its size, preempted only after {g.min_run_s:g} s"
+        if g.max_preemptions and job.preemptions >= g.max_preemptions:
+            return f"preempted {job.preemptions} times, limit {g.max_preemptions}"
         return ""
 
     @staticmethod

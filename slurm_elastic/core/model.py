@@ -185,6 +185,7 @@ class Job:
             ``()``: it cannot shrink at all; ``None``: any GPU can go. See :attr:`shrink_sizes`.
         can_rebatch: its batch can change while it runs (it runs the launcher); a job that cannot
             keeps the batch it started with until it is restarted.
+        preemptions: times it was preempted (requeued) so far (Slurm's restart count).
         can_grow: it can be given more GPUs while it runs (in place, or by a restart for a job
             without the launcher); ``False`` for a launcher job whose join script is missing.
     """
@@ -219,6 +220,7 @@ class Job:
     release_blocks: tuple[tuple[NodeName, int], ...] | None = None
     can_rebatch: bool = True
     can_grow: bool = True
+    preemptions: int = 0
 
     def __post_init__(self) -> None:
         def rule(ok: bool, what: str) -> None:
@@ -235,6 +237,7 @@ class Job:
         rule(self.requested_gpus >= 1, f"requested GPUs {self.requested_gpus} must be >= 1")
         rule(self.epoch_size >= 1, f"epoch size {self.epoch_size} must be >= 1 sample")
         rule(self.samples_processed >= 0, f"samples processed {self.samples_processed} must be >= 0")
+        rule(self.preemptions >= 0, f"preemptions {self.preemptions} must be >= 0")
         rule(self.base_lr > 0, f"base learning rate {self.base_lr} must be > 0")
         running = self.state is JobState.RUNNING
         rule(running == (self.placement.num_gpus > 0),

@@ -284,7 +284,7 @@ def _elastic_job(rec: JobRecord, req: ElasticRequest, slots: list[tuple[str, int
         start_time=start, run_time=run_time, last_change_time=last_change,
         samples_at_last_change=rt.samples_at_last_change, model=model, progress=rt.progress,
         release_blocks=_release_blocks(rec.release_blocks, slots) if running else None,
-        can_rebatch=COMMENT_KEY in rec.comment, can_grow=rt.can_grow,
+        can_rebatch=COMMENT_KEY in rec.comment, can_grow=rt.can_grow, preemptions=max(0, rec.restart_count),
     )
 
 

@@ -108,6 +108,7 @@ class SimJob:
     last_change: float | None = None
     samples_at_change: float = 0.0
     resizes: int = 0
+    preemptions: int = 0
     dropped: bool = False
     speed: float = 0.0  # samples/s while not paused
     rate: float = 0.0  # work fraction/s while not paused
@@ -298,7 +299,7 @@ class VirtualCluster:
             samples_processed=int(j.samples), observed_throughput=j.speed if running else None,
             placement=j.placement, local_batch=j.local_batch if running else 0, start_time=j.start,
             run_time=j.run_time, last_change_time=j.last_change, samples_at_last_change=int(j.samples_at_change),
-            model=s.model,
+            model=s.model, preemptions=j.preemptions,
             progress=ProgressReport(1.0, *_reports(s, j.samples, j.global_batch)) if self.fit_progress
             else ProgressReport(),
         )
@@ -326,6 +327,7 @@ class VirtualCluster:
             self._finish(job)
             return
         if a.kind is ActionKind.PREEMPT:
+            job.preemptions += 1
             job.state = JobState.PREEMPTED
             job.placement = Placement()
             job.last_change = now

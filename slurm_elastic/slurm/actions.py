@@ -87,6 +87,8 @@ log = logging.getLogger(__name__)
 
 Runner = Callable[[Sequence[str]], str]
 NEEDS_LAUNCHER = "needs the in-job launcher"
+UNSTARTABLE = frozenset({"SUSPENDED", "REQUEUE_HOLD"})
+"""Slurm states of a waiting job that ``StartTime=now`` does not start."""
 SATELLITE_START_TIMEOUT_S = 120.0
 EXIT_GRACE_S = 3.0
 SWITCH_GRACE_S = 20.0
@@ -131,7 +133,7 @@ def commands(snapshot: ClusterSnapshot, action: Action) -> list[list[str]]:
     if kind is ActionKind.PREEMPT:
         return [["scontrol", "requeue", jid]]
     if kind is ActionKind.START:
-        if snapshot.job(jid).state is not JobState.PENDING:
+        if not snapshot.job(jid).is_waiting:  # pending, or requeued and back in the queue (preempted)
             raise NotExpressible(f"job {jid} is {snapshot.job(jid).state.value}: only a waiting job can be started")
         return [["scontrol", "update", f"JobId={jid}", *_shape(jid, action.after)],
                 ["scontrol", "update", f"JobId={jid}", "StartTime=now"]]
@@ -196,6 +198,9 @@ class SlurmActuator:
     def _carry_out(self, snapshot: ClusterSnapshot, a: Action, rec: JobRecord | None, steps: Steps) -> str:
         channel = self._channel(rec) if a.kind in (ActionKind.GROW, ActionKind.SHRINK, ActionKind.REBATCH,
                                                    ActionKind.MOVE) else None
+        if a.kind is ActionKind.START and rec is not None and set(rec.slurm_state) & UNSTARTABLE:
+            raise NotExpressible(f"job {a.job_id} is {'+'.join(rec.slurm_state)}: a suspended or held job is "
+                                 "not started (it waits until it is resumed or released)")
         if channel is None or rec is None:
             for argv in commands(snapshot, a):
                 steps.run(step_of(argv), partial(self._command, argv), argv=list(argv))

@@ -78,7 +78,8 @@ def test_reproduce_runs_bare_policies(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize(("extra", "expected"), [([], Guards()), (["--no-guards"], None),
-                                                 (["--config", "CONFIG"], Guards(cooldown_s=300.0))])
+                                                 (["--config", "CONFIG"],
+                                                  Guards(cooldown_s=300.0, min_run_s=120.0, max_preemptions=3))])
 def test_what_if_passes_the_site_guards(extra: list[str], expected: Guards | None, tmp_path: Path,
                                         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "elastic.toml"

@@ -97,3 +97,32 @@ def test_a_job_released_in_whole_blocks_is_never_planned_in_between() -> None:
     assert plan_violations(blocks, res) == ()
     stuck = make_snapshot(make_nodes(3, 2), [replace(a, release_blocks=()), b, c], now=100.0)
     assert _plan(stuck, Guards(protect_rigid=False)).plan.by_job()[JobId("a")].num_gpus == 4  # cannot shrink
+
+
+def test_a_job_is_not_preempted_again_before_its_minimum_run_nor_too_often() -> None:
+    """Issue 14, finding 2: jobs requeued 12-14 times each under ``efq``. It preempts the
+    later-submitted running job for an earlier waiting one; the guards keep it running until it
+    has run ``min_run_s``, and once it has been preempted ``max_preemptions`` times."""
+    from dataclasses import replace
+
+    from slurm_elastic.core.model import JobState
+
+    run = make_job("a", state=JobState.RUNNING, min_gpus=2, max_gpus=2, requested_gpus=2, submit_time=10.0,
+                   placement=[("n000", 0), ("n000", 1)], epochs_done=1, run_time=900)
+    early = make_job("b", min_gpus=2, max_gpus=2, requested_gpus=2, submit_time=0.0)
+
+    def plan(job, guards: Guards):  # type: ignore[no-untyped-def]
+        snap = make_snapshot(make_nodes(1, 2), [job, early], now=1000.0)
+        res = _plan(snap, guards, policy="efq").plan
+        assert plan_violations(snap, res) == ()
+        return {p.job_id for p in res.jobs}, res.notes
+
+    fresh = replace(run, last_change_time=900.0)
+    assert plan(fresh, Guards(protect_rigid=False))[0] == {"b"}  # preempted without the guard
+    kept, notes = plan(fresh, Guards(protect_rigid=False, min_run_s=300))
+    assert kept == {"a"} and "preempted only after 300 s" in notes[-1]
+    assert plan(replace(run, last_change_time=600.0), Guards(protect_rigid=False, min_run_s=300))[0] == {"b"}
+    often = replace(run, last_change_time=0.0, preemptions=3)
+    kept, notes = plan(often, Guards(protect_rigid=False, max_preemptions=3))
+    assert kept == {"a"} and "preempted 3 times, limit 3" in notes[-1]
+    assert plan(replace(often, preemptions=2), Guards(protect_rigid=False, max_preemptions=3))[0] == {"b"}

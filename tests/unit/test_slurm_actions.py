@@ -53,6 +53,19 @@ def test_rebatch_without_the_launcher_is_refused_with_the_reason() -> None:
         commands(SNAP, _act(ActionKind.REBATCH, "r", [("n000", 0)], [("n000", 0)]))
 
 
+def test_a_preempted_job_back_in_the_queue_is_started_like_a_pending_one() -> None:
+    """A requeued job waits as PREEMPTED: refusing to start it left it to Slurm's own start
+    (issue 14, finding 2: 62 "start job N refused: job N is preempted")."""
+    from dataclasses import replace
+
+    from slurm_elastic.core.model import JobState
+
+    snap = replace(SNAP, jobs=tuple(replace(j, state=JobState.PREEMPTED) if j.job_id == "p" else j
+                                    for j in SNAP.jobs))
+    assert commands(snap, _act(ActionKind.START, "p", [], [("n002", 0)]))[-1] == [
+        "scontrol", "update", "JobId=p", "StartTime=now"]
+
+
 def test_start_of_a_running_job_is_refused() -> None:
     with pytest.raises(NotExpressible, match="only a waiting job can be started"):
         commands(SNAP, _act(ActionKind.START, "r", [], [("n002", 0)]))
