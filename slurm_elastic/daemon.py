@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import Any, Protocol
@@ -32,7 +32,7 @@ import numpy as np
 
 from slurm_elastic import policies
 from slurm_elastic.config import Config
-from slurm_elastic.core.actions import Action
+from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import ClusterSnapshot, InFlightResize, JobId
 from slurm_elastic.core.rounds import ActionOutcome, RoundRecord, run_round
 from slurm_elastic.errors import ConfigError
@@ -58,6 +58,10 @@ class Actor(Protocol):
 
     def reconcile(self, snapshot: ClusterSnapshot) -> list[str]:
         """Settle what a previous daemon's journal left unfinished, by ``snapshot``; one line each."""
+        ...
+
+    def lease(self, snapshot: ClusterSnapshot, started: Collection[str]) -> list[str]:
+        """Keep Slurm from starting the waiting elastic jobs the round did not start; one line each failure."""
         ...
 
 
@@ -101,6 +105,10 @@ class ShadowActuator:
         """Nothing to settle: shadow mode journals nothing."""
         return []
 
+    def lease(self, snapshot: ClusterSnapshot, started: Collection[str]) -> list[str]:
+        """Nothing held: in shadow mode Slurm starts every job itself."""
+        return []
+
 
 @dataclass
 class Daemon:
@@ -140,6 +148,9 @@ class Daemon:
         """Run one round now and record it."""
         t0 = time.perf_counter()
         rec = run_round(self, self.planner, self.act, self.memo, self.rng)
+        started = {o.action.job_id for o in rec.outcomes if o.ok and o.action.kind is ActionKind.START}
+        for line in self.act.lease(rec.snapshot, started):
+            log.warning("%s", line)
         for o in rec.outcomes:
             if o.ok and not self.config.daemon.dry_run:
                 self.in_flight[o.action.job_id] = InFlightResize(o.action.job_id, o.action.after.num_gpus,

@@ -48,7 +48,7 @@ from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, NodeName, Placement, Plan
 from slurm_elastic.errors import ElasticError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 LOCK_WAIT_S = 2.0
 """How long a call waits for another process's write lock before it fails (sqlite's busy timeout)."""
 
@@ -124,6 +124,10 @@ CREATE TABLE IF NOT EXISTS quarantine (
     t REAL NOT NULL,
     reason TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS submit_times (
+    job_id TEXT PRIMARY KEY,
+    t REAL NOT NULL
+);
 """
 
 # Version 1 stores lack the report kind and resize pause of progress rows.
@@ -134,8 +138,9 @@ _MIGRATE_1_TO_2 = (
 )
 # Version 2 stores named a report's world size ``gpus``; the launcher, the reports and the rows say ``world``.
 _MIGRATE_2_TO_3 = ("ALTER TABLE progress RENAME COLUMN gpus TO world",)
-# Version 3 stores lack the steps table (created by the schema script): nothing to alter.
-_MIGRATIONS = {1: _MIGRATE_1_TO_2 + _MIGRATE_2_TO_3, 2: _MIGRATE_2_TO_3, 3: ()}
+# Version 3 stores lack the steps table, version 4 the submit times (both created by the schema
+# script): nothing to alter.
+_MIGRATIONS = {1: _MIGRATE_1_TO_2 + _MIGRATE_2_TO_3, 2: _MIGRATE_2_TO_3, 3: (), 4: ()}
 
 
 class StoreError(ElasticError):
@@ -477,6 +482,28 @@ class Store:
             cur = self._db.execute("INSERT INTO quarantine(job_id, t, reason) VALUES (?, ?, ?) "
                                    "ON CONFLICT(job_id) DO NOTHING", (job_id, t, reason[:500]))
         return cur.rowcount == 1
+
+    def first_submits(self, seen: Mapping[str, float]) -> dict[str, float]:
+        """Each job's first submit time: the earliest this store saw (Slurm resets a job's submit
+        time when it is requeued) or, for a job new to it, the one in ``seen``, which is kept."""
+        known = self.submit_times(seen)
+        new = {j: t for j, t in seen.items() if j not in known}
+        if new:
+            with self._tx():
+                self._db.executemany("INSERT INTO submit_times(job_id, t) VALUES (?, ?) ON CONFLICT(job_id) "
+                                     "DO NOTHING", sorted(new.items()))
+        return {**new, **{j: min(t, seen[j]) for j, t in known.items()}}
+
+    def submit_times(self, job_ids: Iterable[str]) -> dict[str, float]:
+        """The first submit times this store keeps for these jobs."""
+        out: dict[str, float] = {}
+        ids = list(job_ids)
+        for i in range(0, len(ids), 500):
+            chunk = ids[i:i + 500]
+            marks = ",".join("?" * len(chunk))
+            out.update({str(j): float(t) for j, t in self._db.execute(
+                f"SELECT job_id, t FROM submit_times WHERE job_id IN ({marks})", chunk)})
+        return out
 
     def quarantined(self) -> dict[str, str]:
         """Every job ever put in quarantine, with its reason."""

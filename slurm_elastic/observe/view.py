@@ -108,6 +108,17 @@ class ClusterView:
         return ingest(self.store, records, lambda rec: limits_of(rec, now=now, profiles=self.profiles,
                                                                  default_model=self.default_model), now)
 
+    def _first_submits(self, jobs: list[JobRecord]) -> list[JobRecord]:
+        """Records with each job's first submit time: Slurm resets it on every requeue, so a
+        policy that serves by submit time would send a preempted job to the back of the queue."""
+        if self.store is None:
+            return jobs
+        seen: dict[str, float] = {j.job_id: float(j.submit_time) for j in jobs if j.submit_time}
+        first = self.store.first_submits(seen) if self.writes_store else {
+            **seen, **{j: min(t, seen[j]) for j, t in self.store.submit_times(seen).items()}}
+        return [replace(j, submit_time=int(first[j.job_id])) if j.job_id in first and first[j.job_id] < (
+            j.submit_time or 0) else j for j in jobs]
+
     def _quarantine(self, reasons: Mapping[str, str]) -> None:
         """Jobs left out of this observation: logged once, and kept in the store's quarantine."""
         for jid, reason in reasons.items():
@@ -136,6 +147,7 @@ class ClusterView:
         """The snapshot now: managed nodes, their jobs (satellites folded in), what launchers reported,
         and the resizes the store says are still under way."""
         nodes, jobs = self.source.read()
+        jobs = self._first_submits(jobs)
         managed = self._jobs_read(jobs)
         self._nodes_left_out(self.source.refused_nodes)
         store = self.store

@@ -58,7 +58,7 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -87,6 +87,13 @@ log = logging.getLogger(__name__)
 
 Runner = Callable[[Sequence[str]], str]
 NEEDS_LAUNCHER = "needs the in-job launcher"
+LEASE_S = 60
+"""While the daemon runs it alone starts elastic jobs: every waiting elastic job it plans has its
+begin time pushed this many seconds ahead (``StartTime=now+LEASE_S``), renewed when half of it is
+left. A daemon that is gone renews nothing, and Slurm starts the job itself when the lease runs out:
+the fallback (``job_submit.lua`` holds a new job for its first seconds the same way)."""
+LEASE_BATCH = 200
+"""Job ids per lease command."""
 UNSTARTABLE = frozenset({"SUSPENDED", "REQUEUE_HOLD"})
 """Slurm states of a waiting job that ``StartTime=now`` does not start."""
 SATELLITE_START_TIMEOUT_S = 120.0
@@ -170,6 +177,9 @@ class SlurmActuator:
         self.records: Callable[[], Mapping[str, JobRecord]] = records or dict
         self.me = me or getpass.getuser()
         self.crash = crash if crash is not None else crash_from_env()
+        self.lease_s = LEASE_S
+        self._leasing: set[str] = set()  # the waiting elastic jobs of the last round
+        self._leased: dict[str, float] = {}  # job id -> until when Slurm will not start it
 
     def apply(self, snapshot: ClusterSnapshot, actions: tuple[Action, ...]) -> tuple[ActionOutcome, ...]:
         """Carry out each action; one failure never stops the others."""
@@ -221,6 +231,33 @@ class SlurmActuator:
             seq = steps.run("order", partial(channel.send, "resize", workers, batch), workers=workers, batch=batch)
             return f"order {seq}"
         raise NotExpressible(f"job {a.job_id}: moving a launcher job is a shrink then a grow; plan them apart")
+
+    # -- leases: the daemon alone starts elastic jobs ---------------------------------------------
+
+    def lease(self, snapshot: ClusterSnapshot, started: Collection[str]) -> list[str]:
+        """Keep Slurm from starting the waiting elastic jobs of ``snapshot`` (those the round just
+        started aside) for :data:`LEASE_S` more seconds; renewed by :meth:`tend`. One line per failure."""
+        self._leasing = {str(j.job_id) for j in snapshot.elastic_jobs() if j.is_waiting} - {str(j) for j in started}
+        return self._renew_leases()
+
+    def _renew_leases(self) -> list[str]:
+        now = self.clock()
+        records = self.records()
+        self._leased = {j: t for j, t in self._leased.items() if j in self._leasing}
+        due = sorted(j for j in self._leasing if self._leased.get(j, 0.0) - now < self.lease_s / 2
+                     and (r := records.get(j)) is not None and r.state in (JobState.PENDING, JobState.PREEMPTED)
+                     and not set(r.slurm_state) & UNSTARTABLE)
+        lines = []
+        for i in range(0, len(due), LEASE_BATCH):
+            chunk = due[i:i + LEASE_BATCH]
+            try:
+                self.runner(["scontrol", "update", f"JobId={','.join(chunk)}", f"StartTime=now+{self.lease_s}"])
+            except ElasticError as exc:  # one job that just started or ended: the others next poll
+                lines.append(f"lease of waiting jobs {','.join(chunk[:5])}{'...' if len(chunk) > 5 else ''} "
+                             f"failed: {exc}")
+                continue
+            self._leased.update({j: now + self.lease_s for j in chunk})
+        return lines
 
     def _command(self, argv: Sequence[str]) -> None:
         """Run one command of the requeue path, a start, a preemption or a drop."""
@@ -383,6 +420,7 @@ class SlurmActuator:
         now = self.clock()
         lines = self._release(records, now)
         lines += self._cancel_orphans(records)
+        lines += self._renew_leases()
         submitted = self.store.satellite_times()
         for sat_id, parent in self.store.satellites().items():
             sat, job = records.get(sat_id), records.get(parent)

@@ -108,3 +108,31 @@ def test_a_job_without_the_launcher_is_requeued_at_its_new_size(cluster: DevClus
         time.sleep(0.5)
     assert rec["restart_cnt"] == 1
     cluster.cancel_all()
+
+
+def test_while_the_daemon_runs_it_alone_starts_elastic_jobs(cluster: DevCluster, tmp_path: Path) -> None:
+    """Issue 14, finding 2: Slurm started elastic jobs itself when their 10 s hold passed, and the
+    daemon preempted what Slurm started, over and over. The daemon leases the waiting jobs it plans
+    (their begin time pushed ahead, one command for all); when it is gone, the lease runs out and
+    Slurm starts them itself (the fallback)."""
+    cluster.cancel_all()
+
+    def runner(argv: Sequence[str]) -> str:
+        return run_command(argv, env=cluster.env)
+
+    store = Store(tmp_path / "s.db")
+    obs = ClusterView(SlurmCli(runner), shipped_profiles(), time.time, ("gpu",), store=store)
+    act = SlurmActuator(runner, store, time.time, records=lambda: obs.records, client_env=cluster.env)
+    act.lease_s = 20
+    jobs = [cluster.sbatch("--elastic=1:4", "--gres=gpu:1", "-N1", "--wrap", "sleep 30") for _ in range(2)]
+    assert act.lease(obs.observe(), ()) == []
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 14:  # past the 10 s hold of job_submit.lua, renewed at every poll
+        obs.poll()
+        assert act.tend() == []
+        assert [cluster.job(j)["job_state"] for j in jobs] == ["PENDING", "PENDING"]
+        time.sleep(1.0)
+    # The daemon is gone: nothing renews the lease, and Slurm starts the jobs itself.
+    for j in jobs:
+        cluster.wait_state(j, "RUNNING", timeout=30)
+    cluster.cancel_all()

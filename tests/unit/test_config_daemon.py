@@ -116,6 +116,9 @@ def test_acting_daemon_does_not_repeat_an_action_on_its_way(tmp_path: Path) -> N
         def reconcile(self, snapshot: ClusterSnapshot) -> list[str]:
             return []
 
+        def lease(self, snapshot: object, started: object) -> list[str]:
+            return []
+
     snap = make_snapshot(make_nodes(1), [make_job("1", max_gpus=4)], now=0.0)
     obs = FakeObserver(snap)
     now = [0.0]
@@ -143,6 +146,9 @@ def test_owed_work_is_done_at_every_poll_not_only_in_rounds(tmp_path: Path) -> N
             return tuple(ActionOutcome(a, True) for a in actions)
 
         def reconcile(self, snapshot: ClusterSnapshot) -> list[str]:
+            return []
+
+        def lease(self, snapshot: object, started: object) -> list[str]:
             return []
 
         def tend(self) -> list[str]:

@@ -445,6 +445,9 @@ def test_a_failing_first_observation_does_not_stop_the_acting_daemon_from_starti
             settled.append(snapshot)
             return ["start job 1: found done after a restart"]
 
+        def lease(self, snapshot: object, started: object) -> list[str]:
+            return []
+
     cfg = Config(DaemonConfig(policy="dp", store=tmp_path / "s.db", dry_run=False))
     d = Daemon(cfg, Flaky(make_snapshot(make_nodes(1), [])), Store(tmp_path / "s.db"), Act(),  # type: ignore[arg-type]
                sleep=lambda s: None, clock=lambda: NOW)
@@ -472,3 +475,17 @@ def test_a_locked_store_fails_fast_naming_the_rule(tmp_path: Path) -> None:
         Store(path).quarantine("7", "x", 0.0)
     assert time.monotonic() - t0 < 10
     holder.execute("ROLLBACK")
+
+
+def test_a_requeued_job_keeps_its_first_submit_time(tmp_path: Path) -> None:
+    """Slurm resets a job's submit time when it is requeued: a policy serving by submit time
+    (``efq``) sent every preempted job to the back of the queue (issue 14, finding 2)."""
+    waiting = replace(record("7", {}, state=JobState.PENDING), submit_time=int(NOW) - 500)
+    source = Source(nodes(1), [waiting])
+    cluster = view(tmp_path, source)
+    assert cluster.observe().job(JobId("7")).submit_time == NOW - 500
+    source.records = [replace(waiting, submit_time=int(NOW) - 5, restart_count=1)]  # requeued just now
+    assert cluster.observe().job(JobId("7")).submit_time == NOW - 500
+    reader = ClusterView(source, shipped_profiles(), lambda: NOW, (), "cifar10",
+                         Store(tmp_path / "s.db", read_only=True), writes_store=False)
+    assert reader.observe().job(JobId("7")).submit_time == NOW - 500  # status sees the same
