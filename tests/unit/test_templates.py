@@ -140,3 +140,28 @@ def test_submit_without_an_environment_saves_this_processes_and_cleans_up_a_refu
     with pytest.raises(ConfigError, match="sbatch refused the job: sbatch: error: refused"):
         submit("pytorch", replace(REQ, secret_file=str(other)))
     assert sorted(p.name for p in other.parent.iterdir() if p.name.startswith("job-2")) == []
+
+
+@pytest.mark.parametrize("trained", [True, False])
+def test_a_lost_worker_does_not_fail_a_job_whose_training_completed(tmp_path: Path, trained: bool) -> None:
+    """Issue 14, finding 3: one worker of four SIGKILLed, the others finished the training, but srun
+    returned 137 for the lost task and ``set -e`` made it the job's status: Slurm said FAILED."""
+    import dataclasses
+    import os
+    import subprocess
+
+    secret = tmp_path / "job-1"
+    secret.write_text("s" * 32)
+    (tmp_path / "bin").mkdir()
+    srun = tmp_path / "bin" / "srun"
+    srun.write_text("#!/bin/sh\nexit 137\n")
+    srun.chmod(0o755)
+    if trained:
+        Path(f"{secret}.reports").write_text('{"job_id":"5","kind":"progress"}\n{"job_id":"5","kind":"end"}\n')
+    script = tmp_path / "job.sh"
+    script.write_text(render("pytorch", dataclasses.replace(REQ, secret_file=str(secret))))
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "SLURM_JOB_ID": "5",
+           "SLURM_JOB_NUM_NODES": "1"}
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == (0 if trained else 137), done.stderr
+    assert ("the training completed" in done.stderr) == trained
