@@ -235,9 +235,13 @@ class SlurmActuator:
     # -- leases: the daemon alone starts elastic jobs ---------------------------------------------
 
     def lease(self, snapshot: ClusterSnapshot, started: Collection[str]) -> list[str]:
-        """Keep Slurm from starting the waiting elastic jobs of ``snapshot`` (those the round just
-        started aside) for :data:`LEASE_S` more seconds; renewed by :meth:`tend`. One line per failure."""
-        self._leasing = {str(j.job_id) for j in snapshot.elastic_jobs() if j.is_waiting} - {str(j) for j in started}
+        """Keep Slurm from starting the waiting elastic jobs of ``snapshot`` for :data:`LEASE_S` more
+        seconds; renewed by :meth:`tend`. One line per failure. A job the round just started, or one
+        with an action on its way (``snapshot.in_flight``: a START whose job is not running yet), is
+        not leased: that would undo its ``StartTime=now``."""
+        flying = {str(f.job_id) for f in snapshot.in_flight}
+        self._leasing = {str(j.job_id) for j in snapshot.elastic_jobs() if j.is_waiting} - {str(j) for j in started} \
+            - flying
         return self._renew_leases()
 
     def _renew_leases(self) -> list[str]:

@@ -122,3 +122,38 @@ def test_a_requeued_job_is_resized_only_once_it_is_back_in_the_queue(tmp_path: P
                                    "update", "release", "update"]
     assert CREDENTIAL_WAIT_S > 1.0  # the restart's credential must be made in a later second than the kill
 
+
+
+def test_waiting_elastic_jobs_are_leased_in_one_command_but_not_one_being_started(tmp_path: Path) -> None:
+    """The lease keeps Slurm from starting the jobs the daemon plans (issue 14, finding 2); a job
+    whose START is on its way is left alone: a lease would undo its ``StartTime=now``."""
+    from dataclasses import replace
+
+    from slurm_elastic.core.model import InFlightResize
+    from slurm_elastic.slurm.records import GpuRequest, JobRecord
+
+    def rec(jid: str) -> JobRecord:
+        return JobRecord(JobId(jid), int(jid), "j", "u", "a", "gpu", JobState.PENDING, ("PENDING",), 0, None, None,
+                         (), 1, None, (), GpuRequest(per_node=1), "slurm-elastic gpus=1:4", "", None)
+
+    snap = make_snapshot(make_nodes(1), [make_job("1"), make_job("2"), make_job("3")])
+    records = {j: rec(j) for j in ("1", "2", "3")}
+    ran: list[list[str]] = []
+    now = [100.0]
+
+    def runner(argv: Sequence[str]) -> str:
+        ran.append(list(argv))
+        return ""
+
+    act = SlurmActuator(runner, Store(tmp_path / "s.db"), lambda: now[0], records=lambda: records)
+    flying = replace(snap, in_flight=(InFlightResize(JobId("2"), 1, 99.0),))
+    assert act.lease(flying, started={"3"}) == []
+    assert ran == [["scontrol", "update", "JobId=1", "StartTime=now+60"]]
+    now[0] = 120.0
+    act.tend()
+    assert len(ran) == 1  # 40 s of the lease left: not renewed yet
+    now[0] = 131.0
+    act.tend()
+    assert ran[-1] == ["scontrol", "update", "JobId=1", "StartTime=now+60"]
+    act.lease(snap, started=())
+    assert ran[-1] == ["scontrol", "update", "JobId=2,3", "StartTime=now+60"]  # one command for both
