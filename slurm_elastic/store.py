@@ -48,7 +48,7 @@ from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, NodeName, Placement, Plan
 from slurm_elastic.errors import ElasticError
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 LOCK_WAIT_S = 2.0
 """How long a call waits for another process's write lock before it fails (sqlite's busy timeout)."""
 
@@ -87,7 +87,8 @@ CREATE TABLE IF NOT EXISTS progress (
     metric REAL,
     kind TEXT NOT NULL DEFAULT 'progress',
     pause_s REAL,
-    epoch_size INTEGER
+    epoch_size INTEGER,
+    lost TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS progress_job ON progress(job_id, t);
 CREATE TABLE IF NOT EXISTS report_offsets (job_id TEXT PRIMARY KEY, offset INTEGER NOT NULL);
@@ -140,7 +141,10 @@ _MIGRATE_1_TO_2 = (
 _MIGRATE_2_TO_3 = ("ALTER TABLE progress RENAME COLUMN gpus TO world",)
 # Version 3 stores lack the steps table, version 4 the submit times (both created by the schema
 # script): nothing to alter.
-_MIGRATIONS = {1: _MIGRATE_1_TO_2 + _MIGRATE_2_TO_3, 2: _MIGRATE_2_TO_3, 3: (), 4: ()}
+# Version 5 stores lack the lost workers of a recovery's report.
+_MIGRATE_5_TO_6 = ("ALTER TABLE progress ADD COLUMN lost TEXT NOT NULL DEFAULT ''",)
+_MIGRATIONS = {1: _MIGRATE_1_TO_2 + _MIGRATE_2_TO_3 + _MIGRATE_5_TO_6, 2: _MIGRATE_2_TO_3 + _MIGRATE_5_TO_6,
+               3: _MIGRATE_5_TO_6, 4: _MIGRATE_5_TO_6, 5: _MIGRATE_5_TO_6}
 
 
 class StoreError(ElasticError):
@@ -164,6 +168,7 @@ class ProgressRow:
         metric: the validation metric (``ElasticJob.evaluate``), ``None`` if not reported.
         pause_s: a resize report's pause (seconds), else ``None``.
         epoch_size: samples per epoch, ``None`` if not reported.
+        lost: a recovery's resize report: the workers the survivors went on without.
     """
 
     t: float
@@ -176,9 +181,16 @@ class ProgressRow:
     metric: float | None = None
     pause_s: float | None = None
     epoch_size: int | None = None
+    lost: tuple[str, ...] = ()
 
 
-_PROGRESS_COLUMNS = "t, kind, samples, world, global_batch, throughput, loss, metric, pause_s, epoch_size"
+_PROGRESS_COLUMNS = "t, kind, samples, world, global_batch, throughput, loss, metric, pause_s, epoch_size, lost"
+
+
+def _progress_row(r: tuple[Any, ...]) -> ProgressRow:
+    t, kind, samples, world, batch, throughput, loss, metric, pause, epoch_size, lost = r
+    return ProgressRow(t, kind, samples, world, batch, throughput, loss, metric, pause, epoch_size,
+                       tuple(w for w in str(lost).split(",") if w))
 
 
 @dataclass(frozen=True, slots=True)
@@ -459,9 +471,9 @@ class Store:
                 f"job {job_id}: progress samples={r.samples}, world={r.world}, batch={r.global_batch} must be >= 0"
             )
         self._db.execute(
-            f"INSERT INTO progress(job_id, {_PROGRESS_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO progress(job_id, {_PROGRESS_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (job_id, r.t, r.kind, r.samples, r.world, r.global_batch, r.throughput, r.loss, r.metric, r.pause_s,
-             r.epoch_size),
+             r.epoch_size, ",".join(r.lost)),
         )
 
     def add_reports(self, job_id: str, rows: Iterable[ProgressRow], offset: int) -> None:
@@ -518,7 +530,7 @@ class Store:
         """Every progress row of a job, oldest first."""
         rows = self._db.execute(f"SELECT {_PROGRESS_COLUMNS} FROM progress WHERE job_id = ? ORDER BY t, id",
                                 (job_id,)).fetchall()
-        return [ProgressRow(*r) for r in rows]
+        return [_progress_row(r) for r in rows]
 
     def report_inputs(self, job_ids: Iterable[str]) -> dict[str, Any]:
         """What the allocation report takes from the store for these jobs (and the jobs their
@@ -583,8 +595,13 @@ class Store:
         with self._tx():
             self._db.execute("UPDATE satellites SET ended=? WHERE sat_id=? AND ended IS NULL", (t, sat_id))
 
+    def lost_workers(self, job_id: str) -> set[str]:
+        """Every worker a recovery of the job went on without (its reports' ``lost``)."""
+        rows = self._db.execute("SELECT lost FROM progress WHERE job_id = ? AND lost != ''", (job_id,))
+        return {w for (lost,) in rows for w in str(lost).split(",") if w}
+
     def latest_progress(self, job_id: str) -> ProgressRow | None:
         """The newest progress row of a job, if any."""
         r = self._db.execute(f"SELECT {_PROGRESS_COLUMNS} FROM progress WHERE job_id = ? ORDER BY t DESC, id DESC "
                              "LIMIT 1", (job_id,)).fetchone()
-        return None if r is None else ProgressRow(*r)
+        return None if r is None else _progress_row(r)

@@ -665,15 +665,16 @@ class Agent:
         if self._reporter is not None:
             self._reporter.metric = metric
 
-    def _report(self, kind: str, pause_s: float = 0.0) -> None:
-        """Rank 0: append a signed report (:mod:`.reports`); a failing write is logged, never fatal."""
+    def _report(self, kind: str, pause_s: float = 0.0, lost: Sequence[str] = ()) -> None:
+        """Rank 0: append a signed report (:mod:`.reports`); a failing write is logged, never fatal.
+        ``lost``: the workers a recovery went on without (the daemon gives their GPUs back)."""
         if self._reporter is None or self.rank != 0:
             return
         try:
             self._reporter.write(kind, self.clock(), step=int(self.extra["step"]),
                                  samples=int(self.extra.get("samples", 0)), epoch=self.sampler.state.epoch,
                                  epoch_size=len(self.job.dataset), world=len(self.members),
-                                 local_batch=int(self.extra["local_batch"]), pause_s=pause_s)
+                                 local_batch=int(self.extra["local_batch"]), pause_s=pause_s, lost=lost)
         except OSError as exc:
             log.warning("%s: progress report not written: %s", self.me, exc)
 
@@ -782,6 +783,7 @@ class Agent:
             self.state.restore()
         self.extra["applied_seq"] = max(applied, int(self.extra.get("applied_seq", 0)))
         gen = f"{self.generation}.r"
+        before = self.members
         try:
             survivors, src = self._agree(gen, committed)
             if self.me not in survivors:
@@ -800,7 +802,7 @@ class Agent:
         self._apply_policy()
         self.state.commit()
         self._event("recovered", world=len(survivors), since=self.clock() - t0)
-        self._report("resize", self.clock() - t0)
+        self._report("resize", self.clock() - t0, lost=[w for w in before if w not in survivors])
         self._transition(AgentState.TRAINING)
 
     def _agree(self, gen: str, committed: bool) -> tuple[tuple[str, ...], str | None]:

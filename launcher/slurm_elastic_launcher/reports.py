@@ -21,13 +21,15 @@ the epoch), ``step``, ``samples`` (samples trained since the start, all workers)
 ``epoch_size``, ``world``, ``local_batch``, ``global_batch``, ``throughput`` (samples/s over the
 window since the previous report, 0 if none), ``loss`` (mean per-sample loss on rank 0 over that
 window, or null), ``metric`` (the job's validation metric at its last epoch end, or null),
-``pause_s`` (resize reports: seconds from the switch to training again).
+``pause_s`` (resize reports: seconds from the switch to training again), ``lost`` (a resize report
+after a recovery: the ids of the workers the survivors went on without; absent otherwise).
 It must not import torch.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,7 +69,7 @@ class Reporter:
         return self._last_t is None or t - self._last_t >= self.every_s
 
     def write(self, kind: str, t: float, *, step: int, samples: int, epoch: int, epoch_size: int, world: int,
-              local_batch: int, pause_s: float = 0.0, worker: str = "") -> None:
+              local_batch: int, pause_s: float = 0.0, worker: str = "", lost: Sequence[str] = ()) -> None:
         """Append one report and start a new window."""
         if kind not in REPORT_KINDS:
             raise ValueError(f"report kind {kind!r}: must be one of {', '.join(REPORT_KINDS)}")
@@ -82,6 +84,8 @@ class Reporter:
         }
         if worker:
             body["worker"] = worker
+        if lost:
+            body["lost"] = list(lost)
         line = sign_report(body, self.secret) + "\n"
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:

@@ -175,6 +175,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
             ) from exc
         print(json.dumps(bench_resize(model=args.model, from_=args.from_, to=args.to, repeat=args.repeat), indent=2))
         return 0
+    if args.bench == "load":
+        from slurm_elastic import policies
+        from slurm_elastic.load_bench import bench_load
+
+        policies.validate(args.policy, {})
+        print(json.dumps(bench_load(root=args.root, jobs=args.jobs, sleep_s=args.sleep, policy=args.policy), indent=2))
+        return 0
     if args.bench == "reaction":
         print(json.dumps(bench_reaction(root=args.root, repeat=args.repeat), indent=2))
         return 0

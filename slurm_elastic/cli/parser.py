@@ -111,6 +111,14 @@ def build_parser() -> argparse.ArgumentParser:
     br.add_argument("--root", type=Path, default=Path("/tmp/slurm-elastic-dev"), help="the dev cluster's root")
     br.add_argument("--repeat", type=_repeat, default=5)
     br.add_argument("--json", action="store_true", help="print JSON (the default)")
+    bl = bsub.add_parser("load", help="the acting daemon under many elastic jobs on its own dev cluster "
+                         "(3 nodes x 2 GPUs): preemptions, drain time against the ideal, round times")
+    bl.add_argument("--root", type=Path, default=Path("/tmp/slurm-elastic-load"),
+                    help="where to bring up the dev cluster (taken down when done)")
+    bl.add_argument("--jobs", type=int_in(1, 10_000), default=200)
+    bl.add_argument("--sleep", type=int_in(1, 3600), default=20, help="seconds each job runs (default 20)")
+    bl.add_argument("--policy", default="efq")
+    bl.add_argument("--json", action="store_true", help="print JSON (the default)")
     bs = bsub.add_parser("simulate", help="wall time of a simulation of a Philly-like trace")
     bs.add_argument("--jobs", type=int_in(1, 1_000_000), default=10_000)
     bs.add_argument("--gpus", type=_gpus, default=1024)

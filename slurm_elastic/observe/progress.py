@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -101,14 +102,30 @@ def row_of(report: Mapping[str, Any]) -> ProgressRow:
         raise ReportRefused(f"kind={kind!r}: must be one of {', '.join(sorted(REPORT_KINDS))}")
     throughput = _number(report, "throughput", float, optional=True)
     pause = _number(report, "pause_s", float, optional=True) if kind == "resize" else None
+    lost = _lost(report) if kind == "resize" else ()
     return ProgressRow(
         t=_number(report, "t", float), kind=str(kind), samples=_number(report, "samples", int),
         world=_number(report, "world", int), global_batch=_number(report, "global_batch", int),
         throughput=throughput or None, loss=_number(report, "loss", float, optional=True),
         metric=_number(report, "metric", float, optional=True),
         pause_s=(pause or 0.0) if kind == "resize" else None,
-        epoch_size=_number(report, "epoch_size", int, optional=True) or None,
+        epoch_size=_number(report, "epoch_size", int, optional=True) or None, lost=lost,
     )
+
+
+WORKER_ID = re.compile(r"^w[0-9]{1,9}$")
+"""A worker id, as the daemon names workers (``w0``, ``w1``, ...; :mod:`slurm_elastic.slurm.satellites`)."""
+
+
+def _lost(report: Mapping[str, Any]) -> tuple[str, ...]:
+    value = report.get("lost", [])
+    world = report.get("world")
+    if (not isinstance(value, list) or len(value) > 4096
+            or not all(isinstance(w, str) and WORKER_ID.match(w) for w in value)):
+        raise ReportRefused(f"lost={str(value)[:80]!r}: must be a list of at most 4096 worker ids like 'w3'")
+    if isinstance(world, int) and not isinstance(world, bool) and world < 1 and value:
+        raise ReportRefused(f"lost={value!r} with world={world}: a recovery leaves at least one worker")
+    return tuple(dict.fromkeys(value))
 
 
 def ingest(store: Store, records: Iterable[JobRecord], limits: Callable[[JobRecord], ReportLimits],

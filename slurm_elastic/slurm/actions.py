@@ -394,7 +394,7 @@ class SlurmActuator:
             rows = [p for p in self.store.progress_of(jid) if p.t >= r["ordered"]]
             left = [p.t for p in rows if p.kind == "left"]
             switched = [p.t for p in rows if p.kind in ("resize", "progress") and p.world == r["world"]]
-            due = ((len(left) >= r["leaving"] and now >= max(left) + EXIT_GRACE_S)
+            due = ((len(left) >= r["leaving"] and now >= max(left, default=r["ordered"]) + EXIT_GRACE_S)
                    or (switched and now >= switched[0] + SWITCH_GRACE_S)
                    or now - r["ordered"] >= RELEASE_TIMEOUT_S)
             if not due:
@@ -424,6 +424,7 @@ class SlurmActuator:
         now = self.clock()
         lines = self._release(records, now)
         lines += self._cancel_orphans(records)
+        lines += self._settle_lost(records)
         lines += self._renew_leases()
         submitted = self.store.satellite_times()
         for sat_id, parent in self.store.satellites().items():
@@ -469,6 +470,60 @@ class SlurmActuator:
         """Order a satellite's workers out of its job's world (the latest order wins); what was done."""
         return self._withdraw_workers(job, {w for w, (_, alloc) in self.store.workers_of(job.job_id).items()
                                             if alloc == sat_id})
+
+    def _settle_lost(self, records: Mapping[str, JobRecord]) -> list[str]:
+        """Give back what workers lost by a running launcher job held (the job's recovery report
+        names them, :attr:`~slurm_elastic.store.ProgressRow.lost`).
+
+        The survivors already train without them: an order naming the survivors makes the job's
+        order say so (the next grow or shrink starts from it), and each node of the job's own
+        allocation (never the batch host) whose workers were all lost is released like a shrink's
+        (journaled as a SHRINK with its order and owed release). A satellite whose workers were
+        lost ends by itself (its batch script ends with its task) and is settled as one that ended.
+        A GPU of a node that keeps other workers stays idle until the job ends: Slurm frees none
+        of a node but the whole node. One line per job settled.
+        """
+        lines = []
+        for jid, rec in records.items():
+            if rec.state is not JobState.RUNNING or not rec.comment:
+                continue
+            lost = self.store.lost_workers(jid)
+            if not lost or finished_training(self.store.progress_of(jid)):
+                continue
+            try:
+                channel = self._channel(rec)
+                if channel is None:
+                    continue
+                current = channel.workers(self._initial(rec, channel))
+                gone = [w for w in current if w in lost]
+                if not gone:
+                    continue
+                lines.append(self._give_back(rec, channel, current, gone))
+            except ElasticError as exc:
+                lines.append(f"job {jid}: lost workers {','.join(sorted(lost))} not settled: {exc}")
+        return lines
+
+    def _give_back(self, rec: JobRecord, channel: Channel, current: list[str], gone: list[str]) -> str:
+        layout = self.store.workers_of(rec.job_id)
+        stay = [w for w in current if w not in gone]
+        own = sorted({layout[w][0] for w in current if w in layout and layout[w][1] == rec.job_id})
+        kept = sorted({layout[w][0] for w in stay if w in layout and layout[w][1] == rec.job_id}
+                      | ({rec.batch_host} if rec.batch_host else set()))
+        freed = [n for n in own if n not in kept]
+        after = Placement.of((n, g) for n, gs in rec.gpus if n not in freed for g in gs)
+        action = Action(ActionKind.SHRINK, rec.job_id, rec.placement, after, reason=f"workers {','.join(gone)} lost")
+        aid = self.store.begin_action(action, self.clock())
+        steps = Steps(self.store, aid, ActionKind.SHRINK.value, self.clock, self.crash)
+        keep = kept if freed else None
+        seq = steps.run("order", partial(channel.send, "resize", stay), stay=stay, leaving=gone, keep=keep)
+        note = f"order {seq}: lost workers {','.join(gone)} out of the job's order"
+        if keep is not None:
+            ordered = self.clock()
+            steps.run("owe-release", partial(self.store.add_release, rec.job_id, keep, len(stay), 0, ordered),
+                      keep=keep, world=len(stay), leaving=0, ordered=ordered)
+            note += f"; node {','.join(freed)} given back"
+        self.store.finish_action(aid, True, self.clock(), note)
+        return f"job {rec.job_id}: {note}"
 
     def _withdraw_workers(self, job: JobRecord, gone: set[str]) -> str:
         """Order ``gone`` out of the running job's world if its latest order names any; what was done."""

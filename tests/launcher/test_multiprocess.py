@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from collections import defaultdict
@@ -151,8 +152,9 @@ def test_worker_killed_in_a_narrowed_group_survivors_reform(fake_job_factory: An
 def test_killed_worker_survivors_reform_and_continue(fake_job_factory: Any) -> None:
     job = fake_job_factory(dataset_size=DATASET, SLURM_ELASTIC_LOG_INDICES="1", SLURM_ELASTIC_GROUP_TIMEOUT_S="5")
     workers = ["w0", "w1", "w2"]
+    reports = job.tmp / "job.reports"
     for w in workers:
-        job.start(w, workers)
+        job.start(w, workers, SLURM_ELASTIC_REPORTS=str(reports))
     job.wait_until("three workers training", lambda: job.last_step("w0") >= 10)
     killed_at = time.time()
     job.kill("w1")
@@ -168,6 +170,10 @@ def test_killed_worker_survivors_reform_and_continue(fake_job_factory: Any) -> N
     # Exact accounting over every step, before and after the kill (steps 0..10 at least ran before it).
     assert check_accounting(job, workers, killed="w1") >= 11
     assert any(e["ev"] == "step" and e["gen"] == "o0.r" for e in job.events("w2"))
+    # rank 0's recovery report names the lost worker: the daemon gives its GPU back (issue 14, finding 3)
+    lines = [json.loads(line) for line in reports.read_text().splitlines()]
+    assert [r["lost"] for r in lines if "lost" in r] == [["w1"]]
+    assert [r["world"] for r in lines if "lost" in r] == [2]
 
 
 @pytest.mark.parametrize(("from_", "to"), [(2, 3), (3, 2)])

@@ -470,3 +470,52 @@ def test_a_signed_report_with_an_impossible_field_is_refused_alone(tmp_path: Pat
     assert ingest(store, [r], report_limits(200.0), 200.0) == 2
     assert [x.samples for x in store.progress_of("7")] == [64, 128]
     assert store.report_offset("7") == Path(f"{tmp_path / 'job-1'}.reports").stat().st_size
+
+
+def test_lost_workers_are_taken_out_of_the_order_and_their_whole_node_given_back(tmp_path: Path) -> None:
+    """Issue 14, finding 3: a worker SIGKILLed, the survivors re-formed, and the job held the lost
+    worker's GPU (and node) for minutes. Its recovery report names the lost workers: the daemon
+    orders the survivors, and releases a node of the job's own allocation whose workers all went."""
+    comment, secret = _job_files(tmp_path)
+    parent = rec("7", {"n0": 2, "n1": 2}, comment=comment, batch_host="n0")
+    records = {"7": parent}
+    ran: list[list[str]] = []
+    now = [5.0]
+    act = _actuator(tmp_path, records, ran)
+    act.clock = lambda: now[0]
+    assert act.tend() == [] and ran == []  # nothing lost: nothing done
+    act.store.add_reports("7", [ProgressRow(4.0, "resize", 640, 2, 64, pause_s=0.1, lost=("w2", "w3"))], 100)
+    assert act.store.progress_of("7")[-1].lost == ("w2", "w3")
+    (line,) = act.tend()
+    assert "lost workers w2,w3 out of the job's order" in line and "node n1 given back" in line, line
+    (order,) = _orders(tmp_path / "job-1.orders", "7", secret)
+    assert order.workers == ("w0", "w1")
+    (entry,) = act.store.actions_of("7")
+    assert entry.action.kind is ActionKind.SHRINK and entry.state == "done"
+    assert act.tend() == [] and ran == []  # the order no longer names them; the release is not due yet
+    now[0] = 9.0  # EXIT_GRACE_S after the order: released
+    assert act.tend() == ["job 7 released its other nodes: keeps n0"]
+    assert ran == [["scontrol", "update", "JobId=7", "NodeList=n0"]]
+
+
+def test_a_lost_worker_on_a_node_that_keeps_others_frees_nothing_but_leaves_the_order(tmp_path: Path) -> None:
+    comment, secret = _job_files(tmp_path)
+    records = {"7": rec("7", {"n0": 2, "n1": 2}, comment=comment, batch_host="n0")}
+    ran: list[list[str]] = []
+    act = _actuator(tmp_path, records, ran)
+    act.store.add_reports("7", [ProgressRow(4.0, "resize", 640, 3, 96, pause_s=0.1, lost=("w3",))], 100)
+    (line,) = act.tend()
+    assert "given back" not in line and _orders(tmp_path / "job-1.orders", "7", secret)[-1].workers == (
+        "w0", "w1", "w2")
+    assert act.store.releases() == [] and ran == []
+
+
+def test_a_report_naming_lost_workers_is_read_and_a_bad_one_refused() -> None:
+    from slurm_elastic.observe.progress import ReportRefused, row_of
+
+    base = {"kind": "resize", "t": 1.0, "samples": 10, "world": 2, "global_batch": 64, "pause_s": 0.1}
+    assert row_of({**base, "lost": ["w1", "w3", "w1"]}).lost == ("w1", "w3")
+    assert row_of(base).lost == () and row_of({**base, "kind": "progress", "lost": ["w1"]}).lost == ()
+    for bad in ("w1", ["../x"], [1], ["w" + "9" * 20], ["w1"] * 5000):
+        with pytest.raises(ReportRefused, match="lost="):
+            row_of({**base, "lost": bad})

@@ -1,0 +1,118 @@
+"""``slurm-elastic bench load``: the acting daemon under a queue of many elastic jobs on a real dev cluster.
+
+This module owns the load benchmark of issue 14: ``--jobs`` jobs ``sbatch --elastic=1:4 --gres=gpu:1
+--wrap 'sleep S'`` submitted at once on a small cluster (3 nodes x 2 GPUs: 6 GPUs, as in the
+issue), the daemon (policy ``efq``, the site guards' defaults) run in this process until the queue
+drains, and what it cost: how many times Slurm requeued each job (the largest ``restart_count``
+seen, whoever requeued it), how long the queue took to drain against the ideal (every job at one
+GPU, the GPUs never idle: ``ceil(jobs / gpus) * S``), and how long the daemon's rounds took.
+
+It brings up its own dev cluster under ``root`` and takes it down when done (``bring_up=False``
+uses one that is already running there: the tests' cluster).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from slurm_elastic.config import SITE_GUARD_DEFAULTS, Config, DaemonConfig
+from slurm_elastic.core.guards import Guards
+from slurm_elastic.core.model import JobState
+from slurm_elastic.dev import devcluster
+from slurm_elastic.errors import ConfigError
+from slurm_elastic.slurm.cli_backend import SlurmCli
+from slurm_elastic.slurm.commands import run_command
+from slurm_elastic.store import Store
+from slurm_elastic.testing import shipped_profiles
+from slurm_elastic.wiring import cluster_view, slurm_daemon
+
+NODES, GPUS_PER_NODE = 3, 2
+
+
+def bench_load(*, root: Path, jobs: int = 200, sleep_s: int = 20, policy: str = "efq", bring_up: bool = True,
+               timeout_s: float = 3600.0) -> dict[str, Any]:
+    """Submit ``jobs`` elastic sleep jobs at once, run the acting daemon until they are all gone,
+    and print what the queue cost (see the module docstring).
+
+    Raises:
+        ConfigError: no dev cluster at ``root`` (with ``bring_up=False``), or the queue did not
+            drain within ``timeout_s``.
+    """
+    if not bring_up:
+        if not devcluster.status(root).get("up"):
+            raise ConfigError(f"bench load: no dev cluster is up at {root}")
+        return _run(root, jobs, sleep_s, policy, timeout_s)
+    with devcluster.running(NODES, GPUS_PER_NODE, root):
+        return _run(root, jobs, sleep_s, policy, timeout_s)
+
+
+def _run(root: Path, jobs: int, sleep_s: int, policy: str, timeout_s: float) -> dict[str, Any]:
+    env = devcluster.slurm_env(root)
+
+    def runner(argv: Any) -> str:
+        return run_command(argv, env=env)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = Config(DaemonConfig(partitions=("gpu",), policy=policy, store=Path(tmp) / "s.db", dry_run=False,
+                                  poll_interval=0.5, max_idle=5.0), guards=Guards(**SITE_GUARD_DEFAULTS))
+        store = Store(cfg.daemon.store)
+        view = cluster_view(cfg, SlurmCli(runner), store, profiles=shipped_profiles())
+        daemon = slurm_daemon(cfg, view, store, client_env=env)
+        gpus = sum(n.gpus for n in view.nodes())
+        t0 = time.monotonic()
+        ids = [_submit(env, tmp, sleep_s) for _ in range(jobs)]
+        restarts: dict[str, int] = dict.fromkeys(ids, 0)
+        rounds: list[float] = []
+        while True:
+            if daemon.due():
+                t = time.perf_counter()
+                daemon.round()
+                rounds.append(time.perf_counter() - t)
+            live = {r.job_id: r for r in view.records.values() if r.job_id in restarts}
+            for jid, rec in live.items():
+                restarts[jid] = max(restarts[jid], rec.restart_count)
+            if not any(r.state is not JobState.FINISHED for r in live.values()):
+                break
+            if time.monotonic() - t0 > timeout_s:
+                raise ConfigError(f"bench load: {len(live)} of {jobs} jobs still queued after {timeout_s:.0f} s")
+            time.sleep(cfg.daemon.poll_interval)
+        drain = time.monotonic() - t0
+        store.close()
+    completed = _completed(env, ids)
+    preemptions = sum(restarts.values())
+    ideal = math.ceil(jobs / gpus) * sleep_s
+    return {"benchmark": "load", "jobs": jobs, "gpus": gpus, "sleep_s": sleep_s, "policy": policy,
+            "completed": completed, "preemptions": preemptions,
+            "preemptions_per_job": round(preemptions / jobs, 3), "most_preemptions_of_one_job": max(restarts.values()),
+            "drain_s": round(drain, 1), "ideal_drain_s": ideal, "drain_over_ideal": round(drain / ideal, 3),
+            "rounds": len(rounds), "round_p50_s": round(statistics.median(rounds), 4),
+            "round_p99_s": round(_percentile(rounds, 0.99), 4)}
+
+
+def _submit(env: dict[str, str], cwd: str, sleep_s: int) -> str:
+    out = subprocess.run(["sbatch", "--parsable", "--elastic=1:4", "--gres=gpu:1", "--output=/dev/null",
+                          "--wrap", f"sleep {sleep_s}"], env=env, capture_output=True, text=True, check=True, cwd=cwd)
+    return out.stdout.strip().split(";")[0]
+
+
+def _completed(env: dict[str, str], ids: list[str]) -> int:
+    """How many of the jobs Slurm's accounting says COMPLETED (waits a little for slurmdbd)."""
+    deadline = time.monotonic() + 30
+    while True:
+        out = run_command(["sacct", "-n", "-P", "-X", "-o", "JobID,State", "-j", ",".join(ids)], env=env)
+        states = dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
+        done = sum(1 for j in ids if states.get(j, "").startswith("COMPLETED"))
+        if done == len(ids) or time.monotonic() > deadline:
+            return done
+        time.sleep(1.0)
+
+
+def _percentile(xs: list[float], q: float) -> float:
+    ordered = sorted(xs)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
