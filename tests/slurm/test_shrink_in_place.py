@@ -73,3 +73,66 @@ def test_launcher_job_shrinks_in_place(cluster: DevCluster, tmp_path: Path, subm
     assert cluster.job(int(job))["job_state"] == "COMPLETED"
     log = Path(str(out).replace("%j", job)).read_text()
     assert log.count('"state": "done"') == 1 and log.count('"state": "left"') == 1, log[-3000:]
+
+
+def _worker_pids(job: str, worker: str) -> list[int]:
+    """The processes of one worker of a job (found by the environment the template gave them)."""
+    want = {f"SLURM_ELASTIC_JOB_ID={job}".encode(), f"SLURM_ELASTIC_WORKER_ID={worker}".encode()}
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            env = set((proc / "environ").read_bytes().split(b"\0"))
+            cmd = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if want <= env and b"python" in cmd:
+            pids.append(int(proc.name))
+    return pids
+
+
+def test_a_lost_worker_gives_its_node_back_and_the_job_completes(cluster: DevCluster, tmp_path: Path,
+                                                                 submit_example: Any) -> None:
+    """Issue 14, finding 3, on the real cluster: SIGKILL the worker on the job's second node. The
+    survivor re-forms and finishes; the daemon learns of the lost worker from the recovery report and
+    releases that node at its next polls; Slurm records the job COMPLETED, not FAILED."""
+    import os
+    import signal
+
+    out = cluster.root / "jobs" / "lost-%j.out"
+    job = str(submit_example(out, "--elastic", "2:4", "--gpus-per-node", "1", "--epochs", "3", dataset_size=65536))
+    cluster.wait_state(int(job), "RUNNING", timeout=40)
+
+    def runner(argv: Sequence[str]) -> str:
+        return run_command(argv, env=cluster.env)
+
+    store = Store(tmp_path / "s.db")
+    obs = ClusterView(SlurmCli(runner), shipped_profiles(), time.time, ("gpu",), store=store)
+    cfg = Config(DaemonConfig(partitions=("gpu",), policy="dp", dry_run=False, store=store.path,
+                              poll_interval=0.5, max_idle=3600.0))
+    daemon = slurm_daemon(cfg, obs, store, client_env=cluster.env)
+    deadline = time.monotonic() + 90
+    while not store.progress_of(job) or not _worker_pids(job, "w1"):  # both trained and reported
+        assert time.monotonic() < deadline, "the job did not report"
+        daemon.due()
+        time.sleep(0.5)
+    batch_host = cluster.job(int(job))["batch_host"]
+    for pid in _worker_pids(job, "w1"):
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 90
+    while cluster.job(int(job))["nodes"] != batch_host:  # the lost worker's node is given back
+        assert time.monotonic() < deadline, (cluster.job(int(job))["nodes"], store.progress_of(job)[-3:])
+        daemon.due()  # polls only: no planning round
+        time.sleep(0.5)
+    assert store.lost_workers(job) == {"w1"} and daemon.rounds == 0
+    deadline = time.monotonic() + 180
+    while cluster.job(int(job))["job_state"] in ("RUNNING", "COMPLETING"):
+        assert time.monotonic() < deadline, "job did not finish"
+        time.sleep(1)
+    assert cluster.job(int(job))["job_state"] == "COMPLETED"
+    obs.poll()  # the last reports
+    end = [r for r in store.progress_of(job) if r.kind == "end"]
+    assert end and end[-1].samples == 3 * 65536, end  # every sample trained once, across the loss
+    log = Path(str(out).replace("%j", job)).read_text()
+    assert log.count('"state": "done"') == 1, log[-3000:]
