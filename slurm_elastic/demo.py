@@ -104,7 +104,7 @@ def _run(out: Path, root: Path, env: dict[str, str], jobs: Sequence[DemoJob], po
     while time.time() - t0 < timeout_s:
         while waiting and time.time() - t0 >= waiting[0].at:
             job = waiting.pop(0)
-            jid = _submit(job, out, env)
+            jid = submit_job(job, out, env)
             submitted[jid] = job
             say(f"[{time.time() - t0:5.1f}s] submitted job {jid} ({job.name}): sbatch --elastic={job.min_gpus}:"
                 f"{job.max_gpus}, {job.epochs} epochs of {job.dataset_size} samples")
@@ -119,7 +119,8 @@ def _run(out: Path, root: Path, env: dict[str, str], jobs: Sequence[DemoJob], po
     return _finish(out, started, runner, store, submitted, seen_state, time.time() - t0, total, say)
 
 
-def _submit(job: DemoJob, out: Path, env: dict[str, str]) -> str:
+def submit_job(job: DemoJob, out: Path, env: dict[str, str]) -> str:
+    """Submit one demo job (the launcher example) with `slurm-elastic submit`'s template; its job id."""
     req = JobRequest(command=(sys.executable, str(EXAMPLE), "--dataset-size", str(job.dataset_size)),
                      min_gpus=job.min_gpus, max_gpus=job.max_gpus, gpus_per_node=1, epochs=job.epochs,
                      name=job.name, output=str(out / "jobs" / "%x-%j.out"),

@@ -182,6 +182,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
         policies.validate(args.policy, {})
         print(json.dumps(bench_load(root=args.root, jobs=args.jobs, sleep_s=args.sleep, policy=args.policy), indent=2))
         return 0
+    if args.bench == "chaos":
+        from slurm_elastic.chaos_bench import bench_chaos
+
+        points = [p.strip() for p in args.points.split(",") if p.strip()]
+        print(json.dumps(bench_chaos(root=args.root, points=points), indent=2))
+        return 0
     if args.bench == "reaction":
         print(json.dumps(bench_reaction(root=args.root, repeat=args.repeat), indent=2))
         return 0

@@ -1,0 +1,166 @@
+"""``slurm-elastic bench chaos``: the acting daemon SIGKILLed at each journaled step, on a real dev cluster.
+
+This module owns the crash benchmark of issue 14. For each crash point
+(:data:`~slurm_elastic.slurm.steps.CRASH_POINTS`, or those asked for) it runs a small mixed
+workload on a fresh queue: a launcher job (the demo's CNN, 1..4 GPUs) between two plain elastic
+jobs (``sleep``) arriving seconds apart (:data:`SCHEDULE`), so the daemon (policy ``dp``, no
+guards) starts, grows, shrinks and requeues. The daemon runs as its own process with
+``SLURM_ELASTIC_CRASH_AT=<point>``; once it has killed itself there (or the workload ended
+without reaching the point: not *reached*), a new daemon is started on the same store without it
+and runs until the queue is empty. Then it counts what the issue asks for:
+
+* ``jobs_lost``: a submitted job that Slurm's accounting does not say COMPLETED;
+* ``duplicate_actions``: an order the launcher refused (its log says ``refused order``: duplicate
+  or unknown workers) or a worker submitted in two satellites;
+* ``orphan_satellites``: a satellite (its token in its comment) still in the queue when every job ended;
+* ``stranded_jobs``: a submitted job still queued (held) when the run timed out;
+* ``stranded_nodes``: a node not idle once the queue is empty;
+* ``sample_mismatches``: a launcher job whose end report does not say every sample was trained once.
+
+It brings up its own dev cluster (3 nodes x 2 GPUs) under ``root`` and takes it down when done.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from slurm_elastic.demo import DemoJob, submit_job
+from slurm_elastic.dev import devcluster
+from slurm_elastic.errors import ConfigError
+from slurm_elastic.slurm.commands import run_command
+from slurm_elastic.slurm.steps import CRASH_ENV, CRASH_POINTS
+from slurm_elastic.store import Store
+
+NODES, GPUS_PER_NODE = 3, 2
+LAUNCHER_JOB = DemoJob("chaos-cnn", 1, 4, at=0.0, epochs=3, dataset_size=16384)
+PLAIN_SLEEP_S = 15
+SCHEDULE = ((0.0, "plain-1"), (3.0, "launcher"), (25.0, "plain-2"))
+"""When each job of the workload is submitted (seconds): the launcher job starts beside a plain one
+and grows when it ends; the second plain job makes the planner shrink or requeue."""
+COUNTS = ("jobs_lost", "duplicate_actions", "orphan_satellites", "stranded_nodes", "stranded_jobs",
+          "sample_mismatches")
+
+
+def bench_chaos(*, root: Path, points: Sequence[str] = (), run_timeout_s: float = 300.0) -> dict[str, Any]:
+    """Run the workload once per crash point (all of them when ``points`` is empty).
+
+    Raises:
+        ConfigError: an unknown crash point.
+    """
+    unknown = [p for p in points if p not in CRASH_POINTS]
+    if unknown:
+        raise ConfigError(f"bench chaos: crash point {unknown[0]!r} is not one of {', '.join(CRASH_POINTS)}")
+    chosen = list(points) or list(CRASH_POINTS)
+    totals = dict.fromkeys(COUNTS, 0)
+    runs = []
+    with devcluster.running(NODES, GPUS_PER_NODE, root):
+        env = devcluster.slurm_env(root)
+        for point in chosen:
+            run = _run(root, env, point, run_timeout_s)
+            runs.append(run)
+            for key in COUNTS:
+                totals[key] += run[key]
+    return {"benchmark": "chaos", "crash_points": len(chosen), "runs": len(runs),
+            "reached": sum(1 for r in runs if r["reached"]), **totals, "per_point": runs}
+
+
+def _daemon(conf: Path, env: dict[str, str], out: Path, crash: str = "") -> subprocess.Popen[bytes]:
+    full = {**os.environ, **env}
+    full.pop(CRASH_ENV, None)
+    if crash:
+        full[CRASH_ENV] = crash
+    with open(out, "ab") as log:
+        return subprocess.Popen([sys.executable, "-m", "slurm_elastic.cli", "daemon", "--config", str(conf)],
+                                env=full, stdout=log, stderr=subprocess.STDOUT)
+
+
+def _queue(env: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """Every job in the queue: id -> (state, comment)."""
+    out = run_command(["squeue", "-h", "-o", "%i|%T|%k"], env=env)
+    rows = (line.split("|", 2) for line in out.splitlines() if line.count("|") >= 2)
+    return {jid: (state, comment) for jid, state, comment in rows}
+
+
+def _run(root: Path, env: dict[str, str], point: str, timeout_s: float) -> dict[str, Any]:
+    run_command(["scancel", "--user", os.environ.get("USER", "root")], env=env)
+    with tempfile.TemporaryDirectory(prefix="chaos-", dir=root) as tmp_dir:
+        tmp = Path(tmp_dir)
+        conf = tmp / "elastic.toml"
+        conf.write_text(f'[daemon]\npartitions = ["gpu"]\npolicy = "dp"\ndry_run = false\nstore = "{tmp / "s.db"}"\n'
+                        'poll_interval = 0.5\nmax_idle = 2.0\nmetrics_address = ""\n'
+                        "[guards]\nmin_run_s = 0\nmax_preemptions = 0\n")
+        first = _daemon(conf, env, tmp / "daemon-1.log", crash=point)
+        t0 = time.monotonic()
+        submitted: dict[str, str] = {}  # what -> job id
+        while first.poll() is None and time.monotonic() - t0 < timeout_s:
+            _submit_due(submitted, time.monotonic() - t0, env, tmp)
+            if len(submitted) == len(SCHEDULE) and not set(_queue(env)) & set(submitted.values()):
+                break
+            time.sleep(0.5)
+        reached = first.poll() == -signal.SIGKILL
+        if first.poll() is None:
+            first.terminate()
+            first.wait(30)
+        _submit_due(submitted, float("inf"), env, tmp)
+        second = _daemon(conf, env, tmp / "daemon-2.log")
+        launcher = submitted["launcher"]
+        mine = set(submitted.values())
+        deadline = time.monotonic() + timeout_s
+        while set(_queue(env)) & mine and time.monotonic() < deadline:
+            time.sleep(1.0)
+        time.sleep(3.0)  # the daemon's next polls: satellites of ended jobs, owed releases
+        second.terminate()
+        second.wait(30)
+        return {"point": point, "reached": reached, **_judge(env, tmp, launcher, mine)}
+
+
+def _submit_due(submitted: dict[str, str], elapsed: float, env: dict[str, str], tmp: Path) -> None:
+    """Submit the workload's jobs whose time has come (a plain job, the launcher job, a plain job)."""
+    for at, what in SCHEDULE:
+        if what not in submitted and elapsed >= at:
+            submitted[what] = submit_job(LAUNCHER_JOB, tmp, env) if what == "launcher" else _sbatch(env, tmp)
+
+
+def _sbatch(env: dict[str, str], cwd: Path) -> str:
+    out = run_command(["sbatch", "--parsable", "--elastic=1:4", "--gres=gpu:1", "--output=/dev/null", "--chdir",
+                       str(cwd), "--wrap", f"sleep {PLAIN_SLEEP_S}"], env=env)
+    return out.strip().split(";")[0]
+
+
+def _judge(env: dict[str, str], tmp: Path, launcher: str, mine: set[str]) -> dict[str, int]:
+    queue = _queue(env)
+    stranded_jobs = len(set(queue) & mine)
+    orphans = sum(1 for jid, (_, comment) in queue.items() if "slurm-elastic-satellite=" in comment)
+    for jid in queue:
+        run_command(["scancel", jid], env=env)
+    acct = run_command(["sacct", "-n", "-P", "-X", "-o", "JobID,State", "-j", ",".join(sorted(mine))], env=env)
+    states = dict(line.split("|", 1) for line in acct.splitlines() if "|" in line)
+    lost = sum(1 for j in mine if not states.get(j, "").startswith("COMPLETED"))
+    logs = "".join(p.read_text(errors="replace") for p in (tmp / "jobs").glob("*.out"))
+    store = Store(tmp / "s.db", read_only=True)
+    try:
+        ends = [r for r in store.progress_of(launcher) if r.kind == "end"]
+        sats = store.satellites(include_ended=True)
+        workers = [w for s in sats if sats[s] == launcher for w in _satellite_workers(store, launcher, s)]
+    finally:
+        store.close()
+    samples_ok = bool(ends) and ends[-1].samples == LAUNCHER_JOB.epochs * LAUNCHER_JOB.dataset_size
+    duplicates = logs.count("refused order") + (len(workers) - len(set(workers)))
+    nodes = run_command(["sinfo", "-h", "-N", "-o", "%N|%T"], env=env)
+    busy = {n for n, state in (line.split("|", 1) for line in nodes.splitlines() if "|" in line)
+            if state.strip().lower() not in ("idle",)}
+    return {"jobs_lost": lost, "duplicate_actions": duplicates, "orphan_satellites": orphans,
+            "stranded_nodes": len(busy) if not queue else 0, "stranded_jobs": stranded_jobs,
+            "sample_mismatches": 0 if samples_ok else 1}
+
+
+def _satellite_workers(store: Store, job: str, sat: str) -> list[str]:
+    return [w for w, (_, alloc) in store.workers_of(job).items() if alloc == sat]
