@@ -240,9 +240,11 @@ class SlurmActuator:
         with an action on its way (``snapshot.in_flight``: a START whose job is not running yet), is
         not leased: that would undo its ``StartTime=now``."""
         flying = {str(f.job_id) for f in snapshot.in_flight}
+        lapsed = [f"job {j.job_id} was started by Slurm itself: its lease ran out (the daemon was away or slow)"
+                  for j in snapshot.elastic_jobs() if j.state is JobState.RUNNING and j.job_id in self._leased]
         self._leasing = {str(j.job_id) for j in snapshot.elastic_jobs() if j.is_waiting} - {str(j) for j in started} \
             - flying
-        return self._renew_leases()
+        return lapsed + self._renew_leases()
 
     def _renew_leases(self) -> list[str]:
         now = self.clock()

@@ -157,3 +157,9 @@ def test_waiting_elastic_jobs_are_leased_in_one_command_but_not_one_being_starte
     assert ran[-1] == ["scontrol", "update", "JobId=1", "StartTime=now+60"]
     act.lease(snap, started=())
     assert ran[-1] == ["scontrol", "update", "JobId=2,3", "StartTime=now+60"]  # one command for both
+    # Slurm started job 1 itself (the daemon was away past its lease): the daemon can tell, and says so
+    running = replace(snap, jobs=tuple(make_job("1", state=JobState.RUNNING, placement=[("n000", 0)])
+                                       if j.job_id == "1" else j for j in snap.jobs))
+    assert act.lease(running, started=()) == [
+        "job 1 was started by Slurm itself: its lease ran out (the daemon was away or slow)"]
+    assert act.lease(running, started=()) == []  # said once
