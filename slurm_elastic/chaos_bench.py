@@ -22,6 +22,8 @@ It brings up its own dev cluster (3 nodes x 2 GPUs) under ``root`` and takes it 
 
 from __future__ import annotations
 
+import contextlib
+import getpass
 import os
 import signal
 import subprocess
@@ -49,11 +51,14 @@ COUNTS = ("jobs_lost", "duplicate_actions", "orphan_satellites", "stranded_nodes
           "sample_mismatches")
 
 
-def bench_chaos(*, root: Path, points: Sequence[str] = (), run_timeout_s: float = 300.0) -> dict[str, Any]:
+def bench_chaos(*, root: Path, points: Sequence[str] = (), run_timeout_s: float = 300.0,
+                bring_up: bool = True) -> dict[str, Any]:
     """Run the workload once per crash point (all of them when ``points`` is empty).
 
+    ``bring_up=False`` uses the dev cluster already running under ``root`` (the tests').
+
     Raises:
-        ConfigError: an unknown crash point.
+        ConfigError: an unknown crash point, or no dev cluster at ``root`` (``bring_up=False``).
     """
     unknown = [p for p in points if p not in CRASH_POINTS]
     if unknown:
@@ -61,7 +66,9 @@ def bench_chaos(*, root: Path, points: Sequence[str] = (), run_timeout_s: float 
     chosen = list(points) or list(CRASH_POINTS)
     totals = dict.fromkeys(COUNTS, 0)
     runs = []
-    with devcluster.running(NODES, GPUS_PER_NODE, root):
+    if not bring_up and not devcluster.status(root).get("up"):
+        raise ConfigError(f"bench chaos: no dev cluster is up at {root}")
+    with contextlib.nullcontext() if not bring_up else devcluster.running(NODES, GPUS_PER_NODE, root):
         env = devcluster.slurm_env(root)
         for point in chosen:
             run = _run(root, env, point, run_timeout_s)
@@ -90,7 +97,7 @@ def _queue(env: dict[str, str]) -> dict[str, tuple[str, str]]:
 
 
 def _run(root: Path, env: dict[str, str], point: str, timeout_s: float) -> dict[str, Any]:
-    run_command(["scancel", "--user", os.environ.get("USER", "root")], env=env)
+    run_command(["scancel", "--user", getpass.getuser()], env=env)
     with tempfile.TemporaryDirectory(prefix="chaos-", dir=root) as tmp_dir:
         tmp = Path(tmp_dir)
         conf = tmp / "elastic.toml"

@@ -148,3 +148,15 @@ def test_bench_load_drains_a_queue_without_preemption_churn(cluster: DevCluster)
     out = bench_load(root=cluster.root, jobs=24, sleep_s=5, bring_up=False, timeout_s=300)
     assert out["completed"] == 24 and out["most_preemptions_of_one_job"] <= 3, out
     assert {"preemptions", "preemptions_per_job", "drain_s", "ideal_drain_s", "round_p50_s", "round_p99_s"} <= set(out)
+
+
+def test_bench_chaos_a_daemon_killed_right_after_a_start_loses_nothing(cluster: DevCluster) -> None:
+    """``bench chaos`` at one crash point in CI (the benchmark runs every point): the daemon
+    SIGKILLed right after ``StartTime=now``, a new one on the same store, every job COMPLETED,
+    every sample of the launcher job trained once, nothing orphaned or stranded."""
+    pytest.importorskip("torch")
+    from slurm_elastic.chaos_bench import COUNTS, bench_chaos
+
+    cluster.cancel_all()
+    out = bench_chaos(root=cluster.root, points=["start:start+"], bring_up=False, run_timeout_s=240)
+    assert out["reached"] == 1 and {k: out[k] for k in COUNTS} == dict.fromkeys(COUNTS, 0), out
