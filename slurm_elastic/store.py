@@ -454,6 +454,10 @@ class Store:
         """Actions begun and never finished (the daemon died in between), oldest first."""
         return self._entries("state = 'running'", ())
 
+    def actions_between(self, t0: float, t1: float) -> list[JournalEntry]:
+        """Actions started at or after ``t0`` and before ``t1``, oldest first."""
+        return self._entries("started >= ? AND started < ?", (t0, t1))
+
     def actions_of(self, job_id: str) -> list[JournalEntry]:
         """Every journaled action of one job, oldest first."""
         return self._entries("job_id = ?", (job_id,))

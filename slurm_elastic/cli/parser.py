@@ -120,10 +120,12 @@ def build_parser() -> argparse.ArgumentParser:
     bl.add_argument("--policy", default="efq")
     bl.add_argument("--json", action="store_true", help="print JSON (the default)")
     bc = bsub.add_parser("chaos", help="the acting daemon SIGKILLed at each journaled step of a small workload "
-                         "on its own dev cluster, then restarted: jobs lost, duplicate actions, orphans, strands")
+                         "on its own dev cluster, then restarted; slurmctld stopped; a worker killed: jobs lost, "
+                         "duplicate actions, orphans, strands")
     bc.add_argument("--root", type=Path, default=Path("/tmp/slurm-elastic-chaos"),
                     help="where to bring up the dev cluster (taken down when done)")
-    bc.add_argument("--points", default="", help="comma-separated crash points (default: all of them)")
+    bc.add_argument("--points", default="", help="comma-separated crash points and faults (ctld:outage, "
+                    "worker:kill; default: all of them)")
     bc.add_argument("--json", action="store_true", help="print JSON (the default)")
     bs = bsub.add_parser("simulate", help="wall time of a simulation of a Philly-like trace")
     bs.add_argument("--jobs", type=int_in(1, 1_000_000), default=10_000)

@@ -333,10 +333,7 @@ def _up(node_list: tuple[DevNode, ...], gpus_per_node: int, root: Path, timeout:
     if CLUSTER_NAME not in listed:
         run([sacctmgr, "-i", "add", "cluster", CLUSTER_NAME], env=env)
 
-    ctld = starter.start("slurmctld", [str(root / "bin" / "slurmctld"), "-D", "-f", str(etc / "slurm.conf")])
-    ctld_logs = [root / "log" / "slurmctld.log", root / "log" / "slurmctld.out"]
-    _wait("slurmctld", lambda: _port_open(f"{SUBNET_PREFIX}.1", CTLD_PORT), timeout, ctld_logs,
-          alive=lambda: alive(ctld))
+    _start_controller(starter, root, timeout)
 
     for node in node_list:
         argv = [str(root / "bin" / "slurmd"), "-D", "-d", str(root / "bin" / "slurmstepd"),
@@ -420,6 +417,32 @@ def _wait_idle(root: Path, names: Sequence[str], timeout: float) -> None:
     raise DevClusterError(f"nodes not idle after {timeout:.0f} s: "
                           + ", ".join(f"{n}={states.get(n, 'missing')}" for n in bad) + "\n"
                           + "\n".join(_tail(p) for p in logs))
+
+
+def _start_controller(starter: Starter, root: Path, timeout: float) -> None:
+    ctld = starter.start("slurmctld", [str(root / "bin" / "slurmctld"), "-D", "-f", str(root / "etc" / "slurm.conf")])
+    ctld_logs = [root / "log" / "slurmctld.log", root / "log" / "slurmctld.out"]
+    _wait("slurmctld", lambda: _port_open(f"{SUBNET_PREFIX}.1", CTLD_PORT), timeout, ctld_logs,
+          alive=lambda: alive(ctld))
+
+
+def stop_controller(root: Path = DEFAULT_ROOT) -> None:
+    """Stop the dev cluster's slurmctld (SIGTERM; it saves its state): a controller outage.
+    Jobs keep running on their nodes; :func:`start_controller` brings it back from its saved state."""
+    root = root.resolve()
+    ctld = load_state(root).get("pids", {}).get("slurmctld")
+    if ctld is None:
+        raise DevClusterError(f"no dev cluster slurmctld is recorded under {root}")
+    stop([ctld])
+
+
+def start_controller(root: Path = DEFAULT_ROOT, *, timeout: float = 60.0) -> None:
+    """Start the dev cluster's slurmctld again after :func:`stop_controller` (it recovers its saved state)."""
+    root = root.resolve()
+    state = load_state(root)
+    if not state:
+        raise DevClusterError(f"no dev cluster is recorded under {root}")
+    _start_controller(Starter(root, state, slurm_env(root)), root, timeout)
 
 
 def down(root: Path = DEFAULT_ROOT) -> dict[str, Any]:

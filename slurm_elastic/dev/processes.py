@@ -110,3 +110,25 @@ def kill_netns_processes(netns_names: Sequence[str]) -> None:
     pids = [p for ns in netns_names for p in netns_pids(ns) if p != os.getpid()]
     entries = [{"pid": p, "start": s} for p in pids if (s := proc_start(p)) is not None]
     stop(entries, grace=3.0)
+
+
+def worker_processes(job_id: str) -> dict[str, list[int]]:
+    """The launcher workers of elastic job ``job_id`` running on this machine: worker id -> the PIDs of
+    its Python processes, found by the environment the batch template gave them (fault injection in
+    the dev cluster's benchmarks and tests)."""
+    job = f"SLURM_ELASTIC_JOB_ID={job_id}".encode()
+    found: dict[str, list[int]] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            env = (proc / "environ").read_bytes().split(b"\0")
+            cmd = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if job not in env or b"python" not in cmd:
+            continue
+        for item in env:
+            if item.startswith(b"SLURM_ELASTIC_WORKER_ID="):
+                found.setdefault(item.split(b"=", 1)[1].decode(errors="replace"), []).append(int(proc.name))
+    return found

@@ -150,13 +150,18 @@ def test_bench_load_drains_a_queue_without_preemption_churn(cluster: DevCluster)
     assert {"preemptions", "preemptions_per_job", "drain_s", "ideal_drain_s", "round_p50_s", "round_p99_s"} <= set(out)
 
 
-def test_bench_chaos_a_daemon_killed_right_after_a_start_loses_nothing(cluster: DevCluster) -> None:
-    """``bench chaos`` at one crash point in CI (the benchmark runs every point): the daemon
-    SIGKILLed right after ``StartTime=now``, a new one on the same store, every job COMPLETED,
-    every sample of the launcher job trained once, nothing orphaned or stranded."""
+@pytest.mark.parametrize("point", ["start:start+", "ctld:outage", "worker:kill"])
+def test_bench_chaos_loses_nothing(cluster: DevCluster, point: str) -> None:
+    """``bench chaos`` in CI at one crash point and both faults (the benchmark runs every point): the
+    daemon SIGKILLed right after ``StartTime=now`` and a new one on the same store; slurmctld stopped
+    for 20 s while the launcher job trains (no action while it is down, a round soon after it is
+    back); one worker SIGKILLed (the daemon names it lost). Every job COMPLETED, every sample of the
+    launcher job trained once, nothing orphaned or stranded."""
     pytest.importorskip("torch")
     from slurm_elastic.chaos_bench import COUNTS, bench_chaos
 
     cluster.cancel_all()
-    out = bench_chaos(root=cluster.root, points=["start:start+"], bring_up=False, run_timeout_s=240)
+    out = bench_chaos(root=cluster.root, points=[point], bring_up=False, run_timeout_s=240)
     assert out["reached"] == 1 and {k: out[k] for k in COUNTS} == dict.fromkeys(COUNTS, 0), out
+    if point == "ctld:outage":
+        assert out["per_point"][0]["recovery_s"] is not None, out

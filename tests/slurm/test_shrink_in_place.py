@@ -15,6 +15,7 @@ import pytest
 from slurm_elastic.config import Config, DaemonConfig
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, Placement
+from slurm_elastic.dev.processes import worker_processes
 from slurm_elastic.observe.view import ClusterView
 from slurm_elastic.slurm.actions import EXIT_GRACE_S, SlurmActuator
 from slurm_elastic.slurm.cli_backend import SlurmCli
@@ -75,23 +76,6 @@ def test_launcher_job_shrinks_in_place(cluster: DevCluster, tmp_path: Path, subm
     assert log.count('"state": "done"') == 1 and log.count('"state": "left"') == 1, log[-3000:]
 
 
-def _worker_pids(job: str, worker: str) -> list[int]:
-    """The processes of one worker of a job (found by the environment the template gave them)."""
-    want = {f"SLURM_ELASTIC_JOB_ID={job}".encode(), f"SLURM_ELASTIC_WORKER_ID={worker}".encode()}
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            env = set((proc / "environ").read_bytes().split(b"\0"))
-            cmd = (proc / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if want <= env and b"python" in cmd:
-            pids.append(int(proc.name))
-    return pids
-
-
 def test_a_lost_worker_gives_its_node_back_and_the_job_completes(cluster: DevCluster, tmp_path: Path,
                                                                  submit_example: Any) -> None:
     """Issue 14, finding 3, on the real cluster: SIGKILL the worker on the job's second node. The
@@ -113,12 +97,12 @@ def test_a_lost_worker_gives_its_node_back_and_the_job_completes(cluster: DevClu
                               poll_interval=0.5, max_idle=3600.0))
     daemon = slurm_daemon(cfg, obs, store, client_env=cluster.env)
     deadline = time.monotonic() + 90
-    while not store.progress_of(job) or not _worker_pids(job, "w1"):  # both trained and reported
+    while not store.progress_of(job) or not worker_processes(job).get("w1", []):  # both trained and reported
         assert time.monotonic() < deadline, "the job did not report"
         daemon.due()
         time.sleep(0.5)
     batch_host = cluster.job(int(job))["batch_host"]
-    for pid in _worker_pids(job, "w1"):
+    for pid in worker_processes(job).get("w1", []):
         os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 90
     while cluster.job(int(job))["nodes"] != batch_host:  # the lost worker's node is given back

@@ -47,7 +47,7 @@ def test_plan_json_is_a_valid_plan(policy: str, capsys: pytest.CaptureFixture[st
         (["plan", "--policy", "nope"], "unknown policy 'nope'"),
         (["plan", "--param", "generations=-3"], "ones.generations = -3: must be >= 0"),
         (["plan", "--param", "colour=blue"], "bad parameters ['colour']"),
-        (["bench", "chaos", "--points", "grow:sbatch,grow:fly"], "crash point 'grow:fly' is not one of"),
+        (["bench", "chaos", "--points", "grow:sbatch,grow:fly"], "point 'grow:fly' is not one of"),
         (["bench", "load", "--policy", "nope"], "unknown policy 'nope'"),
     ],
 )
