@@ -158,6 +158,9 @@ class Daemon:
         self.metrics.observe_round(rec, time.perf_counter() - t0)
         self.metrics.observe_quarantine(self.view.quarantined())
         self.metrics.observe_nodes_left_out(self.view.nodes_left_out)
+        learner = getattr(self.view, "learner", None)  # the real view's; a simulated one has none
+        if learner is not None:
+            self.metrics.observe_progress_model(learner.summary())
         self.memo = rec.memo
         self.rounds += 1
         self._last_round = self.clock()

@@ -47,6 +47,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from slurm_elastic.core.model import JobState
+from slurm_elastic.core.remaining import outlook
 from slurm_elastic.core.rounds import RoundRecord
 from slurm_elastic.errors import ConfigError, ElasticError
 
@@ -124,6 +125,8 @@ class Metrics:
         self.predictor_error: dict[tuple[str, str], float] = {}
         self.quarantined: dict[str, str] = {}
         self.nodes_left_out: dict[str, str] = {}
+        self.outlooks: dict[tuple[str, str], dict[str, Any]] = {}
+        self.progress_model: dict[str, Any] = {}
 
     def observe_round(self, rec: RoundRecord, seconds: float) -> None:
         """Fold one round into the metrics."""
@@ -145,6 +148,12 @@ class Metrics:
                         j.global_batch, j.num_gpus, j.placement.num_nodes))
                     if predicted > 0:
                         self.predictor_error[(j.job_id, j.model)] = j.observed_throughput / predicted - 1.0
+            self.outlooks = {(j.job_id, j.user): outlook(rec.snapshot, j) for j in rec.snapshot.elastic_jobs()}
+
+    def observe_progress_model(self, summary: Mapping[str, Any]) -> None:
+        """What the progress model was learned from (:meth:`~slurm_elastic.observe.history.ProgressLearner.summary`)."""
+        with self._lock:
+            self.progress_model = dict(summary)
 
     def observe_quarantine(self, reasons: Mapping[str, str]) -> None:
         """The jobs quarantined now (job id -> one-line reason), replacing the previous set."""
@@ -186,6 +195,15 @@ class Metrics:
                     "# TYPE slurm_elastic_node_left_out gauge"]
             out += [f'slurm_elastic_node_left_out{{node="{_label(n)}",reason="{_label(r, REASON_CHARS)}"}} 1'
                     for n, r in sorted(self.nodes_left_out.items())]
+            if self.progress_model:
+                pm = self.progress_model
+                out += ["# HELP slurm_elastic_progress_model_jobs Finished jobs the progress model was fitted on "
+                        "(0: the prior).", "# TYPE slurm_elastic_progress_model_jobs gauge",
+                        f"slurm_elastic_progress_model_jobs {pm['jobs'] if pm['source'] == 'fitted' else 0}"]
+                if pm.get("error") is not None:
+                    out += ["# HELP slurm_elastic_progress_model_error Mean |predicted - true progress| on its "
+                            "training points.", "# TYPE slurm_elastic_progress_model_error gauge",
+                            f"slurm_elastic_progress_model_error {float(pm['error']):.4f}"]
             if self.show_identities:
                 out += self._identities()
         return "\n".join(out) + "\n"
@@ -202,6 +220,22 @@ class Metrics:
                 "# TYPE slurm_elastic_predictor_error gauge"]
         out += [f'slurm_elastic_predictor_error{{job="{_label(j)}",model="{_label(m)}"}} {e:.4f}'
                 for (j, m), e in sorted(self.predictor_error.items())]
+        out += ["# HELP slurm_elastic_job_model_points Configurations the job's own throughput model was "
+                "fitted from (0: its prior profile).", "# TYPE slurm_elastic_job_model_points gauge"]
+        out += [f'slurm_elastic_job_model_points{{job="{_label(j)}",user="{_label(u)}",model="{_label(o["model"])}"}} '
+                f'{o["model_points"]}' for (j, u), o in sorted(self.outlooks.items())]
+        out += ["# HELP slurm_elastic_job_throughput Samples/s of each running elastic job, measured and predicted.",
+                "# TYPE slurm_elastic_job_throughput gauge"]
+        for (j, u), o in sorted(self.outlooks.items()):
+            for what in ("measured", "predicted"):
+                if o[f"{what}_throughput"] is not None:
+                    out.append(f'slurm_elastic_job_throughput{{job="{_label(j)}",user="{_label(u)}",what="{what}"}} '
+                               f'{o[f"{what}_throughput"]:.3f}')
+        out += ["# HELP slurm_elastic_job_remaining_seconds Predicted seconds of training left at the job's "
+                "throughput now.", "# TYPE slurm_elastic_job_remaining_seconds gauge"]
+        out += [f'slurm_elastic_job_remaining_seconds{{job="{_label(j)}",user="{_label(u)}"}} {o["remaining_s"]:.1f}'
+                for (j, u), o in sorted(self.outlooks.items())
+                if o["remaining_s"] is not None and math.isfinite(o["remaining_s"])]
         out += ["# HELP slurm_elastic_job_quarantined A quarantined job and why.",
                 "# TYPE slurm_elastic_job_quarantined gauge"]
         out += [f'slurm_elastic_job_quarantined{{job_id="{_label(j)}",reason="{_label(r, REASON_CHARS)}"}} 1'

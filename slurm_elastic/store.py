@@ -48,7 +48,7 @@ from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, NodeName, Placement, Plan
 from slurm_elastic.errors import ElasticError
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 LOCK_WAIT_S = 2.0
 """How long a call waits for another process's write lock before it fails (sqlite's busy timeout)."""
 
@@ -88,9 +88,11 @@ CREATE TABLE IF NOT EXISTS progress (
     kind TEXT NOT NULL DEFAULT 'progress',
     pause_s REAL,
     epoch_size INTEGER,
-    lost TEXT NOT NULL DEFAULT ''
+    lost TEXT NOT NULL DEFAULT '',
+    nodes INTEGER
 );
 CREATE INDEX IF NOT EXISTS progress_job ON progress(job_id, t);
+CREATE INDEX IF NOT EXISTS progress_end ON progress(kind, job_id, t);
 CREATE TABLE IF NOT EXISTS report_offsets (job_id TEXT PRIMARY KEY, offset INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS workers (
     job_id TEXT NOT NULL,
@@ -143,8 +145,11 @@ _MIGRATE_2_TO_3 = ("ALTER TABLE progress RENAME COLUMN gpus TO world",)
 # script): nothing to alter.
 # Version 5 stores lack the lost workers of a recovery's report.
 _MIGRATE_5_TO_6 = ("ALTER TABLE progress ADD COLUMN lost TEXT NOT NULL DEFAULT ''",)
-_MIGRATIONS = {1: _MIGRATE_1_TO_2 + _MIGRATE_2_TO_3 + _MIGRATE_5_TO_6, 2: _MIGRATE_2_TO_3 + _MIGRATE_5_TO_6,
-               3: _MIGRATE_5_TO_6, 4: _MIGRATE_5_TO_6, 5: _MIGRATE_5_TO_6}
+# Version 6 stores lack the node count a report's world ran on.
+_MIGRATE_6_TO_7 = ("ALTER TABLE progress ADD COLUMN nodes INTEGER",)
+_MIGRATIONS = {1: _MIGRATE_1_TO_2 + _MIGRATE_2_TO_3 + _MIGRATE_5_TO_6 + _MIGRATE_6_TO_7,
+               2: _MIGRATE_2_TO_3 + _MIGRATE_5_TO_6 + _MIGRATE_6_TO_7, 3: _MIGRATE_5_TO_6 + _MIGRATE_6_TO_7,
+               4: _MIGRATE_5_TO_6 + _MIGRATE_6_TO_7, 5: _MIGRATE_5_TO_6 + _MIGRATE_6_TO_7, 6: _MIGRATE_6_TO_7}
 
 
 class StoreError(ElasticError):
@@ -169,6 +174,8 @@ class ProgressRow:
         pause_s: a resize report's pause (seconds), else ``None``.
         epoch_size: samples per epoch, ``None`` if not reported.
         lost: a recovery's resize report: the workers the survivors went on without.
+        nodes: how many nodes the world ran on (the daemon's layout of the workers the report
+            names), ``None`` when unknown.
     """
 
     t: float
@@ -182,15 +189,17 @@ class ProgressRow:
     pause_s: float | None = None
     epoch_size: int | None = None
     lost: tuple[str, ...] = ()
+    nodes: int | None = None
 
 
-_PROGRESS_COLUMNS = "t, kind, samples, world, global_batch, throughput, loss, metric, pause_s, epoch_size, lost"
+_PROGRESS_COLUMNS = ("t, kind, samples, world, global_batch, throughput, loss, metric, pause_s, epoch_size, lost, "
+                     "nodes")
 
 
 def _progress_row(r: tuple[Any, ...]) -> ProgressRow:
-    t, kind, samples, world, batch, throughput, loss, metric, pause, epoch_size, lost = r
+    t, kind, samples, world, batch, throughput, loss, metric, pause, epoch_size, lost, nodes = r
     return ProgressRow(t, kind, samples, world, batch, throughput, loss, metric, pause, epoch_size,
-                       tuple(w for w in str(lost).split(",") if w))
+                       tuple(w for w in str(lost).split(",") if w), nodes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -475,9 +484,9 @@ class Store:
                 f"job {job_id}: progress samples={r.samples}, world={r.world}, batch={r.global_batch} must be >= 0"
             )
         self._db.execute(
-            f"INSERT INTO progress(job_id, {_PROGRESS_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO progress(job_id, {_PROGRESS_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (job_id, r.t, r.kind, r.samples, r.world, r.global_batch, r.throughput, r.loss, r.metric, r.pause_s,
-             r.epoch_size, ",".join(r.lost)),
+             r.epoch_size, ",".join(r.lost), r.nodes),
         )
 
     def add_reports(self, job_id: str, rows: Iterable[ProgressRow], offset: int) -> None:
@@ -535,6 +544,27 @@ class Store:
         rows = self._db.execute(f"SELECT {_PROGRESS_COLUMNS} FROM progress WHERE job_id = ? ORDER BY t, id",
                                 (job_id,)).fetchall()
         return [_progress_row(r) for r in rows]
+
+    def finished_jobs(self, limit: int) -> list[str]:
+        """The jobs whose launcher reported the end of their training, latest end first (at most ``limit``)."""
+        rows = self._db.execute("SELECT job_id FROM progress WHERE kind='end' GROUP BY job_id ORDER BY MAX(t) DESC "
+                                "LIMIT ?", (limit,)).fetchall()
+        return [str(r[0]) for r in rows]
+
+    def finished_count(self) -> int:
+        """How many jobs' launchers reported the end of their training."""
+        return int(self._db.execute("SELECT COUNT(DISTINCT job_id) FROM progress WHERE kind='end'").fetchone()[0])
+
+    def meta(self, key: str) -> str | None:
+        """A value the daemon keeps between runs (e.g. its fitted progress model), or ``None``."""
+        row = self._db.execute("SELECT value FROM meta WHERE key=?", (f"daemon.{key}",)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        """Keep ``value`` under ``key`` (see :meth:`meta`)."""
+        with self._tx():
+            self._db.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET "
+                             "value=excluded.value", (f"daemon.{key}", value))
 
     def report_inputs(self, job_ids: Iterable[str]) -> dict[str, Any]:
         """What the allocation report takes from the store for these jobs (and the jobs their

@@ -674,7 +674,8 @@ class Agent:
             self._reporter.write(kind, self.clock(), step=int(self.extra["step"]),
                                  samples=int(self.extra.get("samples", 0)), epoch=self.sampler.state.epoch,
                                  epoch_size=len(self.job.dataset), world=len(self.members),
-                                 local_batch=int(self.extra["local_batch"]), pause_s=pause_s, lost=lost)
+                                 local_batch=int(self.extra["local_batch"]), pause_s=pause_s, lost=lost,
+                                 members=self.members)
         except OSError as exc:
             log.warning("%s: progress report not written: %s", self.me, exc)
 

@@ -22,7 +22,9 @@ the epoch), ``step``, ``samples`` (samples trained since the start, all workers)
 window since the previous report, 0 if none), ``loss`` (mean per-sample loss on rank 0 over that
 window, or null), ``metric`` (the job's validation metric at its last epoch end, or null),
 ``pause_s`` (resize reports: seconds from the switch to training again), ``lost`` (a resize report
-after a recovery: the ids of the workers the survivors went on without; absent otherwise).
+after a recovery: the ids of the workers the survivors went on without; absent otherwise),
+``members`` (rank 0's reports: the worker ids of the world in rank order, so the daemon knows which
+nodes the measured throughput ran on; absent in a ``left`` report).
 It must not import torch.
 """
 
@@ -69,7 +71,8 @@ class Reporter:
         return self._last_t is None or t - self._last_t >= self.every_s
 
     def write(self, kind: str, t: float, *, step: int, samples: int, epoch: int, epoch_size: int, world: int,
-              local_batch: int, pause_s: float = 0.0, worker: str = "", lost: Sequence[str] = ()) -> None:
+              local_batch: int, pause_s: float = 0.0, worker: str = "", lost: Sequence[str] = (),
+              members: Sequence[str] = ()) -> None:
         """Append one report and start a new window."""
         if kind not in REPORT_KINDS:
             raise ValueError(f"report kind {kind!r}: must be one of {', '.join(REPORT_KINDS)}")
@@ -86,6 +89,8 @@ class Reporter:
             body["worker"] = worker
         if lost:
             body["lost"] = list(lost)
+        if members:
+            body["members"] = list(members)
         line = sign_report(body, self.secret) + "\n"
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:

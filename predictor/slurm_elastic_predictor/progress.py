@@ -70,13 +70,19 @@ from slurm_elastic_predictor.errors import ProfileError
 __all__ = [
     "EPS",
     "FEATURES",
+    "MIN_HISTORIES",
+    "REFIT_GROWTH",
     "SHAPE_MAX",
+    "TRAINING_POINTS",
     "BetaProgressModel",
     "JobHistory",
     "ProgressPoint",
     "bounded_uniform_sample",
     "fit_progress_model",
+    "learn",
     "log_likelihood",
+    "mean_abs_progress_error",
+    "refit_due",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -546,3 +552,46 @@ def fit_progress_model(
         scale=tuple(float(v) for v in scale),
         n_train=int(n),
     )
+
+
+TRAINING_POINTS = 2000
+"""Bound on the training set of one fit (:func:`bounded_uniform_sample` over all histories)."""
+MIN_HISTORIES = 3
+"""Completed jobs needed before the first fit (the prior is used until then)."""
+REFIT_GROWTH = 1.1
+"""The model is refitted once the history has grown by this factor since the last fit (ONES
+refits online as jobs complete; refitting at every completion would cost a fit per job)."""
+
+
+def refit_due(histories: int, fitted_at: int) -> bool:
+    """Whether to (re)fit: at least :data:`MIN_HISTORIES` completed jobs, and :data:`REFIT_GROWTH`
+    times as many as at the last fit (``fitted_at``: 0 before the first)."""
+    return histories >= MIN_HISTORIES and histories >= fitted_at * REFIT_GROWTH
+
+
+def mean_abs_progress_error(model: BetaProgressModel, data: Sequence[tuple[ProgressPoint, float]]) -> float:
+    """Mean ``|E[rho] - rho|`` over the points that are not a job's final one (``rho < 1``): how
+    far the model's mean progress is from the true progress, as a fraction of the job.
+
+    Raises:
+        ProfileError: no point with ``rho < 1``.
+    """
+    kept = [(x, rho) for x, rho in data if rho < 1.0]
+    if not kept:
+        raise ProfileError("progress fit error: no point before a job's end")
+    x = np.stack([p.vector() for p, _ in kept])
+    rho = np.array([r for _, r in kept], dtype=np.float64)
+    return float(np.mean(np.abs(model.mean_progress(x) - rho)))
+
+
+def learn(histories: Sequence[JobHistory], previous: BetaProgressModel | None,
+          rng: np.random.Generator) -> tuple[BetaProgressModel, float]:
+    """The model fitted on (a bounded uniform sample of) ``histories``, warm-started at
+    ``previous``, and its :func:`mean_abs_progress_error` on that training set.
+
+    Raises:
+        ProfileError: a malformed history, or no usable point.
+    """
+    data = bounded_uniform_sample(histories, TRAINING_POINTS, rng)
+    model = fit_progress_model(data, prior=previous)
+    return model, mean_abs_progress_error(model, data)

@@ -188,6 +188,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
         points = [p.strip() for p in args.points.split(",") if p.strip()]
         print(json.dumps(bench_chaos(root=args.root, points=points), indent=2))
         return 0
+    if args.bench == "learn":
+        from slurm_elastic.learn_bench import bench_learn
+
+        try:
+            sizes = [int(k) for k in args.sizes.split(",") if k.strip()]
+        except ValueError:
+            raise ConfigError(f"--sizes {args.sizes!r}: must be comma-separated GPU counts, e.g. 1,2") from None
+        print(json.dumps(bench_learn(prior=args.prior, first_sizes=sizes), indent=2))
+        return 0
     if args.bench == "reaction":
         print(json.dumps(bench_reaction(root=args.root, repeat=args.repeat), indent=2))
         return 0

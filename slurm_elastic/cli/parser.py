@@ -127,6 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
     bc.add_argument("--points", default="", help="comma-separated crash points and faults (ctld:outage, "
                     "worker:kill; default: all of them)")
     bc.add_argument("--json", action="store_true", help="print JSON (the default)")
+    bn = bsub.add_parser("learn", help="how well a job's own throughput model, fitted from its first sizes, "
+                         "predicts every measured configuration of each shipped profile (median APE)")
+    bn.add_argument("--prior", default="cifar10", help="the profile every job starts from (default cifar10, "
+                    "the daemon's default model)")
+    bn.add_argument("--sizes", default="1,2", help="comma-separated GPU counts the job reported at (default 1,2)")
+    bn.add_argument("--json", action="store_true", help="print JSON (the default)")
     bs = bsub.add_parser("simulate", help="wall time of a simulation of a Philly-like trace")
     bs.add_argument("--jobs", type=int_in(1, 1_000_000), default=10_000)
     bs.add_argument("--gpus", type=_gpus, default=1024)

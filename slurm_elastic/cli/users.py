@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_elastic.cli.common import view
+from slurm_elastic.core.remaining import outlook
 from slurm_elastic.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -28,6 +29,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     cluster = view(cfg, store)
     cluster.writes_store = False
     snap = cluster.observe()
+    learned = cluster.learner.summary() if cluster.learner is not None else None
     planned: dict[str, Any] = {}
     quarantined: dict[str, str] = {}
     if store is not None:
@@ -41,7 +43,8 @@ def cmd_status(args: argparse.Namespace) -> int:
              "planned_gpus": sum(len(g) for _, g in planned[j.job_id]["placement"]) if j.job_id in planned else 0,
              "range": f"{j.min_gpus}:{j.max_gpus}", "batch": j.global_batch,
              "planned_batch": planned[j.job_id]["global_batch"] if j.job_id in planned else 0,
-             "mode": j.mode.value, "quarantine": quarantined.get(j.job_id, "")} for j in snap.elastic_jobs()]
+             "mode": j.mode.value, "quarantine": quarantined.get(j.job_id, ""), **outlook(snap, j)}
+            for j in snap.elastic_jobs()]
     shown = {r["job_id"] for r in rows}
     rows += [{"job_id": jid, "user": cluster.records[jid].user if jid in cluster.records else "?",
               "state": "left out", "gpus": 0, "planned_gpus": 0, "range": "", "batch": 0, "planned_batch": 0,
@@ -53,16 +56,39 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     print(f"{'JOBID':>8} {'USER':<10} {'STATE':<9} {'GPUS':>4} {'PLAN':>4} {'RANGE':>7} "
-          f"{'BATCH':>6} {'PBATCH':>6} MODE")
+          f"{'BATCH':>6} {'PBATCH':>6} {'MODE':<4} {'SAMPLES/S':>9} {'PREDICTED':>9} {'LEFT':>7} MODEL")
     for r in rows:
         if r.get("node"):
             print(f"{'':>8} node {r['node']} left out: {r['quarantine']}")
             continue
         print(f"{r['job_id']:>8} {r['user']:<10} {r['state']:<9} {r['gpus']:>4} {r['planned_gpus']:>4} "
-              f"{r['range']:>7} {r['batch']:>6} {r['planned_batch']:>6} {r['mode']}")
+              f"{r['range']:>7} {r['batch']:>6} {r['planned_batch']:>6} {r['mode']:<4} "
+              f"{_figure(r.get('measured_throughput')):>9} {_figure(r.get('predicted_throughput')):>9} "
+              f"{_duration(r.get('remaining_s')):>7} {_model(r)}")
         if r["quarantine"]:
             print(f"{'':>8} quarantined: {r['quarantine']}")
+    if learned and learned["source"] == "fitted":
+        print(f"progress model: fitted from {learned['jobs']} finished jobs ({learned['points']} points), "
+              f"mean |predicted - true progress| {learned['error']}")
     return 0
+
+
+def _figure(value: Any) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _duration(seconds: Any) -> str:
+    if seconds is None or seconds != seconds or seconds == float("inf"):
+        return "-"
+    minutes = int(seconds // 60)
+    return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m{int(seconds % 60):02d}s"
+
+
+def _model(row: dict[str, Any]) -> str:
+    if not row.get("model"):
+        return ""
+    source = f"fitted from {row['model_points']} sizes" if row["model_points"] else "prior"
+    return f"{row['model']} ({source}; progress {row['progress_model']})"
 
 
 def cmd_submit(args: argparse.Namespace) -> int:

@@ -179,6 +179,8 @@ class Job:
         last_change_time: when its allocation last changed (``None`` if never).
         samples_at_last_change: ``samples_processed`` at ``last_change_time``.
         model: key of the job's throughput profile in ``ClusterSnapshot.profiles``.
+        model_points: how many of its own measured configurations (GPUs, nodes, per-GPU batch)
+            that profile was fitted from; 0: a prior profile, as shipped or measured by the site.
         progress: latest progress report.
         release_blocks: when the job's GPUs are released only in whole blocks, those blocks as
             ``(node, GPUs)``, each freed on its own (a node of its own allocation, a satellite);
@@ -221,6 +223,7 @@ class Job:
     can_rebatch: bool = True
     can_grow: bool = True
     preemptions: int = 0
+    model_points: int = 0
 
     def __post_init__(self) -> None:
         def rule(ok: bool, what: str) -> None:

@@ -79,4 +79,29 @@ def expected_remaining(alpha: FloatArr, beta: FloatArr, yp: FloatArr) -> FloatAr
     return out
 
 
-# -- helpers shared by the fixed-size policies ---------------------------------------------------
+
+def outlook(snapshot: ClusterSnapshot, job: Job) -> dict[str, float | int | str | None]:
+    """What the daemon predicts of a job, to show beside what it measured (``status``, ``/metrics``).
+
+    ``model`` and ``model_points`` (its throughput model: 0 points is the prior as is),
+    ``predicted_throughput`` (samples/s its model gives at its current configuration; ``None``
+    unless it runs), ``measured_throughput`` (the launcher's, else ``None``), ``progress_model``
+    (``"fitted"`` or ``"prior"``) and ``remaining_s``: its remaining samples (to its declared epoch
+    count, else the fitted progress model's expectation) over its throughput now (measured, else
+    predicted), or ``None`` when nothing supports a guess (neither, or no throughput).
+    """
+    predicted = None
+    if job.num_gpus and job.model in snapshot.profiles:
+        predicted = float(snapshot.profiles[job.model].throughput(
+            job.global_batch or job.local_batch * job.num_gpus, job.num_gpus, job.placement.num_nodes)) or None
+    remaining_s = None
+    rate = job.observed_throughput or predicted
+    if rate and job.target_epochs is not None:
+        remaining_s = max(0.0, job.target_epochs * job.epoch_size - job.samples_processed) / rate
+    elif rate and snapshot.progress_model is not None:
+        alpha, beta, yp = progress_shapes(snapshot, [job], 1.0)
+        remaining_s = float(expected_remaining(alpha, beta, yp)[0]) / rate
+    return {"model": job.model, "model_points": job.model_points, "predicted_throughput": predicted,
+            "measured_throughput": job.observed_throughput,
+            "progress_model": "fitted" if snapshot.progress_model is not None else "prior",
+            "remaining_s": remaining_s}

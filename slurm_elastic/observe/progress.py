@@ -13,9 +13,11 @@ It changes nothing in Slurm.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import re
+import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -23,8 +25,9 @@ from typing import Any
 from slurm_elastic.core.model import JobState, ProgressReport
 from slurm_elastic.observe.bounds import ReportLimits, ReportOutOfBounds
 from slurm_elastic.orders import Channel, ChannelError, NoChannel
-from slurm_elastic.slurm.records import JobRecord
+from slurm_elastic.slurm.records import JobRecord, initial_workers
 from slurm_elastic.store import ProgressRow, Store
+from slurm_elastic_predictor.calibrate import StepPoint
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +62,8 @@ class JobRuntime:
         progress: latest loss/metric report.
         can_grow: ``False`` when the job runs the launcher but its join script is missing or breaks
             a rule (:meth:`~slurm_elastic.orders.Channel.join_script`): it cannot grow in place.
+        step_points: the job's own measured step times, one per (GPUs, nodes, per-GPU batch) it ran
+            at (:func:`step_points`): what its throughput model is fitted from.
     """
 
     model: str | None = None
@@ -73,6 +78,7 @@ class JobRuntime:
     run_time: float | None = None
     progress: ProgressReport = field(default_factory=ProgressReport)
     can_grow: bool = True
+    step_points: tuple[StepPoint, ...] = ()
 
 
 def _number(report: Mapping[str, Any], key: str, kind: type, *, optional: bool = False) -> Any:
@@ -91,8 +97,11 @@ def _number(report: Mapping[str, Any], key: str, kind: type, *, optional: bool =
     return kind(value)
 
 
-def row_of(report: Mapping[str, Any]) -> ProgressRow:
+def row_of(report: Mapping[str, Any], layout: Mapping[str, str] | None = None) -> ProgressRow:
     """The progress row of one verified report (the launcher's wire form: ``world`` workers …).
+
+    ``layout`` (worker id -> node, the daemon's) gives the row its node count from the ``members``
+    the report names; a world of one is on one node; otherwise the count is unknown (``None``).
 
     Raises:
         ReportRefused: a field is missing, of the wrong type, negative or not finite, or the kind is unknown.
@@ -103,26 +112,47 @@ def row_of(report: Mapping[str, Any]) -> ProgressRow:
     throughput = _number(report, "throughput", float, optional=True)
     pause = _number(report, "pause_s", float, optional=True) if kind == "resize" else None
     lost = _lost(report) if kind == "resize" else ()
+    members = _members(report)
+    world = _number(report, "world", int)
     return ProgressRow(
         t=_number(report, "t", float), kind=str(kind), samples=_number(report, "samples", int),
-        world=_number(report, "world", int), global_batch=_number(report, "global_batch", int),
+        world=world, global_batch=_number(report, "global_batch", int),
         throughput=throughput or None, loss=_number(report, "loss", float, optional=True),
         metric=_number(report, "metric", float, optional=True),
         pause_s=(pause or 0.0) if kind == "resize" else None,
         epoch_size=_number(report, "epoch_size", int, optional=True) or None, lost=lost,
+        nodes=1 if world == 1 else nodes_spanned(members, layout or {}),
     )
+
+
+def nodes_spanned(members: Sequence[str], layout: Mapping[str, str]) -> int | None:
+    """How many nodes ``members`` run on by ``layout`` (worker id -> node); ``None`` if one is unknown."""
+    nodes = {layout.get(w) for w in members}
+    return None if not nodes or None in nodes else len(nodes)
 
 
 WORKER_ID = re.compile(r"^w[0-9]{1,9}$")
 """A worker id, as the daemon names workers (``w0``, ``w1``, ...; :mod:`slurm_elastic.slurm.satellites`)."""
 
 
-def _lost(report: Mapping[str, Any]) -> tuple[str, ...]:
-    value = report.get("lost", [])
-    world = report.get("world")
+def _worker_ids(report: Mapping[str, Any], key: str) -> list[str]:
+    value = report.get(key, [])
     if (not isinstance(value, list) or len(value) > 4096
             or not all(isinstance(w, str) and WORKER_ID.match(w) for w in value)):
-        raise ReportRefused(f"lost={str(value)[:80]!r}: must be a list of at most 4096 worker ids like 'w3'")
+        raise ReportRefused(f"{key}={str(value)[:80]!r}: must be a list of at most 4096 worker ids like 'w3'")
+    return value
+
+
+def _members(report: Mapping[str, Any]) -> tuple[str, ...]:
+    value, world = _worker_ids(report, "members"), report.get("world")
+    if len(set(value)) != len(value) or (value and isinstance(world, int) and len(value) != world):
+        raise ReportRefused(f"members={str(value)[:80]!r} with world={world!r}: must name each of the world's "
+                            "workers once")
+    return tuple(value)
+
+
+def _lost(report: Mapping[str, Any]) -> tuple[str, ...]:
+    value, world = _worker_ids(report, "lost"), report.get("world")
     if isinstance(world, int) and not isinstance(world, bool) and world < 1 and value:
         raise ReportRefused(f"lost={value!r} with world={world}: a recovery leaves at least one worker")
     return tuple(dict.fromkeys(value))
@@ -154,9 +184,10 @@ def ingest(store: Store, records: Iterable[JobRecord], limits: Callable[[JobReco
         rows: list[ProgressRow] = []
         previous = _last_rank0_row(store, rec.job_id) if reports else None
         bounds = limits(rec) if reports else None
+        layout = _layout(store, rec) if reports else {}
         for report in reports:
             try:
-                row = row_of(report)
+                row = row_of(report, layout)
                 if bounds is not None:
                     bounds.check(row, previous)
             except (ReportRefused, ReportOutOfBounds) as exc:
@@ -173,6 +204,15 @@ def ingest(store: Store, records: Iterable[JobRecord], limits: Callable[[JobReco
             store.add_reports(rec.job_id, rows, offset)
             added += len(rows)
     return added
+
+
+def _layout(store: Store, rec: JobRecord) -> dict[str, str]:
+    """Worker id -> node of a launcher job: the store's layout (recorded at its first resize), else
+    the one its allocation starts with (:func:`~slurm_elastic.slurm.records.initial_workers`)."""
+    recorded = store.workers_of(rec.job_id)
+    if recorded:
+        return {w: node for w, (node, _) in recorded.items()}
+    return {w: node for w, node, _ in initial_workers(rec)}
 
 
 def _quarantine(store: Store, job_id: str, reason: str, now: float) -> None:
@@ -201,7 +241,9 @@ def runtime_of(rows: Sequence[ProgressRow]) -> JobRuntime | None:
     losses = [r.loss for r in rows if r.loss is not None]
     world = last.world or 1
     epoch_size = next((r.epoch_size for r in reversed(rows) if r.epoch_size), None)
+    metrics = [r.metric for r in rows if r.metric is not None]
     return JobRuntime(
+        step_points=step_points(rows),
         epoch_size=epoch_size,
         samples_processed=last.samples,
         local_batch=max(1, last.global_batch // world),
@@ -209,8 +251,29 @@ def runtime_of(rows: Sequence[ProgressRow]) -> JobRuntime | None:
         last_change_time=resizes[-1].t if resizes else None,
         samples_at_last_change=resizes[-1].samples if resizes else 0,
         progress=ProgressReport(initial_loss=losses[0] if losses else None,
-                                current_loss=losses[-1] if losses else None),
+                                current_loss=losses[-1] if losses else None,
+                                val_metric=metrics[-1] if metrics else None),
     )
+
+
+def step_points(rows: Sequence[ProgressRow]) -> tuple[StepPoint, ...]:
+    """The job's measured step times: one point per (world, nodes, per-GPU batch) it ran at, the
+    median over its clean windows (oldest first by first seen).
+
+    A clean window is a progress report whose previous report (rank 0's) was at the same world and
+    global batch, so no resize pause is in it; its step time is ``global_batch / throughput``. A
+    window whose node count is unknown (no ``members`` named, a worker the layout does not know)
+    says nothing about placement and is left out.
+    """
+    rows = [r for r in rows if r.kind != "left"]
+    steps: dict[tuple[int, int, int], list[float]] = {}
+    for before, r in itertools.pairwise(rows):
+        if (r.kind == "progress" and r.throughput and r.nodes and r.world >= 1
+                and r.global_batch >= r.world and (before.world, before.global_batch) == (r.world, r.global_batch)):
+            step = r.global_batch / r.throughput
+            if math.isfinite(step) and step > 0:
+                steps.setdefault((r.world, r.nodes, r.global_batch // r.world), []).append(step)
+    return tuple(StepPoint(k, nodes, local, statistics.median(times)) for (k, nodes, local), times in steps.items())
 
 
 def runtimes(store: Store, records: Iterable[JobRecord]) -> dict[str, JobRuntime]:

@@ -22,7 +22,9 @@ from slurm_elastic.observe.progress import JobRuntime
 from slurm_elastic.orders import COMMENT_KEY
 from slurm_elastic.slurm.dialects import DocKind, SlurmJsonError
 from slurm_elastic.slurm.records import JobRecord, NodeRecord
+from slurm_elastic_predictor.calibrate import calibrate
 from slurm_elastic_predictor.profiles import MODEL_DEFAULTS
+from slurm_elastic_predictor.progress import BetaProgressModel
 from slurm_elastic_predictor.throughput import ThroughputModel
 
 
@@ -30,7 +32,8 @@ def snapshot_of(nodes: Sequence[NodeRecord], jobs: Sequence[JobRecord], *, now: 
                 profiles: Mapping[str, ThroughputModel], partitions: Sequence[str] = (),
                 default_model: str = "cifar10", satellites: Mapping[str, str] | None = None,
                 runtimes: Mapping[str, JobRuntime] | None = None,
-                refused: dict[str, str] | None = None, unreadable_nodes: Collection[str] = ()) -> ClusterSnapshot:
+                refused: dict[str, str] | None = None, unreadable_nodes: Collection[str] = (),
+                progress_model: BetaProgressModel | None = None) -> ClusterSnapshot:
     """The snapshot of one observation (either backend).
 
     Args:
@@ -44,13 +47,16 @@ def snapshot_of(nodes: Sequence[NodeRecord], jobs: Sequence[JobRecord], *, now: 
         runtimes: what the launchers reported, by job id (:func:`~slurm_elastic.observe.progress.runtimes`).
         refused: as :func:`build_snapshot`'s (one job's broken record never fails the snapshot).
         unreadable_nodes: as :func:`build_snapshot`'s.
+        progress_model: the ONES progress model learned from the site's finished jobs
+            (:class:`~slurm_elastic.observe.history.ProgressLearner`), ``None``: priors.
     """
     wanted = set(partitions)
     managed_nodes = [n for n in nodes if not wanted or wanted & set(n.partitions)]
     managed = in_partitions(jobs, partitions)
-    return build_snapshot(managed_nodes, fold(managed, satellites or {}), now=now, profiles=profiles,
+    snap = build_snapshot(managed_nodes, fold(managed, satellites or {}), now=now, profiles=profiles,
                           default_model=default_model, progress=runtimes, refused=refused,
                           unreadable_nodes=unreadable_nodes)
+    return replace(snap, progress_model=progress_model) if progress_model is not None else snap
 
 
 def in_partitions(jobs: Sequence[JobRecord], partitions: Sequence[str]) -> list[JobRecord]:
@@ -137,6 +143,11 @@ def build_snapshot(
       ``max_local_batch`` (global = base batch). A job that reports its per-GPU batch and declared
       no batch range keeps that per-GPU batch: it is ``b`` and the job's ``max_local_batch``.
       Run time is the reported one, else ``now - start``.
+    * A job whose launcher measured its own step times (``JobRuntime.step_points``) is planned with
+      its own throughput model: its profile calibrated by them
+      (:func:`~slurm_elastic_predictor.calibrate.calibrate`, the profile as the prior), added to
+      the snapshot's profiles as ``<model>~job<id>``; ``Job.model_points`` says from how many
+      configurations (0: the prior as is).
 
     Args:
         nodes: from :func:`~slurm_elastic.slurm.records.parse_nodes` (already filtered to the managed partitions).
@@ -158,6 +169,7 @@ def build_snapshot(
         SnapshotError: a GPU held by two jobs; an elastic job running on an unreadable node.
     """
     progress = progress or {}
+    fitted: dict[str, ThroughputModel] = {}
     node_gpus = {n.name: n.gpus for n in nodes}
     total_gpus = sum(node_gpus.values())
     held: dict[str, dict[int, str]] = {}  # node -> GPU -> the job holding it
@@ -168,7 +180,7 @@ def build_snapshot(
         try:
             job = _job_of(rec, node_gpus, held, now=now, total_gpus=total_gpus, profiles=profiles,
                           default_model=default_model, runtime=progress.get(rec.job_id),
-                          unreadable=unreadable_nodes)
+                          unreadable=unreadable_nodes, fitted=fitted)
         except (ElasticError, ValueError) as exc:
             if refused is None:
                 raise
@@ -182,12 +194,13 @@ def build_snapshot(
         busy = set(n.used_gpus) | set(held.get(n.name, {}))
         out_nodes.append(Node(n.name, gpus, tuple(g for g in gpus if g not in busy), n.state))
     out_jobs.sort(key=lambda j: (j.submit_time, _id_key(j.job_id)))
-    return ClusterSnapshot(now=now, nodes=tuple(out_nodes), jobs=tuple(out_jobs), profiles=dict(profiles))
+    return ClusterSnapshot(now=now, nodes=tuple(out_nodes), jobs=tuple(out_jobs), profiles={**profiles, **fitted})
 
 
 def _job_of(rec: JobRecord, node_gpus: Mapping[NodeName, int], held: dict[str, dict[int, str]], *, now: float,
             total_gpus: int, profiles: Mapping[str, ThroughputModel], default_model: str,
-            runtime: JobRuntime | None, unreadable: Collection[str] = ()) -> Job | None:
+            runtime: JobRuntime | None, unreadable: Collection[str] = (),
+            fitted: dict[str, ThroughputModel]) -> Job | None:
     """One job of the snapshot (``None``: a rigid job without GPUs here); its GPUs are added to ``held``."""
     running = rec.state is JobState.RUNNING
     slots: list[tuple[str, int]] = []
@@ -213,7 +226,7 @@ def _job_of(rec: JobRecord, node_gpus: Mapping[NodeName, int], held: dict[str, d
         raise SnapshotError(f"job {rec.job_id}: runs on node {','.join(odd)}, whose record Slurm printed oddly "
                             "(rule: a job is planned from nodes that read; it is left out until they do)")
     return _elastic_job(rec, request, slots, running, now=now, total_gpus=total_gpus, profiles=profiles,
-                        default_model=default_model, runtime=runtime)
+                        default_model=default_model, runtime=runtime, fitted=fitted)
 
 
 def _id_key(job_id: str) -> tuple[int, str]:
@@ -237,7 +250,7 @@ def _rigid_job(rec: JobRecord, slots: list[tuple[str, int]], running: bool, now:
 
 def _elastic_job(rec: JobRecord, req: ElasticRequest, slots: list[tuple[str, int]], running: bool, *,
                  now: float, total_gpus: int, profiles: Mapping[str, ThroughputModel], default_model: str,
-                 runtime: JobRuntime | None) -> Job:
+                 runtime: JobRuntime | None, fitted: dict[str, ThroughputModel]) -> Job:
     if running and not slots:
         raise SlurmJsonError(f"{DocKind.SQUEUE.value}: job {rec.job_id}: key 'gres_detail': the elastic job "
                              "runs but holds no GPU on the managed nodes (rule: elastic jobs run on GPUs)")
@@ -247,7 +260,15 @@ def _elastic_job(rec: JobRecord, req: ElasticRequest, slots: list[tuple[str, int
         raise SlurmJsonError(f"job {rec.job_id}: model {model!r} has no throughput profile "
                              f"(known: {sorted(profiles)})")
     b_default, epoch_default = MODEL_DEFAULTS.get(model, _FALLBACK_MODEL_DEFAULTS)
-    max_local = max(1, profiles[model].max_local_batch)
+    profile, points = profiles[model], 0
+    if rt.step_points:  # the job's own throughput model: its measurements, the profile as the prior
+        # a job that names no model has the default's profile as a stand-in: its batch axis is
+        # stretched onto the job's (``prior_batch``); a job's own model's profile is used as is
+        fit = calibrate(profile, rt.step_points, name=f"{model}~job{rec.job_id}",
+                        prior_batch=None if rt.model else b_default)
+        profile, points = fit.model, fit.points
+        fitted[profile.name] = profile
+    max_local = max(1, profile.max_local_batch)
     b = max(1, min(b_default, max_local))
     if req.min_batch is None and rt.local_batch:
         # A launcher job that declared no batch range keeps its own per-GPU batch (the launcher's
@@ -282,7 +303,8 @@ def _elastic_job(rec: JobRecord, req: ElasticRequest, slots: list[tuple[str, int
         samples_processed=rt.samples_processed, target_epochs=rt.target_epochs,
         observed_throughput=rt.observed_throughput, placement=Placement.of(slots), local_batch=local,
         start_time=start, run_time=run_time, last_change_time=last_change,
-        samples_at_last_change=rt.samples_at_last_change, model=model, progress=rt.progress,
+        samples_at_last_change=rt.samples_at_last_change, model=profile.name if points else model,
+        model_points=points, progress=rt.progress,
         release_blocks=_release_blocks(rec.release_blocks, slots) if running else None,
         can_rebatch=COMMENT_KEY in rec.comment, can_grow=rt.can_grow, preemptions=max(0, rec.restart_count),
     )

@@ -19,11 +19,13 @@ from typing import Protocol
 
 from slurm_elastic.core.model import ClusterSnapshot
 from slurm_elastic.observe.bounds import limits_of
+from slurm_elastic.observe.history import ProgressLearner
 from slurm_elastic.observe.inflight import owed_by_store
 from slurm_elastic.observe.progress import ingest, join_checked, runtimes
 from slurm_elastic.observe.snapshot import fingerprint, in_partitions, snapshot_of
 from slurm_elastic.slurm.records import JobRecord, NodeRecord
 from slurm_elastic.store import Store
+from slurm_elastic_predictor.progress import BetaProgressModel
 from slurm_elastic_predictor.throughput import ThroughputModel
 
 log = logging.getLogger(__name__)
@@ -92,6 +94,16 @@ class ClusterView:
     nodes_left_out: dict[str, str] = field(default_factory=dict)
     """Nodes of the last observation left out of the snapshot, by name, with the reason (a record
     Slurm printed that does not parse; the elastic jobs running there are left out too)."""
+    learner: ProgressLearner | None = None
+    """The progress model learned from the store's finished jobs (made from ``store`` at the first
+    observation: it refits and keeps the model only when the view ``writes_store``)."""
+
+    def _progress_model(self) -> BetaProgressModel | None:
+        if self.store is None:
+            return None
+        if self.learner is None:
+            self.learner = ProgressLearner(self.store, writes=self.writes_store)
+        return self.learner.current()
 
     def _jobs_read(self, jobs: list[JobRecord]) -> list[JobRecord]:
         self.records = {j.job_id: j for j in jobs}
@@ -157,7 +169,8 @@ class ClusterView:
                            satellites=store.satellites() if store is not None else None,
                            runtimes=join_checked(runtimes(store, managed), managed) if store is not None else None,
                            refused=refused,
-                           unreadable_nodes=self.nodes_left_out)
+                           unreadable_nodes=self.nodes_left_out,
+                           progress_model=self._progress_model())
         self._quarantine(refused)
         self.left_out = {**self.source.refused, **refused}
         owed = owed_by_store(store, self.records, snap) if store is not None else ()

@@ -40,14 +40,13 @@ from slurm_elastic.core.rounds import ActionOutcome
 from slurm_elastic.errors import ConfigError, ProfileError
 from slurm_elastic.sim.truth import truth
 from slurm_elastic.sim.workload import SimJobSpec
-from slurm_elastic_predictor.progress import BetaProgressModel, JobHistory, bounded_uniform_sample, fit_progress_model
+from slurm_elastic_predictor.progress import BetaProgressModel, JobHistory, learn, refit_due
 from slurm_elastic_predictor.throughput import ThroughputModel
 
 CHECKPOINT_RESTART_S = 30.0
 IN_PLACE_GROW_S = 2.7
 IN_PLACE_SHRINK_S = 0.9
 ARRIVAL_WINDOW_S = 3600.0
-PROGRESS_POINTS = 2000
 
 
 def _reports(spec: SimJobSpec, processed: float, batch: float) -> tuple[float, float]:
@@ -248,11 +247,10 @@ class VirtualCluster:
 
     def _maybe_refit(self) -> None:
         n = len(self.histories)
-        if not self.fit_progress or n < 3 or n < self._fitted_at * 1.1:
+        if not self.fit_progress or not refit_due(n, self._fitted_at):
             return
-        data = bounded_uniform_sample(self.histories, PROGRESS_POINTS, np.random.default_rng(n))
         try:
-            self.progress_model = fit_progress_model(data, prior=self.progress_model)
+            self.progress_model, _ = learn(self.histories, self.progress_model, np.random.default_rng(n))
         except ProfileError:
             return
         self._fitted_at = n

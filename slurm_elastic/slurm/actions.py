@@ -69,12 +69,11 @@ from slurm_elastic.core.rounds import ActionOutcome
 from slurm_elastic.errors import ElasticError
 from slurm_elastic.observe.progress import finished_training
 from slurm_elastic.orders import Channel, ChannelError, NoChannel
-from slurm_elastic.slurm.records import JobRecord
+from slurm_elastic.slurm.records import JobRecord, initial_workers
 from slurm_elastic.slurm.satellites import (
     NotExpressible,
     as_user,
     client_settings,
-    initial_workers,
     leaving,
     mark_argv,
     new_satellites,

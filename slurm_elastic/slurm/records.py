@@ -588,3 +588,17 @@ def _sacct_job(j: Mapping[str, Any], version: SlurmJsonVersion) -> AccountingRec
         admin_comment=as_str(get_path(j, "comment.administrator", where), "comment.administrator", where),
     )
 
+
+def initial_workers(record: JobRecord) -> list[tuple[str, str, str]]:
+    """The workers a launcher job starts with: ``w<i>`` for task i, block-distributed over its nodes.
+
+    One task per GPU (the template's ``--ntasks-per-node`` equals its GPUs per node), so node j of
+    the allocation runs the next ``len(gpus on j)`` task ids. Returns ``(worker, node, alloc)``.
+    """
+    out: list[tuple[str, str, str]] = []
+    i = 0
+    for node, gpus in record.gpus:
+        for _ in gpus:
+            out.append((f"w{i}", node, record.job_id))
+            i += 1
+    return out

@@ -79,21 +79,6 @@ class Satellite:
 Layout = Mapping[str, tuple[str, str]]  # worker id -> (node, Slurm allocation: the job or a satellite)
 
 
-def initial_workers(record: JobRecord) -> list[tuple[str, str, str]]:
-    """The workers a launcher job starts with: ``w<i>`` for task i, block-distributed over its nodes.
-
-    One task per GPU (the template's ``--ntasks-per-node`` equals its GPUs per node), so node j of
-    the allocation runs the next ``len(gpus on j)`` task ids. Returns ``(worker, node, alloc)``.
-    """
-    out: list[tuple[str, str, str]] = []
-    i = 0
-    for node, gpus in record.gpus:
-        for _ in gpus:
-            out.append((f"w{i}", node, record.job_id))
-            i += 1
-    return out
-
-
 def new_satellites(before: Placement, after: Placement, layout: Layout) -> list[Satellite]:
     """The satellites that add ``after``'s extra GPUs, with fresh worker ids (``w<n>`` after the highest).
 

@@ -69,8 +69,13 @@ def test_launcher_job_grows_onto_a_satellite_and_shrinks_back(cluster: DevCluste
 
     _wait("the joined world of 2 workers", lambda: world(2))
     _wait("a throughput measured at 2 workers", lambda: obs.observe().job(JobId(job)).observed_throughput is not None)
+    # the job's own throughput model (issue 15): its reports name their members, the daemon knows
+    # the satellite's worker is on another node, and the windows at 2 workers on 2 nodes are fitted
+    _wait("the job's own throughput model", lambda: obs.observe().job(JobId(job)).model_points >= 1)
     snap = obs.observe()
     assert snap.job(JobId(job)).num_gpus == 2  # the satellite's GPU counts as the job's
+    assert snap.job(JobId(job)).model == f"cifar10~job{job}" and snap.job(JobId(job)).model in snap.profiles
+    assert {r.nodes for r in store.progress_of(job) if r.kind == "progress" and r.world == 2} == {2}
     # `status` (another process beside the daemon) says what the job says: the satellite's GPU
     # is the job's, and the batch is the one the job reported, not the priors' (issue 14, finding 7).
     for key, value in cluster.env.items():
@@ -82,6 +87,7 @@ def test_launcher_job_grows_onto_a_satellite_and_shrinks_back(cluster: DevCluste
     row = {r["job_id"]: r for r in json.loads(capsys.readouterr().out)}[job]
     reported = [r for r in store.progress_of(job) if r.world == 2][-1]
     assert (row["gpus"], row["batch"]) == (2, reported.global_batch), (row, reported)
+    assert row["model_points"] >= 1 and row["measured_throughput"] and row["predicted_throughput"], row
 
     (outcome,) = act.apply(snap, (Action(ActionKind.SHRINK, JobId(job), snap.job(JobId(job)).placement, held,
                                          32, 32, 1, 0.1),))

@@ -49,6 +49,9 @@ def test_plan_json_is_a_valid_plan(policy: str, capsys: pytest.CaptureFixture[st
         (["plan", "--param", "colour=blue"], "bad parameters ['colour']"),
         (["bench", "chaos", "--points", "grow:sbatch,grow:fly"], "point 'grow:fly' is not one of"),
         (["bench", "load", "--policy", "nope"], "unknown policy 'nope'"),
+        (["bench", "learn", "--sizes", "1,x"], "--sizes '1,x': must be comma-separated GPU counts"),
+        (["bench", "learn", "--prior", "nope"], "unknown profile 'nope'"),
+        (["bench", "learn", "--sizes", "0,2"], "bench learn:"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

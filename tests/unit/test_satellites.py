@@ -18,12 +18,11 @@ from slurm_elastic.observe.progress import ingest, runtime_of
 from slurm_elastic.observe.snapshot import build_snapshot, fold
 from slurm_elastic.orders import Channel, verify
 from slurm_elastic.slurm.actions import SlurmActuator
-from slurm_elastic.slurm.records import GpuRequest, JobRecord, NodeRecord
+from slurm_elastic.slurm.records import GpuRequest, JobRecord, NodeRecord, initial_workers
 from slurm_elastic.slurm.satellites import (
     NotExpressible,
     as_user,
     client_settings,
-    initial_workers,
     leaving,
     new_satellites,
     sbatch_argv,
