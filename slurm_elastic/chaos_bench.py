@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import getpass
+import json
 import os
 import signal
 import subprocess
@@ -48,7 +49,7 @@ from typing import Any
 
 from slurm_elastic.demo import DemoJob, submit_job
 from slurm_elastic.dev import devcluster
-from slurm_elastic.dev.processes import worker_processes
+from slurm_elastic.dev.processes import die_with_parent, worker_processes
 from slurm_elastic.errors import ConfigError
 from slurm_elastic.slurm.commands import run_command
 from slurm_elastic.slurm.steps import CRASH_ENV, CRASH_POINTS
@@ -65,9 +66,9 @@ POINTS = CRASH_POINTS + FAULTS
 """Every point ``bench chaos`` runs by default: each crash point, then each fault."""
 CTLD_OUTAGE_S = 20.0
 """How long slurmctld stays stopped in ``ctld:outage``."""
-FAULT_AFTER_S = 4.0
-"""How long the launcher job runs (``ctld:outage``) or trains with two workers (``worker:kill``)
-before the fault."""
+FAULT_AFTER_S = {"ctld:outage": 4.0, "worker:kill": 1.0}
+"""How long the launcher job runs (``ctld:outage``), or trains with every running worker a member of
+a world of two or more (``worker:kill``: the job trains for seconds only), before the fault."""
 COUNTS = ("jobs_lost", "duplicate_actions", "orphan_satellites", "stranded_nodes", "stranded_jobs",
           "sample_mismatches", "actions_while_ctld_down", "lost_workers_unnoticed")
 
@@ -108,7 +109,7 @@ def _daemon(conf: Path, env: dict[str, str], out: Path, crash: str = "") -> subp
         full[CRASH_ENV] = crash
     with open(out, "ab") as log:
         return subprocess.Popen([sys.executable, "-m", "slurm_elastic.cli", "daemon", "--config", str(conf)],
-                                env=full, stdout=log, stderr=subprocess.STDOUT)
+                                env=full, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
 
 
 def _queue(env: dict[str, str]) -> dict[str, tuple[str, str]]:
@@ -124,6 +125,7 @@ class _Fault:
 
     point: str
     root: Path
+    tmp: Path
     ctld_down: tuple[float, float] | None = None  # wall-clock times slurmctld went down and came back
     killed: str = ""  # the worker SIGKILLed
     _since: float | None = None  # when the fault's precondition first held (monotonic)
@@ -147,12 +149,12 @@ class _Fault:
             return
         workers = worker_processes(launcher)
         ready = (queue.get(launcher, ("",))[0] == "RUNNING" if self.point == "ctld:outage"
-                 else len(workers) >= 2)
+                 else len(workers) >= 2 and len(workers) == self._world(launcher))
         if not ready:
             self._since = None
             return
         self._since = self._since or time.monotonic()
-        if time.monotonic() - self._since < FAULT_AFTER_S:
+        if time.monotonic() - self._since < FAULT_AFTER_S[self.point]:
             return
         if self.point == "ctld:outage":
             devcluster.stop_controller(self.root)
@@ -162,6 +164,20 @@ class _Fault:
         for pid in workers[self.killed]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+    def _world(self, launcher: str) -> int:
+        """The launcher job's world now, by its last report (0 before one): a worker is killed only
+        when every running worker is a member (not one still joining, which the daemon withdraws)."""
+        found = list(self.tmp.glob("secrets/*.reports"))
+        if len(found) != 1:
+            return 0
+        lines = found[0].read_bytes().splitlines()
+        try:
+            last = json.loads(lines[-1]) if lines else {}
+        except ValueError:
+            return 0
+        training = last.get("job_id") == launcher and last.get("kind") in ("progress", "resize")
+        return int(last.get("world", 0)) if training else 0
 
     def end(self) -> None:
         """slurmctld is up again however the run ended."""
@@ -179,7 +195,7 @@ def _run(root: Path, env: dict[str, str], point: str, timeout_s: float) -> dict[
                         'poll_interval = 0.5\nmax_idle = 2.0\nmetrics_address = ""\n'
                         "[guards]\nmin_run_s = 0\nmax_preemptions = 0\n")
         crash = point if point in CRASH_POINTS else ""
-        fault = _Fault(point, root)
+        fault = _Fault(point, root, tmp)
         first = _daemon(conf, env, tmp / "daemon-1.log", crash=crash)
         t0 = time.monotonic()
         submitted: dict[str, str] = {}  # what -> job id
@@ -230,9 +246,13 @@ def _judge(env: dict[str, str], tmp: Path, launcher: str, mine: set[str], fault:
     orphans = sum(1 for jid, (_, comment) in queue.items() if "slurm-elastic-satellite=" in comment)
     for jid in queue:
         run_command(["scancel", jid], env=env)
-    acct = run_command(["sacct", "-n", "-P", "-X", "-o", "JobID,State", "-j", ",".join(sorted(mine))], env=env)
-    states = dict(line.split("|", 1) for line in acct.splitlines() if "|" in line)
-    not_completed = sum(1 for j in mine if not states.get(j, "").startswith("COMPLETED"))
+    # every record of each job (-D: a requeued job has one per run, and without -D sacct may show
+    # an older one); a job is done when one of its runs COMPLETED (a completed job never runs again)
+    acct = run_command(["sacct", "-n", "-P", "-X", "-D", "-o", "JobID,State", "-j", ",".join(sorted(mine))],
+                       env=env)
+    completed = {jid for jid, state in (line.split("|", 1) for line in acct.splitlines() if "|" in line)
+                 if state.startswith("COMPLETED")}
+    not_completed = len(mine - completed)
     logs = "".join(p.read_text(errors="replace") for p in (tmp / "jobs").glob("*.out"))
     store = Store(tmp / "s.db", read_only=True)
     try:

@@ -132,3 +132,15 @@ def worker_processes(job_id: str) -> dict[str, list[int]]:
             if item.startswith(b"SLURM_ELASTIC_WORKER_ID="):
                 found.setdefault(item.split(b"=", 1)[1].decode(errors="replace"), []).append(int(proc.name))
     return found
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """A pre-exec hook: the child is SIGKILLed when the process that started it dies (Linux
+    ``prctl(PR_SET_PDEATHSIG)``), so a benchmark killed midway leaves no daemon acting on its
+    cluster behind it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
