@@ -18,7 +18,10 @@ planned from priors, exactly as if it had never reported (docs/security.md):
   CPUs reports 7,200 samples/s on one worker, above 4 x ResNet-18 on a V100), so the bound is what
   no known model reaches, not what the default model does. A job may run on faster GPUs than the
   profiles' V100, not on a machine many times faster. Within the bound, what a report can change in
-  a plan is the planners' measured-over-predicted correction, clipped (``core/sizing.py``);
+  a plan is its own job's: the planners' measured-over-predicted correction, clipped
+  (``core/sizing.py``), and the job's own throughput model fitted from its step times
+  (``slurm_elastic_predictor.calibrate``; multipliers of the prior's terms within [0.01, 100]), so a
+  job that claims to scale better than it does is given at most its ``--elastic`` maximum;
 * ``t`` no later than now (plus :data:`CLOCK_SKEW_S`) and no earlier than the job's submission;
 * ``samples`` never decreasing, and growing no faster than that throughput bound allows between
   two reports of the job's rank 0 (a leaving worker's ``left`` farewell is its own process's
