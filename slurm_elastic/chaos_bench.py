@@ -1,15 +1,21 @@
 """``slurm-elastic bench chaos``: the acting daemon SIGKILLed at each journaled step, on a real dev cluster.
 
 This module owns the crash benchmark of issue 14. For each crash point
-(:data:`~slurm_elastic.slurm.steps.CRASH_POINTS`, or those asked for) it runs a small mixed
-workload on a fresh queue: a launcher job (the demo's CNN, 1..4 GPUs) between two plain elastic
-jobs (``sleep``) arriving seconds apart (:data:`SCHEDULE`), so the daemon (policy ``dp``, no
-guards) starts, grows, shrinks and requeues. The daemon runs as its own process with
-``SLURM_ELASTIC_CRASH_AT=<point>``; once it has killed itself there (or the workload ended
-without reaching the point: not *reached*), a new daemon is started on the same store without it
-and runs until the queue is empty. Then it counts what the issue asks for:
+(:data:`~slurm_elastic.slurm.steps.CRASH_POINTS`, or those asked for) it runs, on a fresh queue, the
+small workload that reaches that point (:data:`WORKLOADS`, :func:`workload_of`): ``mixed``, a
+launcher job (the demo's CNN, 1..4 GPUs) between two plain elastic jobs (``sleep``) arriving
+seconds apart, for starts, grows and the requeue path of plain jobs; ``launcher-shrink``, a launcher
+job that declares a batch range (so the planner rebatches it) alone on the cluster, then a plain
+job of 4 GPUs that makes the planner shrink it in place; ``drain``, three plain jobs of 2 GPUs
+filling the cluster, then the node of the first drained (the planner preempts the last started and
+moves the first off the draining node); ``drop``, the policy's drop mode and a plain job of 6 GPUs
+arriving while another runs (dropped: its ``scancel``). The daemon (policy ``dp``, no guards) runs
+as its own process with ``SLURM_ELASTIC_CRASH_AT=<point>``; once it has killed itself there (or the
+workload ended without reaching the point: not *reached*), a new daemon is started on the same
+store without it and runs until the queue is empty. Then it counts what the issue asks for:
 
-* ``jobs_lost``: a submitted job that Slurm's accounting does not say COMPLETED;
+* ``jobs_lost``: a submitted job that Slurm's accounting does not say COMPLETED (or CANCELLED, for
+  the job the ``drop`` workload's policy may drop);
 * ``duplicate_actions``: an order the launcher refused (its log says ``refused order``: duplicate
   or unknown workers) or a worker submitted in two satellites;
 * ``orphan_satellites``: a satellite (its token in its comment) still in the queue when every job ended;
@@ -17,7 +23,10 @@ and runs until the queue is empty. Then it counts what the issue asks for:
 * ``stranded_nodes``: a node not idle once the queue is empty;
 * ``sample_mismatches``: a launcher job whose end report does not say every sample was trained once.
 
-Two faults other than a daemon crash (:data:`FAULTS`) run the same workload with one daemon that is
+The JSON names the points no run reached (``unreached``): every step of every action kind is
+meant to be reached.
+
+Two faults other than a daemon crash (:data:`FAULTS`) run the ``mixed`` workload with one daemon that is
 never killed:
 
 * ``ctld:outage``: slurmctld is stopped (SIGTERM, it saves its state) for :data:`CTLD_OUTAGE_S`
@@ -56,11 +65,66 @@ from slurm_elastic.slurm.steps import CRASH_ENV, CRASH_POINTS
 from slurm_elastic.store import Store
 
 NODES, GPUS_PER_NODE = 3, 2
-LAUNCHER_JOB = DemoJob("chaos-cnn", 1, 4, at=0.0, epochs=3, dataset_size=16384)
 PLAIN_SLEEP_S = 15
-SCHEDULE = ((0.0, "plain-1"), (3.0, "launcher"), (25.0, "plain-2"))
-"""When each job of the workload is submitted (seconds): the launcher job starts beside a plain one
-and grows when it ends; the second plain job makes the planner shrink or requeue."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Submission:
+    """One job of a workload: a launcher job (``launcher``) or a plain elastic ``sleep`` of ``gpus``."""
+
+    name: str
+    at: float  # seconds after the run began
+    gpus: tuple[int, int] = (1, 4)
+    launcher: DemoJob | None = None
+    batch: str = ""  # the launcher job's batch range (``MIN:MAX``: the planner may rebatch it)
+    may_drop: bool = False  # CANCELLED is a right end for it (the policy's drop mode)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Workload:
+    """What one run submits, and when; what the daemon's policy is told; whether a node is drained."""
+
+    name: str
+    jobs: tuple[Submission, ...]
+    policy: str = ""  # extra ``[policy.dp]`` settings
+    drain: bool = False  # drain the first job's node once every job of the workload runs
+    why: str = ""
+
+
+LAUNCHER_JOB = DemoJob("chaos-cnn", 1, 4, at=0.0, epochs=3, dataset_size=16384)
+WORKLOADS: dict[str, Workload] = {w.name: w for w in (
+    Workload("mixed", (Submission("plain-1", 0.0), Submission("launcher", 3.0, launcher=LAUNCHER_JOB),
+                       Submission("plain-2", 25.0)),
+             why="the launcher job starts beside a plain one and grows when it ends; the second plain job "
+                 "makes the planner shrink or requeue"),
+    Workload("launcher-shrink",
+             (Submission("launcher", 0.0, launcher=DemoJob("chaos-cnn-b", 1, 4, at=0.0, epochs=4, dataset_size=65536),
+                         batch="32:1024"),
+              Submission("plain-4", 15.0, gpus=(4, 4))),
+             why="the launcher job starts alone on several nodes and is rebatched; a plain job of 4 GPUs "
+                 "makes the planner shrink it in place (a node of its own allocation released)"),
+    Workload("drain", tuple(Submission(f"plain-{i}", i - 1.0, gpus=(2, 2)) for i in (1, 2, 3)), drain=True,
+             why="three 2-GPU jobs fill the cluster, then the first one's node drains: the planner preempts "
+                 "the last started and moves the first"),
+    Workload("drop", (Submission("plain-1", 0.0), Submission("plain-6", 4.0, gpus=(6, 6), may_drop=True)),
+             policy='mode = "drop"\n',
+             why="the policy's drop mode, and a 6-GPU job arriving while another job runs"),
+)}
+"""The workloads of the bench, by name (:func:`workload_of` says which one runs for a point)."""
+
+
+def workload_of(point: str) -> Workload:
+    """The workload that reaches ``point``: the launcher's own shrink steps and rebatch on
+    ``launcher-shrink``, preempt and move on ``drain``, drop on ``drop``, the rest on ``mixed``."""
+    kind, _, step = point.partition(":")
+    step = step.rstrip("+")
+    if kind == "rebatch" or (kind == "shrink" and step in ("order", "owe-release")):
+        return WORKLOADS["launcher-shrink"]
+    if kind in ("preempt", "move"):
+        return WORKLOADS["drain"]
+    return WORKLOADS["drop"] if kind == "drop" else WORKLOADS["mixed"]
+
+
 FAULTS = ("ctld:outage", "worker:kill")
 POINTS = CRASH_POINTS + FAULTS
 """Every point ``bench chaos`` runs by default: each crash point, then each fault."""
@@ -69,13 +133,17 @@ CTLD_OUTAGE_S = 20.0
 FAULT_AFTER_S = {"ctld:outage": 4.0, "worker:kill": 1.0}
 """How long the launcher job runs (``ctld:outage``), or trains with every running worker a member of
 a world of two or more (``worker:kill``: the job trains for seconds only), before the fault."""
+DRAIN_AFTER_S = 2.0
+"""How long every job of the ``drain`` workload runs before the first one's node is drained."""
+NODE_SETTLE_S = 15.0
+"""How long a node may take to show idle once the queue is empty (else it is stranded)."""
 COUNTS = ("jobs_lost", "duplicate_actions", "orphan_satellites", "stranded_nodes", "stranded_jobs",
           "sample_mismatches", "actions_while_ctld_down", "lost_workers_unnoticed")
 
 
 def bench_chaos(*, root: Path, points: Sequence[str] = (), run_timeout_s: float = 300.0,
                 bring_up: bool = True) -> dict[str, Any]:
-    """Run the workload once per crash point or fault (all of :data:`POINTS` when ``points`` is empty).
+    """Run the point's workload once per crash point or fault (all of :data:`POINTS` when ``points`` is empty).
 
     ``bring_up=False`` uses the dev cluster already running under ``root`` (the tests').
 
@@ -93,13 +161,14 @@ def bench_chaos(*, root: Path, points: Sequence[str] = (), run_timeout_s: float 
     with contextlib.nullcontext() if not bring_up else devcluster.running(NODES, GPUS_PER_NODE, root):
         env = devcluster.slurm_env(root)
         for point in chosen:
-            run = _run(root, env, point, run_timeout_s)
+            run = _run(root, env, point, workload_of(point), run_timeout_s)
             runs.append(run)
             for key in COUNTS:
                 totals[key] += run[key]
     return {"benchmark": "chaos", "crash_points": sum(1 for p in chosen if p in CRASH_POINTS),
             "faults": sum(1 for p in chosen if p in FAULTS), "runs": len(runs),
-            "reached": sum(1 for r in runs if r["reached"]), **totals, "per_point": runs}
+            "reached": sum(1 for r in runs if r["reached"]),
+            "unreached": [r["point"] for r in runs if not r["reached"]], **totals, "per_point": runs}
 
 
 def _daemon(conf: Path, env: dict[str, str], out: Path, crash: str = "") -> subprocess.Popen[bytes]:
@@ -186,61 +255,103 @@ class _Fault:
             self.ctld_down = (self.ctld_down[0], time.time())  # type: ignore[index]
 
 
-def _run(root: Path, env: dict[str, str], point: str, timeout_s: float) -> dict[str, Any]:
+def _run(root: Path, env: dict[str, str], point: str, workload: Workload, timeout_s: float) -> dict[str, Any]:
     run_command(["scancel", "--user", getpass.getuser()], env=env)
     with tempfile.TemporaryDirectory(prefix="chaos-", dir=root) as tmp_dir:
         tmp = Path(tmp_dir)
         conf = tmp / "elastic.toml"
         conf.write_text(f'[daemon]\npartitions = ["gpu"]\npolicy = "dp"\ndry_run = false\nstore = "{tmp / "s.db"}"\n'
                         'poll_interval = 0.5\nmax_idle = 2.0\nmetrics_address = ""\n'
-                        "[guards]\nmin_run_s = 0\nmax_preemptions = 0\n")
+                        "[guards]\nmin_run_s = 0\nmax_preemptions = 0\n"
+                        f"[policy.dp]\n{workload.policy}")
         crash = point if point in CRASH_POINTS else ""
         fault = _Fault(point, root, tmp)
+        drain = _Drain(workload, env)
         first = _daemon(conf, env, tmp / "daemon-1.log", crash=crash)
         t0 = time.monotonic()
-        submitted: dict[str, str] = {}  # what -> job id
+        submitted: dict[str, str] = {}  # job name -> job id
         try:
-            while first.poll() is None and time.monotonic() - t0 < timeout_s:
-                queue = {} if fault.down else _queue(env)
-                fault.tick(submitted.get("launcher"), queue)
-                if not fault.down:
-                    _submit_due(submitted, time.monotonic() - t0, env, tmp)
-                    if len(submitted) == len(SCHEDULE) and not set(queue) & set(submitted.values()):
-                        break
-                time.sleep(0.5)
+            try:
+                while first.poll() is None and time.monotonic() - t0 < timeout_s:
+                    queue = {} if fault.down else _queue(env)
+                    fault.tick(submitted.get("launcher"), queue)
+                    if not fault.down:
+                        drain.tick(submitted, queue)
+                        _submit_due(workload, submitted, time.monotonic() - t0, env, tmp)
+                        if len(submitted) == len(workload.jobs) and not set(queue) & set(submitted.values()):
+                            break
+                    time.sleep(0.5)
+            finally:
+                fault.end()
+            reached = first.poll() == -signal.SIGKILL if crash else fault.reached
+            if first.poll() is None:
+                first.terminate()
+                first.wait(30)
+            _submit_due(workload, submitted, float("inf"), env, tmp)
+            second = _daemon(conf, env, tmp / "daemon-2.log")
+            mine = set(submitted.values())
+            deadline = time.monotonic() + timeout_s
+            while set(_queue(env)) & mine and time.monotonic() < deadline:
+                time.sleep(1.0)
+            time.sleep(3.0)  # the daemon's next polls: satellites of ended jobs, owed releases
+            second.terminate()
+            second.wait(30)
         finally:
-            fault.end()
-        reached = first.poll() == -signal.SIGKILL if crash else fault.reached
-        if first.poll() is None:
-            first.terminate()
-            first.wait(30)
-        _submit_due(submitted, float("inf"), env, tmp)
-        second = _daemon(conf, env, tmp / "daemon-2.log")
-        launcher = submitted["launcher"]
-        mine = set(submitted.values())
-        deadline = time.monotonic() + timeout_s
-        while set(_queue(env)) & mine and time.monotonic() < deadline:
-            time.sleep(1.0)
-        time.sleep(3.0)  # the daemon's next polls: satellites of ended jobs, owed releases
-        second.terminate()
-        second.wait(30)
-        return {"point": point, "reached": reached, **_judge(env, tmp, launcher, mine, fault)}
+            drain.end()
+        judged = _judge(env, tmp, workload, submitted, fault)
+        return {"point": point, "workload": workload.name, "reached": reached, **judged,
+                **({"drained": drain.node} if drain.node else {})}
 
 
-def _submit_due(submitted: dict[str, str], elapsed: float, env: dict[str, str], tmp: Path) -> None:
-    """Submit the workload's jobs whose time has come (a plain job, the launcher job, a plain job)."""
-    for at, what in SCHEDULE:
-        if what not in submitted and elapsed >= at:
-            submitted[what] = submit_job(LAUNCHER_JOB, tmp, env) if what == "launcher" else _sbatch(env, tmp)
+@dataclasses.dataclass
+class _Drain:
+    """The ``drain`` workload's event: the first job's node drained once every job has run
+    :data:`DRAIN_AFTER_S` seconds; resumed when the run ends."""
+
+    workload: Workload
+    env: dict[str, str]
+    node: str = ""
+    _since: float | None = None
+
+    def tick(self, submitted: dict[str, str], queue: dict[str, tuple[str, str]]) -> None:
+        if not self.workload.drain or self.node or len(submitted) < len(self.workload.jobs):
+            return
+        if not all(queue.get(jid, ("",))[0] == "RUNNING" for jid in submitted.values()):
+            self._since = None
+            return
+        self._since = self._since or time.monotonic()
+        if time.monotonic() - self._since < DRAIN_AFTER_S:
+            return
+        first = submitted[self.workload.jobs[0].name]
+        node = run_command(["squeue", "-h", "-j", first, "-o", "%N"], env=self.env).strip()
+        if node and "," not in node and "[" not in node:  # one node (a 2-GPU job fits one)
+            run_command(["scontrol", "update", f"NodeName={node}", "State=DRAIN", "Reason=bench-chaos"],
+                        env=self.env)
+            self.node = node
+
+    def end(self) -> None:
+        if self.node:
+            run_command(["scontrol", "update", f"NodeName={self.node}", "State=RESUME"], env=self.env)
 
 
-def _sbatch(env: dict[str, str], cwd: Path) -> str:
-    out = run_command(["sbatch", "--parsable", "--elastic=1:4", "--gres=gpu:1", "--output=/dev/null", "--chdir",
-                       str(cwd), "--wrap", f"sleep {PLAIN_SLEEP_S}"], env=env)
+def _submit_due(workload: Workload, submitted: dict[str, str], elapsed: float, env: dict[str, str],
+                tmp: Path) -> None:
+    """Submit the workload's jobs whose time has come."""
+    for job in workload.jobs:
+        if job.name not in submitted and elapsed >= job.at:
+            submitted[job.name] = (submit_job(job.launcher, tmp, env, batch=job.batch) if job.launcher
+                                   else _sbatch(env, tmp, job.gpus))
+
+
+def _sbatch(env: dict[str, str], cwd: Path, gpus: tuple[int, int]) -> str:
+    out = run_command(["sbatch", "--parsable", f"--elastic={gpus[0]}:{gpus[1]}", "--gres=gpu:1",
+                       "--output=/dev/null", "--chdir", str(cwd), "--wrap", f"sleep {PLAIN_SLEEP_S}"], env=env)
     return out.strip().split(";")[0]
 
 
-def _judge(env: dict[str, str], tmp: Path, launcher: str, mine: set[str], fault: _Fault) -> dict[str, Any]:
+def _judge(env: dict[str, str], tmp: Path, workload: Workload, submitted: dict[str, str],
+           fault: _Fault) -> dict[str, Any]:
+    mine = set(submitted.values())
     queue = _queue(env)
     stranded_jobs = len(set(queue) & mine)
     orphans = sum(1 for jid, (_, comment) in queue.items() if "slurm-elastic-satellite=" in comment)
@@ -250,35 +361,54 @@ def _judge(env: dict[str, str], tmp: Path, launcher: str, mine: set[str], fault:
     # an older one); a job is done when one of its runs COMPLETED (a completed job never runs again)
     acct = run_command(["sacct", "-n", "-P", "-X", "-D", "-o", "JobID,State", "-j", ",".join(sorted(mine))],
                        env=env)
-    completed = {jid for jid, state in (line.split("|", 1) for line in acct.splitlines() if "|" in line)
-                 if state.startswith("COMPLETED")}
-    not_completed = len(mine - completed)
+    ended: dict[str, set[str]] = {}
+    for jid, state in (line.split("|", 1) for line in acct.splitlines() if "|" in line):
+        ended.setdefault(jid, set()).add(state.split()[0] if state else "")
+    right = {submitted[j.name]: {"COMPLETED", "CANCELLED"} if j.may_drop else {"COMPLETED"}
+             for j in workload.jobs if j.name in submitted}
+    not_completed = sum(1 for jid in mine if not ended.get(jid, set()) & right[jid])
     logs = "".join(p.read_text(errors="replace") for p in (tmp / "jobs").glob("*.out"))
+    mismatches, duplicates, lost = 0, logs.count("refused order"), set()
     store = Store(tmp / "s.db", read_only=True)
     try:
-        ends = [r for r in store.progress_of(launcher) if r.kind == "end"]
         sats = store.satellites(include_ended=True)
-        workers = [w for s in sats if sats[s] == launcher for w in _satellite_workers(store, launcher, s)]
-        lost = store.lost_workers(launcher)
+        for job in workload.jobs:
+            if job.launcher is None or job.name not in submitted:
+                continue
+            jid = submitted[job.name]
+            ends = [r for r in store.progress_of(jid) if r.kind == "end"]
+            mismatches += not (ends and ends[-1].samples == job.launcher.epochs * job.launcher.dataset_size)
+            workers = [w for s in sats if sats[s] == jid for w in _satellite_workers(store, jid, s)]
+            duplicates += len(workers) - len(set(workers))
+            lost |= store.lost_workers(jid)
         actions = store.actions_between(*fault.ctld_down) if fault.ctld_down else []
         after = [r["t"] for r in store.rounds(since=fault.ctld_down[1])] if fault.ctld_down else []
     finally:
         store.close()
-    samples_ok = bool(ends) and ends[-1].samples == LAUNCHER_JOB.epochs * LAUNCHER_JOB.dataset_size
-    duplicates = logs.count("refused order") + (len(workers) - len(set(workers)))
-    nodes = run_command(["sinfo", "-h", "-N", "-o", "%N|%T"], env=env)
-    busy = {n for n, state in (line.split("|", 1) for line in nodes.splitlines() if "|" in line)
-            if state.strip().lower() not in ("idle",)}
+    busy = _busy_nodes(env) if not queue else set()
     judged: dict[str, Any] = {
         "jobs_lost": not_completed, "duplicate_actions": duplicates, "orphan_satellites": orphans,
-        "stranded_nodes": len(busy) if not queue else 0, "stranded_jobs": stranded_jobs,
-        "sample_mismatches": 0 if samples_ok else 1, "actions_while_ctld_down": len(actions),
+        "stranded_nodes": len(busy), "stranded_jobs": stranded_jobs,
+        "sample_mismatches": mismatches, "actions_while_ctld_down": len(actions),
         "lost_workers_unnoticed": int(bool(fault.killed) and fault.killed not in lost)}
     if fault.ctld_down:
         judged["recovery_s"] = round(min(after) - fault.ctld_down[1], 2) if after else None
     if fault.killed:
         judged["killed_worker"] = fault.killed
     return judged
+
+
+def _busy_nodes(env: dict[str, str], settle_s: float = NODE_SETTLE_S) -> set[str]:
+    """The nodes not idle once the queue is empty, after :data:`NODE_SETTLE_S` seconds for the last
+    job's epilog and a resumed node to show idle."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        nodes = run_command(["sinfo", "-h", "-N", "-o", "%N|%T"], env=env)
+        busy = {n for n, state in (line.split("|", 1) for line in nodes.splitlines() if "|" in line)
+                if state.strip().lower() != "idle"}
+        if not busy or time.monotonic() >= deadline:
+            return busy
+        time.sleep(1.0)
 
 
 def _satellite_workers(store: Store, job: str, sat: str) -> list[str]:

@@ -153,8 +153,10 @@ class Daemon:
             log.warning("%s", line)
         for o in rec.outcomes:
             if o.ok and not self.config.daemon.dry_run:
+                rebatch = o.action.kind is ActionKind.REBATCH
                 self.in_flight[o.action.job_id] = InFlightResize(o.action.job_id, o.action.after.num_gpus,
-                                                                 rec.snapshot.now)
+                                                                 rec.snapshot.now,
+                                                                 o.action.local_batch if rebatch else 0)
         self.metrics.observe_round(rec, time.perf_counter() - t0)
         self.metrics.observe_quarantine(self.view.quarantined())
         self.metrics.observe_nodes_left_out(self.view.nodes_left_out)

@@ -119,11 +119,13 @@ def _run(out: Path, root: Path, env: dict[str, str], jobs: Sequence[DemoJob], po
     return _finish(out, started, runner, store, submitted, seen_state, time.time() - t0, total, say)
 
 
-def submit_job(job: DemoJob, out: Path, env: dict[str, str]) -> str:
-    """Submit one demo job (the launcher example) with `slurm-elastic submit`'s template; its job id."""
+def submit_job(job: DemoJob, out: Path, env: dict[str, str], *, batch: str = "") -> str:
+    """Submit one demo job (the launcher example) with `slurm-elastic submit`'s template; its job id.
+
+    ``batch`` (``MIN:MAX``, global samples) lets the planner choose the job's batch in that range."""
     req = JobRequest(command=(sys.executable, str(EXAMPLE), "--dataset-size", str(job.dataset_size)),
                      min_gpus=job.min_gpus, max_gpus=job.max_gpus, gpus_per_node=1, epochs=job.epochs,
-                     name=job.name, output=str(out / "jobs" / "%x-%j.out"),
+                     name=job.name, output=str(out / "jobs" / "%x-%j.out"), batch=batch,
                      secret_file=str(new_secret_file(out / "secrets")))
     (out / "jobs").mkdir(exist_ok=True)
     return submit("pytorch", req, env=env)

@@ -312,11 +312,14 @@ class InFlightResize:
         job_id: the job being resized.
         target_gpus: GPU count the action is moving the job to.
         since: when the action was issued (seconds).
+        target_local_batch: per-GPU batch the action is moving the job to (a REBATCH: the GPUs do
+            not change, so only the batch shows it has arrived); 0 when any batch will do.
     """
 
     job_id: JobId
     target_gpus: int
     since: float
+    target_local_batch: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,12 +57,15 @@ def settle(in_flight: MutableMapping[JobId, InFlightResize], snapshot: ClusterSn
     """Forget the carried-out actions that have arrived.
 
     An action is on its way until the job shows its target (a START until the job runs at the new
-    size, a DROP until it is gone) or for at most ``IN_FLIGHT_TIMEOUT_S`` seconds.
+    size, a DROP until it is gone, a REBATCH until the job reports the new per-GPU batch: a job
+    still starting reports nothing for seconds, and its order is not sent again every round) or
+    for at most ``IN_FLIGHT_TIMEOUT_S`` seconds.
     """
     jobs = {j.job_id: j for j in snapshot.jobs}
     for jid, fl in list(in_flight.items()):
         job = jobs.get(jid)
         arrived = (job is None) if fl.target_gpus == 0 else (
-            job is not None and job.state is JobState.RUNNING and job.num_gpus == fl.target_gpus)
+            job is not None and job.state is JobState.RUNNING and job.num_gpus == fl.target_gpus
+            and fl.target_local_batch in (0, job.local_batch))
         if arrived or snapshot.now - fl.since > IN_FLIGHT_TIMEOUT_S:
             del in_flight[jid]

@@ -167,3 +167,50 @@ def test_owed_work_is_done_at_every_poll_not_only_in_rounds(tmp_path: Path) -> N
         sleep(1.0)
     assert tended == [0.0, 0.0, 1.0, 2.0, 3.0, 4.0]  # ... but the act step ran at every poll
     assert d.rounds == 1
+
+
+def test_a_rebatch_order_is_sent_once_until_the_job_shows_the_new_batch(tmp_path: Path) -> None:
+    """Found by ``bench chaos``: a launcher job that had not reported yet (its workers were still
+    importing torch) got the same REBATCH order every round, four in 7 s, because the GPU count
+    alone said it had arrived. It is on its way until the job reports the new per-GPU batch."""
+    from slurm_elastic.core.actions import Action, ActionKind
+    from slurm_elastic.core.model import JobState
+    from slurm_elastic.core.rounds import ActionOutcome
+
+    applied: list[Action] = []
+
+    class Act:
+        def apply(self, snapshot: ClusterSnapshot, actions: tuple[Action, ...]) -> tuple[ActionOutcome, ...]:
+            applied.extend(actions)
+            return tuple(ActionOutcome(a, True) for a in actions)
+
+        def tend(self) -> list[str]:
+            return []
+
+        def reconcile(self, snapshot: ClusterSnapshot) -> list[str]:
+            return []
+
+        def lease(self, snapshot: object, started: object) -> list[str]:
+            return []
+
+    def job(local_batch: int):  # type: ignore[no-untyped-def]
+        # running on both GPUs of the node at a per-GPU batch no planner chooses (7)
+        seven = make_job("r", state=JobState.RUNNING, placement=[("n000", 0), ("n000", 1)], local_batch=7,
+                         max_gpus=8, epochs_done=3, epochs_since_change=3, run_time=600.0)
+        return replace(seven, local_batch=local_batch)
+
+    obs = FakeObserver(make_snapshot(make_nodes(1, 2), [job(7)], now=0.0))
+    now = [0.0]
+    cfg = Config(DaemonConfig(policy="dp", store=tmp_path / "s.db", dry_run=False, poll_interval=1.0, max_idle=1.0))
+    d = Daemon(cfg, obs, Store(cfg.daemon.store), Act(), sleep=lambda s: None, clock=lambda: now[0])
+    d.round()
+    assert [a.kind for a in applied] == [ActionKind.REBATCH]
+    d.round()
+    d.round()  # the job still reports its old batch: the order is on its way, not sent again
+    assert len(applied) == 1
+    obs.snapshot = make_snapshot(make_nodes(1, 2), [job(applied[0].local_batch)], now=5.0)
+    d.round()  # it arrived: nothing to do
+    assert len(applied) == 1
+    obs.snapshot = make_snapshot(make_nodes(1, 2), [job(7)], now=100.0)
+    d.round()  # the job went back to its own batch later: planned (and acted) again
+    assert [a.kind for a in applied] == [ActionKind.REBATCH] * 2
