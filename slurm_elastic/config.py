@@ -12,6 +12,7 @@ environment or the file again after :func:`load`. Example::
     poll_interval = 2.0           # seconds between cheap queue checks (0.5 .. 3600)
     max_idle = 60.0               # plan at least this often (seconds, poll_interval .. 86400)
     default_model = "cifar10"     # throughput profile of jobs that report none (a shipped profile)
+    profiles = "/etc/slurm-elastic/profiles"  # site profiles (slurm-elastic profile); left out: shipped only
     seed = 0                      # planner random seed (0 .. 2**32 - 1)
     metrics_address = "127.0.0.1:9410"  # Prometheus /metrics, PORT 1..65535 ("" = off)
 
@@ -32,7 +33,10 @@ environment or the file again after :func:`load`. Example::
 The rules: the file is a regular file of at most 1 MiB of UTF-8 TOML; every table is a table;
 integers refuse floats and booleans, numbers are finite; ``poll_interval`` is at least 0.5 s (at
 most two ``squeue`` calls a second: it spares slurmctld); ``store`` is an absolute file path, not a
-folder, whose folder exists or can be made; ``default_model`` is a shipped throughput profile;
+folder, whose folder exists or can be made; ``profiles`` is an absolute path to a folder of site
+profiles that all load (``slurm-elastic profile`` writes one: a sub-folder per model, each with
+its ``placements.csv``, ``scalability.csv`` and ``machine.json``), used beside the shipped ones (a
+site profile of a shipped name replaces it); ``default_model`` is a shipped or site throughput profile;
 partition names are printable ASCII without blanks or commas. Every ``[policy.<name>]`` table
 names a policy and its parameters pass that policy's types and ranges
 (:data:`slurm_elastic.policies.PARAMETERS`, the same checks as ``--param``).
@@ -84,7 +88,8 @@ class DaemonConfig:
         store: SQLite state file.
         poll_interval: seconds between change checks (0.5 .. 3600).
         max_idle: seconds after which a round runs even without a change (poll_interval .. 86400).
-        default_model: throughput profile of jobs that report none (a shipped profile).
+        default_model: throughput profile of jobs that report none (a shipped or site profile).
+        profiles: folder of site throughput profiles (``slurm-elastic profile``), or None (shipped only).
         seed: planner random seed (0 .. 2**32 - 1).
         metrics_address: ``HOST:PORT`` of the Prometheus ``/metrics`` endpoint (PORT 1..65535); empty = off.
     """
@@ -96,6 +101,7 @@ class DaemonConfig:
     poll_interval: float = 2.0
     max_idle: float = 60.0
     default_model: str = "cifar10"
+    profiles: Path | None = None
     seed: int = 0
     metrics_address: str = ""
 
@@ -185,11 +191,32 @@ def _metrics_address(value: Any) -> str:
     return value
 
 
-def _default_model(value: Any) -> str:
+def _profiles(value: Any) -> tuple[Path, tuple[str, ...]]:
+    """The site profile folder and the names of its profiles (each loads and fits)."""
+    from slurm_elastic_predictor.errors import ProfileError
+    from slurm_elastic_predictor.profiles import load_models
+
+    rule = "must be the absolute path of a folder of site profiles (slurm-elastic profile writes one)"
+    if not isinstance(value, str) or not value.startswith("/") or "\x00" in value or len(value) > 4096:
+        raise _bad("daemon.profiles", value, rule)
+    path = Path(value)
+    if not path.is_dir():
+        raise _bad("daemon.profiles", value, f"{rule}: no such folder")
+    try:
+        names = tuple(load_models(path))
+    except ProfileError as exc:
+        raise _bad("daemon.profiles", value, f"{rule}: {exc}") from None
+    if not names:
+        raise _bad("daemon.profiles", value, f"{rule}: it holds no profile (no <model>/placements.csv)")
+    return path, names
+
+
+def _default_model(value: Any, site: tuple[str, ...] = ()) -> str:
     from slurm_elastic_predictor.profiles import PROFILE_NAMES  # only when the file names one
 
-    if not isinstance(value, str) or value not in PROFILE_NAMES:
-        raise _bad("daemon.default_model", value, f"must be one of the shipped profiles: {', '.join(PROFILE_NAMES)}")
+    known = (*PROFILE_NAMES, *(n for n in site if n not in PROFILE_NAMES))
+    if not isinstance(value, str) or value not in known:
+        raise _bad("daemon.default_model", value, f"must be one of the shipped or site profiles: {', '.join(known)}")
     return value
 
 
@@ -213,8 +240,11 @@ def _daemon(raw: Any) -> DaemonConfig:
         if not isinstance(raw["policy"], str) or not raw["policy"]:
             raise _bad("daemon.policy", raw["policy"], "must be a non-empty string")
         out["policy"] = raw["policy"]
+    site: tuple[str, ...] = ()
+    if "profiles" in raw:
+        out["profiles"], site = _profiles(raw["profiles"])
     if "default_model" in raw:
-        out["default_model"] = _default_model(raw["default_model"])
+        out["default_model"] = _default_model(raw["default_model"], site)
     if "dry_run" in raw:
         if not isinstance(raw["dry_run"], bool):
             raise _bad("daemon.dry_run", raw["dry_run"], "must be true or false")

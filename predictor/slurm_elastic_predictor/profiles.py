@@ -37,6 +37,7 @@ V100 Longhorn derivation (:func:`v100_longhorn`), factors are speed-ups over the
 from __future__ import annotations
 
 import csv
+import json
 import math
 import re
 from collections.abc import Callable, Iterator
@@ -49,6 +50,7 @@ from slurm_elastic_predictor.errors import ProfileError
 from slurm_elastic_predictor.throughput import MultiGpuPoint, ThroughputModel, fit_profile
 
 __all__ = [
+    "MACHINE_FILE",
     "MODEL_DEFAULTS",
     "PROFILE_GPUS_PER_NODE",
     "PROFILE_NAMES",
@@ -56,10 +58,12 @@ __all__ = [
     "V100_INTER_SPEEDUP",
     "V100_INTRA_SPEEDUP",
     "Measurement",
+    "gpus_per_node_of",
     "load_measurements",
     "load_model",
     "load_models",
     "load_profile_rows",
+    "machine_gpus_per_node",
     "profile_dir",
     "v100_longhorn",
 ]
@@ -93,6 +97,13 @@ V100_INTRA_SPEEDUP = 3.0
 V100_INTER_SPEEDUP = 100.0 / 50.0
 """Inter-node all-reduce speed-up: EDR InfiniBand (100 Gb/s) over the g4dn.12xlarge network
 (50 Gb/s)."""
+
+MACHINE_FILE = "machine.json"
+"""A site profile folder's description of the machine it was measured on (``slurm-elastic
+profile`` writes it): ``gpus_per_node`` (an integer 1..9, one placement digit per node) is the
+only key read; the others (nodes, partition, when, GPUs present) are for the admin."""
+
+_MACHINE_MAX_BYTES = 65536
 
 _T = TypeVar("_T")
 
@@ -177,10 +188,44 @@ def _nonneg_float(text: str) -> float:
     return value
 
 
-def _placement(text: str) -> str:
-    if not _PLACEMENT_RE.fullmatch(text) or max(int(d) for d in text) > PROFILE_GPUS_PER_NODE:
-        raise ValueError(text)
-    return text
+def _placement_upto(gpus_per_node: int) -> Callable[[str], str]:
+    def placement(text: str) -> str:
+        if not _PLACEMENT_RE.fullmatch(text) or max(int(d) for d in text) > gpus_per_node:
+            raise ValueError(text)
+        return text
+
+    return placement
+
+
+def machine_gpus_per_node(folder: Path) -> int:
+    """GPUs per node of the machine the profile in ``folder`` was measured on: its
+    :data:`MACHINE_FILE`'s ``gpus_per_node``, or :data:`PROFILE_GPUS_PER_NODE` without that file.
+
+    Raises:
+        ProfileError: the file is a link or not a regular file, larger than 64 KiB, not a JSON
+            object, or its ``gpus_per_node`` is not an integer 1..9.
+    """
+    path = folder / MACHINE_FILE
+    if not path.exists() and not path.is_symlink():
+        return PROFILE_GPUS_PER_NODE
+    if path.is_symlink() or not path.is_file():
+        raise ProfileError(f"{path}: must be a regular file, not a link")
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(_MACHINE_MAX_BYTES + 1)
+    except OSError as exc:
+        raise ProfileError(f"{path}: cannot read: {exc}") from exc
+    if len(data) > _MACHINE_MAX_BYTES:
+        raise ProfileError(f"{path}: larger than {_MACHINE_MAX_BYTES} bytes")
+    try:
+        raw = json.loads(data)
+    except ValueError as exc:
+        raise ProfileError(f"{path}: not JSON: {exc}") from exc
+    value = raw.get("gpus_per_node") if isinstance(raw, dict) else None
+    if type(value) is not int or not 1 <= value <= 9:
+        raise ProfileError(f"{path}: gpus_per_node must be an integer 1..9 (one placement digit per node), "
+                           f"got {str(value)[:40]!r}")
+    return value
 
 
 def _common(path: Path, line: int, row: dict[str, str]) -> tuple[int, float, float]:
@@ -205,6 +250,11 @@ def _folder(name: str, root: Path | None) -> Path:
     if not folder.is_dir():
         raise ProfileError(f"{folder}: no such profile folder")
     return folder
+
+
+def gpus_per_node_of(name: str, root: Path | None) -> int:
+    """GPUs per node of profile ``name``'s machine (:func:`machine_gpus_per_node` of its folder)."""
+    return PROFILE_GPUS_PER_NODE if root is None else machine_gpus_per_node(_folder(name, root))
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,6 +298,7 @@ def load_measurements(name: str, root: Path | None = None) -> list[Measurement]:
             malformed row (message ``"<file>:<line>: <column> <rule>, got <value>"``).
     """
     folder = _folder(name, root)
+    gpn = gpus_per_node_of(name, root)
     out: list[Measurement] = []
     path = folder / _PLACEMENTS
     for line, row in _rows(path, ("placement", "local_bsz", "step_time", "sync_time")):
@@ -256,8 +307,8 @@ def load_measurements(name: str, root: Path | None = None) -> list[Measurement]:
             line,
             row,
             "placement",
-            _placement,
-            f"must be one digit 1..{PROFILE_GPUS_PER_NODE} per node",
+            _placement_upto(gpn),
+            f"must be one digit 1..{gpn} per node",
         )
         local, step, sync = _common(path, line, row)
         shape = tuple(sorted((int(d) for d in placement), reverse=True))
@@ -268,10 +319,10 @@ def load_measurements(name: str, root: Path | None = None) -> list[Measurement]:
     for line, row in _rows(path, columns):
         nodes = _field(path, line, row, "num_nodes", _pos_int, "must be an integer >= 1")
         k = _field(path, line, row, "num_replicas", _pos_int, "must be an integer >= 1")
-        if not nodes <= k <= nodes * PROFILE_GPUS_PER_NODE:
+        if not nodes <= k <= nodes * gpn:
             raise ProfileError(
                 f"{path}:{line}: num_replicas must lie in [num_nodes, "
-                f"{PROFILE_GPUS_PER_NODE} * num_nodes], got {k} on {nodes} node(s)"
+                f"{gpn} * num_nodes], got {k} on {nodes} node(s)"
             )
         local, step, sync = _common(path, line, row)
         out.append(Measurement(_even(nodes, k), local, step, sync))
@@ -319,7 +370,8 @@ def load_model(name: str, root: Path | None = None) -> ThroughputModel:
         root: profile folder root, ``None`` for the shipped profiles.
 
     Returns:
-        The fitted model, named ``name``, with ``gpus_per_node = 4``.
+        The fitted model, named ``name``, with the GPUs per node of its machine
+        (:func:`gpus_per_node_of`: 4 for the shipped profiles).
 
     Raises:
         ProfileError: On any bad input (see :func:`load_profile_rows` and
@@ -327,7 +379,7 @@ def load_model(name: str, root: Path | None = None) -> ThroughputModel:
     """
     single, multi = load_profile_rows(name, root)
     try:
-        return fit_profile(name, single, multi, gpus_per_node=PROFILE_GPUS_PER_NODE)
+        return fit_profile(name, single, multi, gpus_per_node=gpus_per_node_of(name, root))
     except ProfileError as exc:
         raise ProfileError(f"{_folder(name, root)}: {exc}") from exc
 

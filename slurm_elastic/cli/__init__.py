@@ -13,6 +13,8 @@ Subcommands:
 * ``daemon``    -- the loop beside slurmctld (shadow mode, or acting through ``scontrol``).
 * ``status``    -- elastic jobs: GPUs now and planned, batch, state (like squeue).
 * ``check-config`` -- validate an elastic.toml without starting anything.
+* ``profile``   -- measure the site's own throughput profiles through Slurm; writes the folder
+  ``daemon.profiles`` names.
 * ``report``    -- the center's GPU allocation report from ``sacct`` (HTML, CSV or JSON).
 * ``what-if``   -- replay a window of the cluster's history under policies in the simulator (site
   guards as ``simulate``).
@@ -52,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "submit": users.cmd_submit, "status": users.cmd_status,
         # site admins
         "daemon": admins.cmd_daemon, "check-config": admins.cmd_check_config,
-        "install-plugin": admins.cmd_install_plugin, "what-if": admins.cmd_what_if,
+        "install-plugin": admins.cmd_install_plugin, "what-if": admins.cmd_what_if, "profile": admins.cmd_profile,
         # center managers
         "report": managers.cmd_report,
         # developers

@@ -85,6 +85,17 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_profile(args: argparse.Namespace) -> int:
+    """Measure site profiles through Slurm (:mod:`slurm_elastic.site_profile`); print the JSON summary."""
+    from slurm_elastic.site_profile import parse_batches, parse_models, parse_placements, profile_site
+
+    out = profile_site(args.out, models=parse_models(args.models), placements=parse_placements(args.placements),
+                       batches=parse_batches(args.batches), steps=args.steps, partition=args.partition,
+                       say=lambda line: print(line, file=sys.stderr))
+    print(json.dumps(out, indent=2))
+    return 0
+
+
 def cmd_install_plugin(args: argparse.Namespace) -> int:
     """Build the plugin where only root can change it; print its lines; with ``--write``, write them.
 

@@ -235,6 +235,20 @@ def build_parser() -> argparse.ArgumentParser:
     wi.add_argument("--report", type=Path, metavar="DIR", help="write the HTML/PNG/CSV simulation report here")
     _guard_options(wi)
 
+    pf = sub.add_parser("profile", help="measure the site's own throughput profiles through Slurm (one fixed-size "
+                        "launcher job per model, placement and batch) and write a profile folder for "
+                        "daemon.profiles")
+    pf.add_argument("--out", type=Path, required=True, metavar="DIR", help="the profile folder (a sub-folder per "
+                    "model; an existing one is never overwritten)")
+    pf.add_argument("--models", default="cnn", help="comma-separated models of the example trainer: cnn, resnet18 "
+                    "(default cnn)")
+    pf.add_argument("--placements", default="1,2,11,22", help="comma-separated placements, one digit per node: its "
+                    "GPUs (default 1,2,11,22; needs 1, one node with several GPUs, and several nodes)")
+    pf.add_argument("--batches", default="32,128", help="comma-separated per-GPU batches (default 32,128)")
+    pf.add_argument("--steps", type=int_in(20, 100_000), default=200, help="training steps of each job (default 200)")
+    pf.add_argument("--partition", default="", help="the partition to measure (default: Slurm's default)")
+    pf.add_argument("--json", action="store_true", help="print JSON (the default)")
+
     ip = sub.add_parser("install-plugin", help="build the --elastic SPANK plugin; print (or write) its config lines")
     ip.add_argument("--out", type=Path, default=Path("build/spank"), help="folder for slurm_elastic.so")
     ip.add_argument("--write", type=Path, metavar="PLUGSTACK_FILE",

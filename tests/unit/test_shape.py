@@ -12,9 +12,10 @@ ROOT = Path(__file__).resolve().parents[2] / "slurm_elastic"
 # and ``scontrol ping`` only read).
 CHANGING = {"scancel", "sbatch", "scontrol", "runuser", "srun", "salloc"}
 # Modules allowed to build such argv lists: the actuator and its satellites; development and user tools
-# (the dev cluster, `slurm-elastic submit` and its templates, the benchmarks that submit their own jobs).
+# (the dev cluster, `slurm-elastic submit` and its templates, the benchmarks that submit their own jobs,
+# `slurm-elastic profile`, which submits and cancels its own measuring jobs).
 MAY_CHANGE_SLURM = {"slurm/actions.py", "slurm/satellites.py", "dev/devcluster.py", "submit.py", "templates.py",
-                    "bench.py", "load_bench.py", "chaos_bench.py"}
+                    "bench.py", "load_bench.py", "chaos_bench.py", "site_profile.py"}
 
 
 def _reads_only(elts: list[ast.expr]) -> bool:
