@@ -14,8 +14,9 @@ This module owns the database file and its schema. Its contract with the daemon:
   for the life of the process;
 * every round is recorded with its plan (as JSON) and the one-line summary;
 * progress reports from jobs' launchers (samples, loss, metric, throughput at a configuration,
-  resize pauses) are appended, never updated, together with how far the job's report file has
-  been read, in one transaction, so a restarted daemon neither loses nor repeats a report;
+  resize pauses, the model's name and parameter count) are appended, never updated, together with
+  how far the job's report file has been read, in one transaction, so a restarted daemon neither
+  loses nor repeats a report;
 * the workers of each launcher job (which node and which Slurm allocation each runs in), the
   satellite allocations the daemon submitted to grow jobs, and the node releases it still owes,
   so that a satellite is counted as part of its job and a shrink knows which workers to order
@@ -48,7 +49,7 @@ from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, NodeName, Placement, Plan
 from slurm_elastic.errors import ElasticError
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 LOCK_WAIT_S = 2.0
 """How long a call waits for another process's write lock before it fails (sqlite's busy timeout)."""
 
@@ -89,7 +90,9 @@ CREATE TABLE IF NOT EXISTS progress (
     pause_s REAL,
     epoch_size INTEGER,
     lost TEXT NOT NULL DEFAULT '',
-    nodes INTEGER
+    nodes INTEGER,
+    model TEXT,
+    params INTEGER
 );
 CREATE INDEX IF NOT EXISTS progress_job ON progress(job_id, t);
 CREATE INDEX IF NOT EXISTS progress_end ON progress(kind, job_id, t);
@@ -147,9 +150,14 @@ _MIGRATE_2_TO_3 = ("ALTER TABLE progress RENAME COLUMN gpus TO world",)
 _MIGRATE_5_TO_6 = ("ALTER TABLE progress ADD COLUMN lost TEXT NOT NULL DEFAULT ''",)
 # Version 6 stores lack the node count a report's world ran on.
 _MIGRATE_6_TO_7 = ("ALTER TABLE progress ADD COLUMN nodes INTEGER",)
-_MIGRATIONS = {1: _MIGRATE_1_TO_2 + _MIGRATE_2_TO_3 + _MIGRATE_5_TO_6 + _MIGRATE_6_TO_7,
-               2: _MIGRATE_2_TO_3 + _MIGRATE_5_TO_6 + _MIGRATE_6_TO_7, 3: _MIGRATE_5_TO_6 + _MIGRATE_6_TO_7,
-               4: _MIGRATE_5_TO_6 + _MIGRATE_6_TO_7, 5: _MIGRATE_5_TO_6 + _MIGRATE_6_TO_7, 6: _MIGRATE_6_TO_7}
+# Version 7 stores lack the job identity a report names (its model's name and parameter count).
+_MIGRATE_7_TO_8 = ("ALTER TABLE progress ADD COLUMN model TEXT", "ALTER TABLE progress ADD COLUMN params INTEGER")
+_MIGRATIONS = {1: _MIGRATE_1_TO_2 + _MIGRATE_2_TO_3 + _MIGRATE_5_TO_6 + _MIGRATE_6_TO_7 + _MIGRATE_7_TO_8,
+               2: _MIGRATE_2_TO_3 + _MIGRATE_5_TO_6 + _MIGRATE_6_TO_7 + _MIGRATE_7_TO_8,
+               3: _MIGRATE_5_TO_6 + _MIGRATE_6_TO_7 + _MIGRATE_7_TO_8,
+               4: _MIGRATE_5_TO_6 + _MIGRATE_6_TO_7 + _MIGRATE_7_TO_8,
+               5: _MIGRATE_5_TO_6 + _MIGRATE_6_TO_7 + _MIGRATE_7_TO_8,
+               6: _MIGRATE_6_TO_7 + _MIGRATE_7_TO_8, 7: _MIGRATE_7_TO_8}
 
 
 class StoreError(ElasticError):
@@ -176,6 +184,8 @@ class ProgressRow:
         lost: a recovery's resize report: the workers the survivors went on without.
         nodes: how many nodes the world ran on (the daemon's layout of the workers the report
             names), ``None`` when unknown.
+        model: the model's name the report gives (the user's), ``None`` if it names none.
+        params: the model's parameter count the report gives, ``None`` if it gives none.
     """
 
     t: float
@@ -190,16 +200,18 @@ class ProgressRow:
     epoch_size: int | None = None
     lost: tuple[str, ...] = ()
     nodes: int | None = None
+    model: str | None = None
+    params: int | None = None
 
 
 _PROGRESS_COLUMNS = ("t, kind, samples, world, global_batch, throughput, loss, metric, pause_s, epoch_size, lost, "
-                     "nodes")
+                     "nodes, model, params")
 
 
 def _progress_row(r: tuple[Any, ...]) -> ProgressRow:
-    t, kind, samples, world, batch, throughput, loss, metric, pause, epoch_size, lost, nodes = r
+    t, kind, samples, world, batch, throughput, loss, metric, pause, epoch_size, lost, nodes, model, params = r
     return ProgressRow(t, kind, samples, world, batch, throughput, loss, metric, pause, epoch_size,
-                       tuple(w for w in str(lost).split(",") if w), nodes)
+                       tuple(w for w in str(lost).split(",") if w), nodes, model, params)
 
 
 @dataclass(frozen=True, slots=True)
@@ -484,9 +496,9 @@ class Store:
                 f"job {job_id}: progress samples={r.samples}, world={r.world}, batch={r.global_batch} must be >= 0"
             )
         self._db.execute(
-            f"INSERT INTO progress(job_id, {_PROGRESS_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO progress(job_id, {_PROGRESS_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (job_id, r.t, r.kind, r.samples, r.world, r.global_batch, r.throughput, r.loss, r.metric, r.pause_s,
-             r.epoch_size, ",".join(r.lost), r.nodes),
+             r.epoch_size, ",".join(r.lost), r.nodes, r.model, r.params),
         )
 
     def add_reports(self, job_id: str, rows: Iterable[ProgressRow], offset: int) -> None:

@@ -125,7 +125,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         optimizer = torch.optim.Adam(model.parameters(), lr=args.lr / 50)
     val = synthetic(args.val_size, *shape, split=1) if args.val_size > 0 else None
     evaluate = (lambda m: accuracy(m, val)) if val is not None else None
-    result = run(ElasticJob(model=model, optimizer=optimizer, dataset=data, loss_fn=loss_fn, evaluate=evaluate))
+    result = run(ElasticJob(model=model, optimizer=optimizer, dataset=data, loss_fn=loss_fn, evaluate=evaluate,
+                            model_name=args.model))
     print(json.dumps({"state": result.state.value, "steps": result.steps, "epoch": result.epoch}), flush=True)
     if result.state is AgentState.LEFT:
         # Dropped by a shrink, with nothing left to do: exit now rather than tear the interpreter

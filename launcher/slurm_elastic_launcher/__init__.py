@@ -6,7 +6,8 @@ set of ``SLURM_ELASTIC_*`` environment variables (:mod:`.env`) and the authentic
 Horovod Elastic: hand the model, optimizer, dataset and a loss function to :func:`run`, which trains until
 the job is done, this worker is dropped by a resize, or it is declared lost::
 
-    job = ElasticJob(model=model, optimizer=opt, dataset=TensorBatchDataset(x, y), loss_fn=loss)
+    job = ElasticJob(model=model, optimizer=opt, dataset=TensorBatchDataset(x, y), loss_fn=loss,
+                     model_name="resnet18")  # optional: rank 0's reports name the model (and count its parameters)
     result = run(job)
 
 torch is imported only by :mod:`.torch_backend`, lazily, when :func:`run` starts.
@@ -45,7 +46,7 @@ def run(job: ElasticJob, environ: Mapping[str, str] | None = None) -> AgentResul
     """Train ``job`` elastically under the torch.distributed backend.
 
     Args:
-        job: model, optimizer, dataset, loss (and optional LR scheduler).
+        job: model, optimizer, dataset, loss (and optional LR scheduler, validation, model name).
         environ: the ``SLURM_ELASTIC_*`` variables; ``os.environ`` when None.
 
     Returns:
@@ -53,6 +54,7 @@ def run(job: ElasticJob, environ: Mapping[str, str] | None = None) -> AgentResul
 
     Raises:
         EnvError: if a variable is missing or invalid.
+        ValueError: if ``job.model_name`` is not a valid model name.
     """
     from .torch_backend import SignedStore, TorchBackend, make_store  # the one torch import, at start time
 

@@ -36,7 +36,8 @@ from .control import ControlRejectedError
 from .env import LauncherEnv, ScalingMode
 from .orders import Order as Order
 from .orders import OrderRejectedError as OrderRejectedError
-from .reports import Reporter
+from .orders import identity_problem
+from .reports import Reporter, parameter_count
 from .sampler import ElasticSampler, SamplerState
 from .state import Stateful, TensorOps, TrainingState
 
@@ -261,6 +262,10 @@ class ElasticJob:
         evaluate: ``evaluate(model)`` → a validation metric (higher or lower is better, as the user
             reads it), run by rank 0 at the end of each epoch and sent in the next report; it must leave
             the model in training mode. None: no metric.
+        model_name: the model's name (e.g. ``"resnet18"``), sent in rank 0's reports so the daemon
+            plans the job with that model's throughput profile when it has one; 1 to 64 of
+            ``A-Z a-z 0-9 _ . -``. None: ``SLURM_ELASTIC_MODEL``, else no name. The model's
+            parameter count is reported too, counted from ``model`` (:func:`.reports.parameter_count`).
     """
 
     model: Any
@@ -269,6 +274,7 @@ class ElasticJob:
     loss_fn: Callable[[Any, Any], Any]
     scheduler: Stateful | None = None
     evaluate: Callable[[Any], float] | None = None
+    model_name: str | None = None
 
 
 @dataclass
@@ -320,6 +326,9 @@ class Agent:
         job: the user's model, optimizer, dataset and loss.
         source: order source (rank 0 and joiners read it).
         clock: wall clock for event timestamps (seconds).
+
+    Raises:
+        ValueError: ``job.model_name`` breaks its rule (the message names the value and the rule).
     """
 
     CONTROL_WORDS = 3  # [resize seq, stop seq, reserved]
@@ -349,7 +358,12 @@ class Agent:
         self._refused: dict[str, int] = {}  # control key -> hash of the payload last refused (logged once)
         self._generations: list[str] = []
         self._log = open(env.event_log, "a", buffering=1) if env.event_log else None  # noqa: SIM115
-        self._reporter = Reporter(env.reports, env.job_id, env.secret, env.report_every_s) if env.reports else None
+        model_name = job.model_name or env.model or None
+        problem = identity_problem(model_name, None)
+        if problem is not None:
+            raise ValueError(f"ElasticJob.model_name: {problem}")
+        self._reporter = Reporter(env.reports, env.job_id, env.secret, env.report_every_s, model=model_name,
+                                  params=parameter_count(job.model)) if env.reports else None
 
     # -- helpers ---------------------------------------------------------------------------------
     def _event(self, ev: str, **fields: Any) -> None:

@@ -34,6 +34,9 @@ Variables (name, type, default, rule):
 * ``SLURM_ELASTIC_REPORTS`` (path, empty): file rank 0 appends signed progress reports to (the daemon
   reads it: throughput at each size and batch, samples, loss, resize pauses); empty: no reports.
 * ``SLURM_ELASTIC_REPORT_EVERY_S`` (float > 0, ``2``): least seconds between two progress reports.
+* ``SLURM_ELASTIC_MODEL`` (str, empty): the model's name, sent in rank 0's reports (``model``) so the
+  daemon plans the job with that model's throughput profile; 1 to 64 of ``A-Z a-z 0-9 _ . -``
+  (:data:`.orders.MODEL_NAME`). ``ElasticJob.model_name``, when the training script gives one, wins.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
+
+from .orders import MODEL_NAME, MODEL_NAME_RULE
 
 PREFIX = "SLURM_ELASTIC_"
 
@@ -88,6 +93,7 @@ class LauncherEnv:
         resume: checkpoint to load at start, or empty.
         reports: progress report file, or empty.
         report_every_s: least seconds between two progress reports.
+        model: the model's name for the reports, or empty.
     """
 
     job_id: str
@@ -114,6 +120,7 @@ class LauncherEnv:
     resume: str
     reports: str = ""
     report_every_s: float = 2.0
+    model: str = ""
 
     @classmethod
     def from_mapping(cls, environ: Mapping[str, str]) -> LauncherEnv:
@@ -150,6 +157,9 @@ class LauncherEnv:
             scaling = ScalingMode(scaling_raw)
         except ValueError as exc:
             raise EnvError(f"{PREFIX}SCALING={scaling_raw!r}: must be 'exo' or 'endo'") from exc
+        model = p.get("MODEL", "")
+        if model and not MODEL_NAME.fullmatch(model):
+            raise EnvError(f"{PREFIX}MODEL={model[:80]!r}: must be empty or {MODEL_NAME_RULE}")
         return cls(
             job_id=p.required("JOB_ID"),
             secret=secret.encode(),
@@ -175,6 +185,7 @@ class LauncherEnv:
             resume=p.get("RESUME", ""),
             reports=p.get("REPORTS", ""),
             report_every_s=p.number("REPORT_EVERY_S", float, 2.0, lambda v: v > 0, "a number > 0"),
+            model=model,
         )
 
 

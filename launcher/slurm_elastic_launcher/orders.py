@@ -15,7 +15,9 @@ secret, of :func:`canonical` of the body (the same JSON without ``mac``). Every 
   one per order of the job, ``kind`` is one of :data:`ORDER_KINDS`, ``workers`` the worker ids of the
   new world in rank order (unique, non-empty for a resize), ``local_batch`` ≥ 0 (0: keep the policy's).
 * A report is any JSON object with ``job_id`` and ``kind`` (one of :data:`REPORT_KINDS`); its fields
-  are described in :mod:`.reports`, which writes them.
+  are described in :mod:`.reports`, which writes them. The job identity a report may carry is
+  bounded here, for both sides: ``model`` matches :data:`MODEL_NAME` and ``params`` is an integer
+  in ``1..``:data:`PARAMS_MAX` (:func:`identity_problem`).
 
 Verification never raises on hostile input: a line that is not JSON (or not UTF-8), not an object,
 lacks a field, or carries a ``mac`` that is not a string of hex digits is refused like a bad MAC.
@@ -36,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +47,11 @@ MAC_KEY = "mac"
 ORDER_KINDS = ("resize", "stop")
 REPORT_KINDS = ("progress", "resize", "end", "left")
 _ORDER_FIELDS = frozenset({"job_id", "seq", "kind", "workers", "local_batch"})
+MODEL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+"""A report's ``model`` (the name the user gives the model): 1 to 64 ASCII letters, digits, ``_ . -``."""
+MODEL_NAME_RULE = "1 to 64 of A-Z a-z 0-9 _ . -"
+PARAMS_MAX = 10**13
+"""Largest ``params`` (the model's parameter count) a report may carry."""
 
 
 class OrderRejectedError(ValueError):
@@ -216,6 +224,24 @@ def sign_report(body: Mapping[str, Any], secret: bytes) -> str:
         ValueError: ``body`` holds ``mac``.
     """
     return _sign(body, secret)
+
+
+def identity_problem(model: object, params: object) -> str | None:
+    """Why a report's job identity (``model``, ``params``; each ``None`` when absent) breaks its
+    rule, naming the value and the rule, or ``None`` when both keep it (never raises)."""
+    if model is not None and not (isinstance(model, str) and MODEL_NAME.fullmatch(model)):
+        return f"model={_short(model)}: must be a string of {MODEL_NAME_RULE}"
+    if params is not None and not (isinstance(params, int) and not isinstance(params, bool)
+                                   and 0 < params <= PARAMS_MAX):
+        return f"params={_short(params)}: must be an integer in 1..10**13"
+    return None
+
+
+def _short(value: object) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
+        return f"an integer of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def verify_report(line: str | bytes, job_id: str, secret: bytes) -> dict[str, Any] | None:

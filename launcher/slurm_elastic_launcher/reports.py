@@ -24,7 +24,12 @@ window, or null), ``metric`` (the job's validation metric at its last epoch end,
 ``pause_s`` (resize reports: seconds from the switch to training again), ``lost`` (a resize report
 after a recovery: the ids of the workers the survivors went on without; absent otherwise),
 ``members`` (rank 0's reports: the worker ids of the world in rank order, so the daemon knows which
-nodes the measured throughput ran on; absent in a ``left`` report).
+nodes the measured throughput ran on; absent in a ``left`` report), ``model`` (rank 0's reports: the
+name the user gave the model, ``ElasticJob.model_name`` or ``SLURM_ELASTIC_MODEL``, matching
+:data:`.orders.MODEL_NAME`; absent when none was given, and in a ``left`` report) and ``params``
+(rank 0's reports: the model's parameter count, :func:`parameter_count`, an integer in
+``1..``:data:`.orders.PARAMS_MAX`; absent when it cannot be counted, and in a ``left`` report). The
+daemon matches a job to a throughput profile (and, later, to similar jobs) by them.
 It must not import torch.
 """
 
@@ -35,8 +40,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .orders import PARAMS_MAX, identity_problem
 from .orders import REPORT_KINDS as REPORT_KINDS
 from .orders import sign_report as sign_report
+
+
+def parameter_count(model: Any) -> int | None:
+    """The parameter count of a ``torch.nn.Module`` (``sum(p.numel() for p in model.parameters())``,
+    shared parameters once), or ``None`` when ``model`` has no parameters to count, none at all, or
+    more than a report may carry (:data:`.orders.PARAMS_MAX`). Duck-typed: torch is not imported."""
+    parameters = getattr(model, "parameters", None)
+    if not callable(parameters):
+        return None
+    try:
+        count = sum(int(p.numel()) for p in parameters())
+    except (TypeError, ValueError, AttributeError, RuntimeError):
+        return None
+    return count if 0 < count <= PARAMS_MAX else None
 
 
 @dataclass
@@ -49,6 +69,11 @@ class Reporter:
         secret: the job's HMAC key.
         every_s: least seconds between two progress reports.
         metric: the latest validation metric (set by the agent at each epoch end), or None.
+        model: the model's name for the reports' ``model``, or None (not reported).
+        params: the model's parameter count for the reports' ``params``, or None (not reported).
+
+    Raises:
+        ValueError: ``model`` or ``params`` breaks the rule the daemon checks (:func:`.orders.identity_problem`).
     """
 
     path: str
@@ -56,10 +81,17 @@ class Reporter:
     secret: bytes
     every_s: float
     metric: float | None = None
+    model: str | None = None
+    params: int | None = None
     _last_t: float | None = field(default=None, repr=False)
     _last_samples: int = field(default=0, repr=False)
     _loss_sum: float = field(default=0.0, repr=False)
     _loss_n: int = field(default=0, repr=False)
+
+    def __post_init__(self) -> None:
+        problem = identity_problem(self.model, self.params)
+        if problem is not None:
+            raise ValueError(problem)
 
     def add_loss(self, loss_sum: float, samples: int) -> None:
         """Account one step's summed loss over ``samples`` of rank 0's samples."""
@@ -91,6 +123,11 @@ class Reporter:
             body["lost"] = list(lost)
         if members:
             body["members"] = list(members)
+        if kind != "left":
+            if self.model is not None:
+                body["model"] = self.model
+            if self.params is not None:
+                body["params"] = self.params
         line = sign_report(body, self.secret) + "\n"
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:

@@ -9,11 +9,14 @@ planned from priors, exactly as if it had never reported (docs/security.md):
 * ``world`` (workers) at most the GPUs the job may ever hold: its ``--elastic`` maximum, else
   :data:`MAX_WORLD`;
 * ``global_batch`` at most the declared ``--elastic-batch`` maximum; without one, at most ``world``
-  times the model profile's ``max_local_batch`` (what fits in a GPU's memory). A smaller batch
-  than declared is the job's own loss (a slower job is given less), so it is not refused;
+  times the largest ``max_local_batch`` of any known profile (what fits in a GPU's memory; the
+  largest, because a report's model name is the user's word too, and a site profile measured at
+  small batches must not refuse a job of another model). A smaller batch than declared is the
+  job's own loss (a slower job is given less), so it is not refused;
 * ``throughput`` at most :data:`THROUGHPUT_SLACK` times the best throughput of the fastest known
-  model at that world (over every shipped profile and every per-GPU batch that fits). The daemon
-  does not know which model a job trains (it plans every job as the site's ``default_model``), and
+  model at that world (over every shipped and site profile and every per-GPU batch that fits). The
+  daemon knows which model a job trains only from the job's word (the ``model`` its launcher
+  reports, planned with that profile when the site has one, else as the ``default_model``), and
   a lighter model is legitimately faster than the default one (a small CNN on the dev cluster's
   CPUs reports 7,200 samples/s on one worker, above 4 x ResNet-18 on a V100), so the bound is what
   no known model reaches, not what the default model does. A job may run on faster GPUs than the
@@ -130,20 +133,19 @@ def _best(model: ThroughputModel, world: int) -> float:
     return float(np.max(model.throughput(local * world, world)))
 
 
-def limits_of(rec: JobRecord, *, now: float, profiles: Mapping[str, ThroughputModel],
-              default_model: str) -> ReportLimits:
+def limits_of(rec: JobRecord, *, now: float, profiles: Mapping[str, ThroughputModel]) -> ReportLimits:
     """The bounds of ``rec``'s reports now (a job whose request does not parse gets the loosest)."""
     try:
         req = parse_elastic_request(rec.admin_comment, job_id=rec.job_id)
     except ContractError:
         req = None
-    model = profiles.get(default_model)
+    largest = max((m.max_local_batch for m in profiles.values()), default=1 << 16)
     max_world = req.max_gpus if req is not None and req.max_gpus else MAX_WORLD
     max_batch = None
     if req is not None and req.min_batch is not None:
-        max_batch = req.max_batch or max(req.min_batch, max_world * (model.max_local_batch if model else 1 << 16))
+        max_batch = req.max_batch or max(req.min_batch, max_world * largest)
     return ReportLimits(
-        job_id=rec.job_id, max_world=max_world, max_batch=max_batch,
-        max_local_batch=model.max_local_batch if model is not None else 1 << 16, peak=tuple(profiles.values()),
+        job_id=rec.job_id, max_world=max_world, max_batch=max_batch, max_local_batch=largest,
+        peak=tuple(profiles.values()),
         earliest=float(rec.submit_time or 0) - CLOCK_SKEW_S, latest=now + CLOCK_SKEW_S,
     )

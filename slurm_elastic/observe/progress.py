@@ -27,6 +27,7 @@ from slurm_elastic.observe.bounds import ReportLimits, ReportOutOfBounds
 from slurm_elastic.orders import Channel, ChannelError, NoChannel
 from slurm_elastic.slurm.records import JobRecord, initial_workers
 from slurm_elastic.store import ProgressRow, Store
+from slurm_elastic_launcher.orders import identity_problem
 from slurm_elastic_predictor.calibrate import StepPoint
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,11 @@ class JobRuntime:
     Every field is optional; :func:`~slurm_elastic.observe.snapshot.build_snapshot` falls back to documented defaults.
 
     Attributes:
-        model: throughput-profile key (``ClusterSnapshot.profiles``).
+        model: the model's name its launcher reported (the user's), which is a throughput-profile key
+            (``ClusterSnapshot.profiles``) when the site has a profile of that model; ``None``: the
+            site's default model.
+        params: the model's parameter count its launcher reported (kept to match similar jobs; no
+            planner reads it yet).
         epoch_size: samples per epoch.
         samples_processed: samples trained so far.
         local_batch: per-GPU batch now (samples).
@@ -67,6 +72,7 @@ class JobRuntime:
     """
 
     model: str | None = None
+    params: int | None = None
     epoch_size: int | None = None
     samples_processed: int = 0
     local_batch: int | None = None
@@ -103,12 +109,21 @@ def row_of(report: Mapping[str, Any], layout: Mapping[str, str] | None = None) -
     ``layout`` (worker id -> node, the daemon's) gives the row its node count from the ``members``
     the report names; a world of one is on one node; otherwise the count is unknown (``None``).
 
+    The job identity (``model``: the model's name, ``params``: its parameter count) is optional;
+    when given it must keep the wire rule (:func:`slurm_elastic_launcher.orders.identity_problem`:
+    a name of 1 to 64 of ``A-Z a-z 0-9 _ . -``, an integer count in 1..10**13).
+
     Raises:
-        ReportRefused: a field is missing, of the wrong type, negative or not finite, or the kind is unknown.
+        ReportRefused: a field is missing, of the wrong type, negative or not finite, or the kind is
+            unknown; a model name or parameter count that breaks its rule.
     """
     kind = report.get("kind")
     if not isinstance(kind, str) or kind not in REPORT_KINDS:
         raise ReportRefused(f"kind={kind!r}: must be one of {', '.join(sorted(REPORT_KINDS))}")
+    model, params = report.get("model"), report.get("params")
+    problem = identity_problem(model, params)
+    if problem is not None:
+        raise ReportRefused(problem)
     throughput = _number(report, "throughput", float, optional=True)
     pause = _number(report, "pause_s", float, optional=True) if kind == "resize" else None
     lost = _lost(report) if kind == "resize" else ()
@@ -122,6 +137,7 @@ def row_of(report: Mapping[str, Any], layout: Mapping[str, str] | None = None) -
         pause_s=(pause or 0.0) if kind == "resize" else None,
         epoch_size=_number(report, "epoch_size", int, optional=True) or None, lost=lost,
         nodes=1 if world == 1 else nodes_spanned(members, layout or {}),
+        model=model, params=params,
     )
 
 
@@ -228,7 +244,8 @@ def runtime_of(rows: Sequence[ProgressRow]) -> JobRuntime | None:
     """What a job's progress rows (oldest first) say about it now, or ``None`` without rows.
 
     Throughput is the mean of the progress windows since the last resize (the current world);
-    the last change is the last resize report.
+    the last change is the last resize report; the model's name and parameter count are those of the
+    latest report that gives them.
     """
     rows = [r for r in rows if r.kind != "left"]  # a dropped worker's farewell says nothing of the job now
     if not rows:
@@ -243,6 +260,8 @@ def runtime_of(rows: Sequence[ProgressRow]) -> JobRuntime | None:
     epoch_size = next((r.epoch_size for r in reversed(rows) if r.epoch_size), None)
     metrics = [r.metric for r in rows if r.metric is not None]
     return JobRuntime(
+        model=next((r.model for r in reversed(rows) if r.model), None),
+        params=next((r.params for r in reversed(rows) if r.params), None),
         step_points=step_points(rows),
         epoch_size=epoch_size,
         samples_processed=last.samples,

@@ -135,7 +135,9 @@ def build_snapshot(
     * Elastic jobs: GPU range from the request, ``max`` clamped to the snapshot's GPUs (no maximum
       means all of them) and never below ``min``. ``requested_gpus`` is the GPUs held when running,
       else the GPU request clamped into the range (``min`` when there is none). Model, epoch size,
-      progress and learning rate come from ``progress[job_id]`` when given, else ``default_model``
+      progress and learning rate come from ``progress[job_id]`` when given (its model: the name the
+      job's launcher reported, when ``profiles`` has that model; a job naming one it has not is
+      planned as one that names none: its status shows the model it is planned with), else ``default_model``
       with its :data:`MODEL_DEFAULTS` per-GPU batch ``b`` (capped by the profile's
       ``max_local_batch``) and epoch size, and learning rate 0.1. The batch range is the request's,
       else ``b * min_gpus : b * max_gpus``; the base batch is ``b * requested_gpus`` clamped into it.
@@ -255,17 +257,19 @@ def _elastic_job(rec: JobRecord, req: ElasticRequest, slots: list[tuple[str, int
         raise SlurmJsonError(f"{DocKind.SQUEUE.value}: job {rec.job_id}: key 'gres_detail': the elastic job "
                              "runs but holds no GPU on the managed nodes (rule: elastic jobs run on GPUs)")
     rt = runtime or JobRuntime()
-    model = rt.model or default_model
+    own = rt.model if rt.model is not None and rt.model in profiles else None  # named, and the site has it
+    model = own or default_model  # named without a profile at the site: as if unnamed
     if model not in profiles:
         raise SlurmJsonError(f"job {rec.job_id}: model {model!r} has no throughput profile "
                              f"(known: {sorted(profiles)})")
     b_default, epoch_default = MODEL_DEFAULTS.get(model, _FALLBACK_MODEL_DEFAULTS)
     profile, points = profiles[model], 0
     if rt.step_points:  # the job's own throughput model: its measurements, the profile as the prior
-        # a job that names no model has the default's profile as a stand-in: its batch axis is
-        # stretched onto the job's (``prior_batch``); a job's own model's profile is used as is
+        # a job that names no model (or one without a profile) has the default's profile as a
+        # stand-in: its batch axis is stretched onto the job's (``prior_batch``); the profile of the
+        # model a job names is used as is
         fit = calibrate(profile, rt.step_points, name=f"{model}~job{rec.job_id}",
-                        prior_batch=None if rt.model else b_default)
+                        prior_batch=None if own else b_default)
         profile, points = fit.model, fit.points
         fitted[profile.name] = profile
     max_local = max(1, profile.max_local_batch)

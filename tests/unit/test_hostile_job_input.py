@@ -272,7 +272,7 @@ def _plans(tmp_path: Path, lines: Sequence[str]) -> tuple[dict[str, int], dict[s
     return {j.job_id: j.num_gpus for j in plan.jobs}, v.quarantined()
 
 
-@pytest.mark.parametrize("claim", [{"global_batch": 16384, "world": 4}, {"throughput": 1e9, "world": 4},
+@pytest.mark.parametrize("claim", [{"global_batch": 4 * 65536, "world": 4}, {"throughput": 1e9, "world": 4},
                                    {"world": 4096}, {"t": 1e18}, {"samples": 10**15, "world": 4}])
 def test_an_impossible_report_changes_nothing_for_the_other_jobs(tmp_path: Path, claim: dict[str, object]) -> None:
     honest = [sign_report(report("7", world=4, global_batch=512), SECRET)]

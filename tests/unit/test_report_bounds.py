@@ -29,9 +29,8 @@ def _row(throughput: float) -> ProgressRow:
 
 
 def test_a_lighter_model_than_the_default_is_not_refused_for_being_fast() -> None:
-    limits = limits_of(_record(), now=NOW, profiles=shipped_profiles(), default_model="cifar10")
-    alone = limits_of(_record(), now=NOW, profiles={"cifar10": shipped_profiles()["cifar10"]},
-                      default_model="cifar10")
+    limits = limits_of(_record(), now=NOW, profiles=shipped_profiles())
+    alone = limits_of(_record(), now=NOW, profiles={"cifar10": shipped_profiles()["cifar10"]})
     fast = 2 * alone.ceiling(1)  # twice what the default model's bound alone would allow
     limits.check(_row(fast), None)
     with pytest.raises(ReportOutOfBounds, match="fastest known model"):
@@ -39,9 +38,26 @@ def test_a_lighter_model_than_the_default_is_not_refused_for_being_fast() -> Non
 
 
 def test_a_claim_no_known_model_reaches_is_refused() -> None:
-    limits = limits_of(_record(), now=NOW, profiles=shipped_profiles(), default_model="cifar10")
+    limits = limits_of(_record(), now=NOW, profiles=shipped_profiles())
     assert limits.ceiling(1) == pytest.approx(THROUGHPUT_SLACK * max(
-        limits_of(_record(), now=NOW, profiles={n: m}, default_model="cifar10").ceiling(1) / THROUGHPUT_SLACK
+        limits_of(_record(), now=NOW, profiles={n: m}).ceiling(1) / THROUGHPUT_SLACK
         for n, m in shipped_profiles().items()))
     with pytest.raises(ReportOutOfBounds, match=r"throughput=.* on 1 worker\(s\)"):
         limits.check(_row(1.01 * limits.ceiling(1)), None)
+
+
+def test_the_batch_bound_is_the_largest_any_profile_fits_not_the_default_models() -> None:
+    """A site profile measured at small batches (``slurm-elastic profile --batches 32``) must not
+    refuse the reports of a job of another model that trains at 512 per GPU (the bound was the
+    default model's ``max_local_batch``)."""
+    from dataclasses import replace
+
+    shipped = shipped_profiles()
+    small = replace(shipped["cifar10"], name="cnn", max_local_batch=32)
+    limits = limits_of(_record(), now=NOW, profiles={**shipped, "cnn": small})
+    assert limits.max_local_batch == max(m.max_local_batch for m in shipped.values())
+    row = ProgressRow(t=NOW - 10, kind="progress", samples=6400, world=1, global_batch=512, throughput=100.0)
+    limits.check(row, None)
+    too_big = replace(row, global_batch=limits.max_local_batch + 1)
+    with pytest.raises(ReportOutOfBounds, match="per worker, what fits in a GPU"):
+        limits.check(too_big, None)

@@ -679,7 +679,10 @@ def test_build_snapshot_errors() -> None:
     with pytest.raises(SlurmJsonError, match=r"job 1: .*holds no GPU on the managed nodes"):
         build_snapshot([n for n in nodes if n.name == "n03"], jobs, now=1000, profiles=shipped_profiles())
     with pytest.raises(SlurmJsonError, match=r"job 1: model 'nope' has no throughput profile"):
-        build_snapshot(nodes, jobs, now=1000, profiles=shipped_profiles(), progress={"1": JobRuntime(model="nope")})
+        build_snapshot(nodes, jobs, now=1000, profiles=shipped_profiles(), default_model="nope")
+    # a model the job's launcher reported without a profile is no error: the job is planned as the default
+    snap = build_snapshot(nodes, jobs, now=1000, profiles=shipped_profiles(), progress={"1": JobRuntime(model="nope")})
+    assert snap.job(JobId("1")).model == "cifar10"
     bad = copy.deepcopy(jobs)
     bad[0] = parse_jobs(squeue_2205(job_2205(job_id=1, admin_comment="slurm-elastic gpus=9:1")))[0]
     with pytest.raises(ContractError, match=r"^job 1: AdminComment .*MAX must be 0"):
