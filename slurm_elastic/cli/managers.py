@@ -18,8 +18,10 @@ log = logging.getLogger(__name__)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from slurm_elastic.config import Config, load
     from slurm_elastic.reports import allocation
     from slurm_elastic.whatif import cluster_gpus, read_accounting
+    from slurm_elastic.wiring import default_profiles
 
     since, until = window(args)
     records = read_accounting(since, until, account=args.account)
@@ -34,8 +36,11 @@ def cmd_report(args: argparse.Namespace) -> int:
             from_store = store.report_inputs(str(r.job_id) for r in records)
         finally:
             store.close()
+    cfg = load(args.config) if args.config else Config()
     tables = allocation.allocation_tables(records, since=since.timestamp(), until=until.timestamp(),
-                                          total_gpus=cluster_gpus() or None, **from_store)
+                                          total_gpus=cluster_gpus() or None, **from_store,
+                                          profiles=default_profiles(cfg.daemon.profiles),
+                                          default_model=cfg.daemon.default_model)
     if args.format == "html":
         paths = allocation.write_html(tables, args.out)
     else:

@@ -213,6 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
     ar.add_argument("--out", type=Path, required=True, metavar="DIR", help="report folder")
     ar.add_argument("--store", type=Path, metavar="FILE",
                     help="the daemon's state database (journaled resizes, launcher reports, satellites)")
+    ar.add_argument("--config", type=Path, metavar="FILE", help="the daemon's elastic.toml: the site profiles and "
+                    "default model its throughput predictions are judged with (default: the shipped profiles)")
 
     wi = sub.add_parser("what-if", help="replay a window of the cluster's history under policies (simulated)",
                         description="Replay a window of the cluster's history (sacct) under policies on a virtual "

@@ -22,7 +22,7 @@ from slurm_elastic.observe.progress import JobRuntime
 from slurm_elastic.orders import COMMENT_KEY
 from slurm_elastic.slurm.dialects import DocKind, SlurmJsonError
 from slurm_elastic.slurm.records import JobRecord, NodeRecord
-from slurm_elastic_predictor.calibrate import calibrate
+from slurm_elastic_predictor.calibrate import StepPoint, calibrate
 from slurm_elastic_predictor.profiles import MODEL_DEFAULTS
 from slurm_elastic_predictor.progress import BetaProgressModel
 from slurm_elastic_predictor.throughput import ThroughputModel
@@ -257,20 +257,9 @@ def _elastic_job(rec: JobRecord, req: ElasticRequest, slots: list[tuple[str, int
         raise SlurmJsonError(f"{DocKind.SQUEUE.value}: job {rec.job_id}: key 'gres_detail': the elastic job "
                              "runs but holds no GPU on the managed nodes (rule: elastic jobs run on GPUs)")
     rt = runtime or JobRuntime()
-    own = rt.model if rt.model is not None and rt.model in profiles else None  # named, and the site has it
-    model = own or default_model  # named without a profile at the site: as if unnamed
-    if model not in profiles:
-        raise SlurmJsonError(f"job {rec.job_id}: model {model!r} has no throughput profile "
-                             f"(known: {sorted(profiles)})")
+    model, profile, points = job_throughput_model(rec.job_id, rt.model, rt.step_points, profiles, default_model)
     b_default, epoch_default = MODEL_DEFAULTS.get(model, _FALLBACK_MODEL_DEFAULTS)
-    profile, points = profiles[model], 0
-    if rt.step_points:  # the job's own throughput model: its measurements, the profile as the prior
-        # a job that names no model (or one without a profile) has the default's profile as a
-        # stand-in: its batch axis is stretched onto the job's (``prior_batch``); the profile of the
-        # model a job names is used as is
-        fit = calibrate(profile, rt.step_points, name=f"{model}~job{rec.job_id}",
-                        prior_batch=None if own else b_default)
-        profile, points = fit.model, fit.points
+    if points:
         fitted[profile.name] = profile
     max_local = max(1, profile.max_local_batch)
     b = max(1, min(b_default, max_local))
@@ -312,6 +301,33 @@ def _elastic_job(rec: JobRecord, req: ElasticRequest, slots: list[tuple[str, int
         release_blocks=_release_blocks(rec.release_blocks, slots) if running else None,
         can_rebatch=COMMENT_KEY in rec.comment, can_grow=rt.can_grow, preemptions=max(0, rec.restart_count),
     )
+
+
+def job_throughput_model(job_id: str, named: str | None, measured: Sequence[StepPoint],
+                         profiles: Mapping[str, ThroughputModel],
+                         default_model: str) -> tuple[str, ThroughputModel, int]:
+    """The model a job is planned as, its throughput model, and from how many measured configurations.
+
+    The prior is the profile of the model the job names (``named``, its launcher's report) when
+    ``profiles`` has it, else the ``default_model``'s. With measurements (``measured``, the job's
+    :func:`~slurm_elastic.observe.progress.step_points`) the prior is calibrated from them
+    (:func:`~slurm_elastic_predictor.calibrate.calibrate`) and named ``<model>~job<id>``; a job that
+    names no profiled model has the default's profile as a stand-in, whose batch axis is stretched
+    onto the job's (``prior_batch``: the default's typical per-GPU batch); a named model's profile
+    is used as is. Shared by the snapshot and the allocation report's predictor error.
+
+    Raises:
+        SlurmJsonError: the default model has no profile.
+    """
+    own = named if named is not None and named in profiles else None  # named, and the site has it
+    model = own or default_model  # named without a profile at the site: as if unnamed
+    if model not in profiles:
+        raise SlurmJsonError(f"job {job_id}: model {model!r} has no throughput profile (known: {sorted(profiles)})")
+    if not measured:
+        return model, profiles[model], 0
+    fit = calibrate(profiles[model], measured, name=f"{model}~job{job_id}",
+                    prior_batch=None if own else MODEL_DEFAULTS.get(model, _FALLBACK_MODEL_DEFAULTS)[0])
+    return model, fit.model, fit.points
 
 
 def _release_blocks(blocks: tuple[tuple[NodeName, int], ...] | None,

@@ -71,6 +71,11 @@ Definitions (times are seconds since the epoch, durations seconds):
   alone in ``exec`` at its size and slowed down linearly below it. Per account: jobs with a known
   FTF, mean, max, and the share with FTF > 1. Unknown (null, with a note) when ``G`` is unknown or
   no job of the account finished.
+* **Predictor error** (:mod:`~slurm_elastic.reports.prediction`): for each launcher job, each
+  configuration it measured in the window predicted by the profile alone (``prior``) and by the
+  job's own model fitted from the configurations it measured before (``online``: what the daemon
+  knew when it chose the size); per job the median absolute percentage error of each, and in the
+  summary the median and 90th percentile over every configuration.
 """
 
 from __future__ import annotations
@@ -84,7 +89,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from slurm_elastic.errors import ElasticError
-from slurm_elastic.reports import render
+from slurm_elastic.reports import prediction, render
 from slurm_elastic.reports.scaling import (
     JobScaling,
     SizeThroughput,
@@ -110,6 +115,7 @@ from slurm_elastic.slurm.records import AccountingRecord
 
 if TYPE_CHECKING:
     from slurm_elastic.store import JournalEntry, ProgressRow
+    from slurm_elastic_predictor.throughput import ThroughputModel
 
 __all__ = [
     "CSV_TABLES",
@@ -131,7 +137,9 @@ __all__ = [
 CSV_TABLES: dict[str, tuple[str, ...]] = {
     "summary": ("since", "until", "total_gpus", "jobs", "gpu_jobs", "elastic_jobs", "jobs_without_gpus",
                 "gpu_hours", "elastic_gpu_hours", "rigid_gpu_hours", "mean_gpus_held", "mean_utilization",
-                "resizes_slurm", "resizes_journaled", "resizes_reported", "mean_efficiency"),
+                "resizes_slurm", "resizes_journaled", "resizes_reported", "mean_efficiency", "predicted_jobs",
+                "prior_predictions", "prior_median_ape", "prior_p90_ape", "online_predictions", "online_median_ape",
+                "online_p90_ape"),
     "by_account": ("account", "jobs", "elastic_jobs", "gpu_hours", "elastic_gpu_hours", "rigid_gpu_hours", "share"),
     "by_user": ("user", "jobs", "elastic_jobs", "gpu_hours", "elastic_gpu_hours", "rigid_gpu_hours", "share"),
     "by_partition": ("partition", "jobs", "elastic_jobs", "gpu_hours", "elastic_gpu_hours", "rigid_gpu_hours",
@@ -145,6 +153,7 @@ CSV_TABLES: dict[str, tuple[str, ...]] = {
     "scaling_by_account": ("account", "jobs", "jobs_reporting", "jobs_scaled", "measured_gpu_hours",
                            "mean_efficiency", "min_efficiency", "note"),
     "fairness": ("account", "jobs", "jobs_with_ftf", "mean_ftf", "max_ftf", "unfair_fraction", "note"),
+    "prediction": prediction.COLUMNS,
     "jobs": ("job_id", "user", "account", "partition", "elastic", "state", "submit", "start", "end", "queue",
              "jct", "exec", "gpus_first", "gpu_hours", "segments", "resizes_slurm", "satellites",
              "resizes_journaled", "resizes_reported", "efficiency", "ftf"),
@@ -161,7 +170,9 @@ def allocation_tables(records: Sequence[AccountingRecord], *, since: float | Non
                       until: float | None = None, total_gpus: int | None = None,
                       journal: Mapping[str, Sequence[JournalEntry]] | None = None,
                       progress: Mapping[str, Sequence[ProgressRow]] | None = None,
-                      satellites: Mapping[str, str] | None = None) -> dict[str, Any]:
+                      satellites: Mapping[str, str] | None = None,
+                      profiles: Mapping[str, ThroughputModel] | None = None,
+                      default_model: str = "cifar10") -> dict[str, Any]:
     """Every table of the allocation report (definitions in the module docstring). Pure.
 
     Args:
@@ -175,11 +186,14 @@ def allocation_tables(records: Sequence[AccountingRecord], *, since: float | Non
             with no rows has no launcher reports), ``None`` without a store.
         satellites: satellite job id -> parent job id (:meth:`Store.satellites` with
             ``include_ended=True``), for satellites whose AdminComment is missing; ``None`` without a store.
+        profiles, default_model: the throughput models the daemon plans with and the model of jobs
+            that name none (the ``prediction`` table, :mod:`~slurm_elastic.reports.prediction`);
+            without ``profiles`` the predictor's error is not computed.
 
     Returns:
         A JSON-ready dict: ``summary`` (one dict), ``by_account``, ``by_user``, ``by_partition``,
         ``utilization``, ``distributions``, ``resizes``, ``fairness``, ``scaling``,
-        ``scaling_by_account``, ``jobs`` (lists of row dicts with the columns of :data:`CSV_TABLES`; in
+        ``scaling_by_account``, ``prediction``, ``jobs`` (lists of row dicts with the columns of :data:`CSV_TABLES`; in
         ``scaling`` the per-size columns are lists, one entry per measured size), and ``notes`` (what
         could not be computed and why).
 
@@ -233,6 +247,13 @@ def allocation_tables(records: Sequence[AccountingRecord], *, since: float | Non
         if progress is not None else None,
         "mean_efficiency": weighted_efficiency(sc for sc in scaling.values() if sc is not None),
     }
+    predicted: list[dict[str, Any]] = []
+    if progress is not None and profiles is not None:
+        reported = {j.job_id: progress[j.job_id] for j in jobs if j.job_id in progress}
+        predicted = prediction.prediction_rows(reported, profiles, default_model, lo, hi)
+    elif progress is not None:
+        notes.append("no throughput profiles given: the predictor's error is not computed")
+    summary.update(prediction.prediction_summary(predicted))
     dists = []
     for cls, members in (("all", jobs), ("elastic", [j for j in jobs if j.elastic]),
                          ("rigid", [j for j in jobs if not j.elastic])):
@@ -294,6 +315,7 @@ def allocation_tables(records: Sequence[AccountingRecord], *, since: float | Non
         "fairness": fairness,
         "scaling": scaling_rows,
         "scaling_by_account": scaling_accounts,
+        "prediction": [{k: v for k, v in r.items() if not k.startswith("_")} for r in predicted],
         "jobs": job_rows,
         "notes": notes,
     }
@@ -437,6 +459,8 @@ def write_html(tables: Mapping[str, Any], out_dir: Path, *, title: str = "GPU al
         ("Resizes", "resizes", {}),
         ("Scaled-job efficiency per job (sizes in GPUs, throughput in samples/s)", "scaling", {}),
         ("Scaled-job efficiency per account", "scaling_by_account", {}),
+        ("Throughput predictor error per job (step time APE: the profile alone, and the job's own model "
+         "fitted from what it measured before)", "prediction", {}),
     )
     for heading, name, scale in sections:
         lines.append(f"<h2>{esc(heading)}</h2>")
