@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -99,31 +100,39 @@ def test_every_shipped_site_config_loads(path: Path) -> None:
     assert cfg.daemon.dry_run and cfg.daemon.partitions
 
 
+@dataclass
+class RecordingActuator:
+    """An actuator that carries out every action at once and records them in ``applied``."""
+
+    applied: list[Any]
+
+    def apply(self, snapshot: ClusterSnapshot, actions: tuple[Any, ...]) -> tuple[Any, ...]:
+        from slurm_elastic.core.rounds import ActionOutcome
+
+        self.applied.extend(actions)
+        return tuple(ActionOutcome(a, True) for a in actions)
+
+    def tend(self) -> list[str]:
+        return []
+
+    def reconcile(self, snapshot: ClusterSnapshot) -> list[str]:
+        return []
+
+    def lease(self, snapshot: object, started: object) -> list[str]:
+        return []
+
+
 def test_acting_daemon_does_not_repeat_an_action_on_its_way(tmp_path: Path) -> None:
     from slurm_elastic.core.actions import Action
-    from slurm_elastic.core.rounds import ActionOutcome
 
     applied: list[Action] = []
-
-    class Act:
-        def apply(self, snapshot: ClusterSnapshot, actions: tuple[Action, ...]) -> tuple[ActionOutcome, ...]:
-            applied.extend(actions)
-            return tuple(ActionOutcome(a, True) for a in actions)
-
-        def tend(self) -> list[str]:
-            return []
-
-        def reconcile(self, snapshot: ClusterSnapshot) -> list[str]:
-            return []
-
-        def lease(self, snapshot: object, started: object) -> list[str]:
-            return []
+    act = RecordingActuator(applied)
 
     snap = make_snapshot(make_nodes(1), [make_job("1", max_gpus=4)], now=0.0)
     obs = FakeObserver(snap)
     now = [0.0]
     cfg = Config(DaemonConfig(policy="dp", store=tmp_path / "s.db", dry_run=False, poll_interval=1.0, max_idle=1.0))
-    d = Daemon(cfg, obs, Store(cfg.daemon.store), Act(), sleep=lambda s: None, clock=lambda: now[0])
+    d = Daemon(cfg, obs, Store(cfg.daemon.store), act, sleep=lambda s: None, clock=lambda: now[0])
     d.round()
     d.round()  # the job is still pending in Slurm: the START is on its way, not repeated
     assert [a.kind.value for a in applied] == ["start"]
@@ -175,23 +184,9 @@ def test_a_rebatch_order_is_sent_once_until_the_job_shows_the_new_batch(tmp_path
     alone said it had arrived. It is on its way until the job reports the new per-GPU batch."""
     from slurm_elastic.core.actions import Action, ActionKind
     from slurm_elastic.core.model import JobState
-    from slurm_elastic.core.rounds import ActionOutcome
 
     applied: list[Action] = []
-
-    class Act:
-        def apply(self, snapshot: ClusterSnapshot, actions: tuple[Action, ...]) -> tuple[ActionOutcome, ...]:
-            applied.extend(actions)
-            return tuple(ActionOutcome(a, True) for a in actions)
-
-        def tend(self) -> list[str]:
-            return []
-
-        def reconcile(self, snapshot: ClusterSnapshot) -> list[str]:
-            return []
-
-        def lease(self, snapshot: object, started: object) -> list[str]:
-            return []
+    act = RecordingActuator(applied)
 
     def job(local_batch: int):  # type: ignore[no-untyped-def]
         # running on both GPUs of the node at a per-GPU batch no planner chooses (7)
@@ -202,7 +197,7 @@ def test_a_rebatch_order_is_sent_once_until_the_job_shows_the_new_batch(tmp_path
     obs = FakeObserver(make_snapshot(make_nodes(1, 2), [job(7)], now=0.0))
     now = [0.0]
     cfg = Config(DaemonConfig(policy="dp", store=tmp_path / "s.db", dry_run=False, poll_interval=1.0, max_idle=1.0))
-    d = Daemon(cfg, obs, Store(cfg.daemon.store), Act(), sleep=lambda s: None, clock=lambda: now[0])
+    d = Daemon(cfg, obs, Store(cfg.daemon.store), act, sleep=lambda s: None, clock=lambda: now[0])
     d.round()
     assert [a.kind for a in applied] == [ActionKind.REBATCH]
     d.round()

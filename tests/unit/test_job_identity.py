@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from slurm_elastic.core.model import JobId, JobState, NodeName, NodeState
+from slurm_elastic.core.model import JobId, NodeName, NodeState
 from slurm_elastic.observe.progress import ReportRefused, ingest, row_of, runtime_of, runtimes
 from slurm_elastic.observe.snapshot import build_snapshot
-from slurm_elastic.slurm.records import GpuRequest, JobRecord, NodeRecord
+from slurm_elastic.slurm.records import NodeRecord
 from slurm_elastic.store import SCHEMA_VERSION, ProgressRow, Store
 from slurm_elastic.testing import report_limits, shipped_profiles
 from slurm_elastic_launcher.orders import PARAMS_MAX, sign_report
@@ -28,26 +28,11 @@ from slurm_elastic_launcher.reports import Reporter, parameter_count
 from slurm_elastic_predictor.calibrate import StepPoint, calibrate
 from slurm_elastic_predictor.throughput import ThroughputModel
 
+from .test_hostile_job_input import SECRET, job_files
+from .test_learning import _rec
+
 USER = getpass.getuser()
-SECRET = b"s" * 32
 BASE = {"kind": "progress", "t": 1.0, "samples": 10, "world": 4, "global_batch": 128, "throughput": 100.0}
-
-
-def _rec(job_id: str, gpus: dict[str, int], comment: str = "") -> JobRecord:
-    slots = tuple((NodeName(n), tuple(range(c))) for n, c in gpus.items())
-    return JobRecord(JobId(job_id), int(job_id), "j", USER, "acct", "gpu", JobState.RUNNING, ("RUNNING",), 0, 0, None,
-                     tuple(NodeName(n) for n in gpus), len(gpus), None, slots, GpuRequest(per_node=2),
-                     "slurm-elastic gpus=1:8", comment, next(iter(gpus)), work_dir="/tmp")
-
-
-def _channel(tmp_path: Path, name: str) -> str:
-    base = tmp_path / name
-    for suffix, data, mode in (("", SECRET, 0o600), (".orders", b"", 0o600), (".reports", b"", 0o600),
-                               (".join", b"#!/bin/bash\n", 0o700)):
-        path = Path(f"{base}{suffix}")
-        path.write_bytes(data)
-        path.chmod(mode)
-    return f"slurm-elastic-orders={base}.orders"
 
 
 def _nodes() -> list[NodeRecord]:
@@ -178,7 +163,7 @@ def test_a_hostile_model_or_params_is_refused_naming_the_value_and_the_rule(case
 def test_a_hostile_identity_quarantines_its_job_only(tmp_path: Path) -> None:
     records = []
     for job, name in (("7", "x" * 65), ("8", "resnet18")):
-        comment = _channel(tmp_path, f"job-{job}")
+        comment = job_files(tmp_path, f"job-{job}")
         body = {**BASE, "job_id": job, "world": 1, "global_batch": 32, "model": name, "params": 11_689_512}
         (tmp_path / f"job-{job}.reports").write_text(sign_report(body, SECRET) + "\n")
         records.append(_rec(job, {f"n{job}": 1}, comment))
@@ -285,7 +270,7 @@ def test_a_job_naming_a_model_without_a_profile_is_planned_as_one_naming_none() 
 
 def test_the_model_a_launcher_names_reaches_the_plan(tmp_path: Path) -> None:
     """Reporter -> signed report file -> ingest -> store -> runtimes -> snapshot."""
-    comment = _channel(tmp_path, "job-1")
+    comment = job_files(tmp_path, "job-1")
     rep = Reporter(str(tmp_path / "job-1.reports"), "7", SECRET, every_s=1.0, model="imagenet", params=25_557_032)
     rep.write("progress", 100.0, step=0, samples=0, epoch=0, epoch_size=1000, world=2, local_batch=32,
               members=("w0", "w1"))
