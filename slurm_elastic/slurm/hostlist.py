@@ -225,11 +225,14 @@ def parse_gres_detail(entries: Sequence[str | None], nodes: Sequence[NodeName],
     return tuple(out)
 
 
-_TRES_GPU = re.compile(r"^gres[:/]gpu(?::(?P<type>[A-Za-z_][\w.-]*))?(?::(?P<count>[0-9]{1,18}))?$")
+_TRES_GPU = re.compile(r"^gres[:/]gpu(?::(?P<type>[A-Za-z_][\w.-]*))?(?:[:=](?P<count>[0-9]{1,18}))?$")
 
 
 def parse_tres_gpus(text: str | None, key: str = "tres") -> tuple[int | None, str]:
     """GPUs in a TRES request string (``gres:gpu:2``, ``gres/gpu:2``, ``gres/gpu:v100:2``, lists).
+
+    The count follows ``:`` or ``=``: 25.11 prints a ``--gpus-per-task`` request as ``gres/gpu=1``
+    and ``gres/gpu:v100=1`` (read as no GPU, and as a broken record, before this was known).
 
     Returns:
         ``(count, type)``: ``count`` is ``None`` when no GPU is requested (null, ``""`` or only other
@@ -244,11 +247,11 @@ def parse_tres_gpus(text: str | None, key: str = "tres") -> tuple[int | None, st
     gtype = ""
     for raw in text.split(","):
         item = raw.strip()
-        if not re.match(r"^gres[:/]gpu(?:$|:)", item):
+        if not re.match(r"^gres[:/]gpu(?:$|[:=])", item):
             continue
         m = _TRES_GPU.match(item)
         if not m:
-            raise SlurmJsonError(f"{key} {text!r}: {item!r} must be gres/gpu[:type][:count] "
+            raise SlurmJsonError(f"{key} {text!r}: {item!r} must be gres/gpu[:type][:count] or [=count] "
                                  "(25.11) or gres:gpu[:type][:count] (22.05)")
         total = (total or 0) + int(m.group("count") or 1)
         gtype = gtype or (m.group("type") or "")

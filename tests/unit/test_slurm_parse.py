@@ -551,6 +551,9 @@ def test_gres_and_index_parsing() -> None:
     assert parse_tres_gpus("gres:gpu:2") == (2, "") and parse_tres_gpus("gres/gpu:v100:2") == (2, "v100")
     assert parse_tres_gpus("gres/gpu") == (1, "") and parse_tres_gpus("cpu=2,gres/mps:10") == (None, "")
     assert parse_tres_gpus(None) == (None, "") == parse_tres_gpus("")
+    # 25.11 prints --gpus-per-task with "=" (issue 18: read as no GPU, or the record refused)
+    assert parse_tres_gpus("gres/gpu=1") == (1, "") and parse_tres_gpus("gres/gpu:v100=2") == (2, "v100")
+    assert parse_tres_gpus("cpu=2,gres/gpu=4") == (4, "")
 
 
 @pytest.mark.parametrize(("base", "flags", "busy", "state"), [
