@@ -89,17 +89,24 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
+    from slurm_elastic import policies
     from slurm_elastic.sim.runner import parse_seeds, run_comparison
 
     seeds = parse_seeds(args.seeds)
-    pols = policy_specs(args.policy, args.param)
+    names = ",".join(policies.available()) if args.policy.strip() == "all" else args.policy
+    pols = policy_specs(names, args.param)
     guards = site_guards(args)
+    if args.load and args.gpus:
+        raise ConfigError(f"--load {','.join(f'{x:g}' for x in args.load)} and --gpus {args.gpus}: give one (--load "
+                          "sizes the cluster from the workload)")
     gpus = args.gpus or (40 if (args.workload or "").startswith("ibm-") else 64)
-    bar = ProgressBar(len(seeds) * len(pols), enabled=not args.quiet and sys.stderr.isatty())
+    runs = len(seeds) * len(pols) * max(1, len(args.load))
+    bar = ProgressBar(runs, enabled=not args.quiet and sys.stderr.isatty())
     results = run_comparison(pols, seeds, workload=args.workload, trace=args.trace, gpus=gpus,
                              gpus_per_node=args.gpus_per_node, resize_cost=args.resize_cost,
-                             round_gap=args.round_gap, progress=bar.step, guards=guards)
-    summary = [{"policy": r["policy"], "seed": r["seed"], **r["metrics"]} for r in results]
+                             round_gap=args.round_gap, progress=bar.step, guards=guards, loads=args.load)
+    summary = [{"policy": r["policy"], "seed": r["seed"], "gpus": r["gpus"],
+                **({"load": r["load"]} if "load" in r else {}), **r["metrics"]} for r in results]
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=1, default=float))

@@ -64,8 +64,13 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--workload", help="built-in workload: " + ", ".join(workloads()))
     src.add_argument("--trace", type=Path, help="trace CSV (job_id, submit_time, num_gpus, duration, ...)")
     sim.add_argument("--gpus", type=_gpus, default=None, help="cluster GPUs (default: 64, or 40 for ibm-*)")
+    sim.add_argument("--load", type=_loads, default=(), metavar="L,...",
+                     help="offered loads, e.g. 0.6,0.9,1.2: each run's cluster is sized so the workload offers that "
+                     "share of its GPUs (its GPU-time at the requested sizes over its arrival span); instead of "
+                     "--gpus")
     sim.add_argument("--gpus-per-node", type=_gpus, default=4)
-    sim.add_argument("--policy", default="ones,tiresias,optimus", help="comma-separated policies")
+    sim.add_argument("--policy", default="ones,tiresias,optimus",
+                     help="comma-separated policies, or all (every registered policy)")
     sim.add_argument("--seeds", default="1", help="seeds, e.g. 1-5 (workload generation and planner)")
     sim.add_argument("--resize-cost", default="in-place", help="in-place, checkpoint or seconds")
     sim.add_argument("--round-gap", type=_round_gap, default=30.0,
@@ -256,6 +261,22 @@ def build_parser() -> argparse.ArgumentParser:
     ip.add_argument("--write", type=Path, metavar="PLUGSTACK_FILE",
                     help="add the plugstack line to this file and copy job_submit.lua next to it")
     return p
+
+
+def _loads(text: str) -> tuple[float, ...]:
+    """``0.6,0.9,1.2`` -> offered loads, each a number in (0, 10]."""
+    out = []
+    for word in (w.strip() for w in text.split(",") if w.strip()):
+        try:
+            value = float(word)
+        except ValueError:
+            value = float("nan")
+        if not (0 < value <= 10):
+            raise argparse.ArgumentTypeError(f"{word[:40]!r}: each load must be a number in (0, 10], e.g. 0.9")
+        out.append(value)
+    if not out:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r}: name at least one load, e.g. 0.6,0.9,1.2")
+    return tuple(out)
 
 
 def _guard_options(p: argparse.ArgumentParser) -> None:

@@ -29,7 +29,7 @@ from slurm_elastic import policies as registry
 from slurm_elastic.core.guards import Guards
 from slurm_elastic.errors import ConfigError, ElasticError
 from slurm_elastic.sim.engine import simulate
-from slurm_elastic.sim.workload import SimJobSpec, builtin, load_trace, philly_like
+from slurm_elastic.sim.workload import SimJobSpec, builtin, gpus_for_load, load_trace, philly_like
 
 Progress = Callable[[str], None]
 
@@ -96,24 +96,33 @@ def load_jobs(workload: str | None, trace: Path | None, seed: int, gpus: int) ->
 def run_comparison(policies: Sequence[PolicySpec], seeds: Sequence[int], *, workload: str | None = None,
                    trace: Path | None = None, gpus: int = 64, gpus_per_node: int = 4,
                    resize_cost: str = "in-place", round_gap: float = 30.0,
-                   progress: Progress | None = None, guards: Guards | None = None) -> list[dict[str, Any]]:
+                   progress: Progress | None = None, guards: Guards | None = None,
+                   loads: Sequence[float] = ()) -> list[dict[str, Any]]:
     """Simulate every policy on every seed of the workload; one result dict per run.
 
     Args:
+        gpus: the cluster's GPUs (a built-in workload is generated for that cluster too).
         guards: the site guards every policy runs inside (as the daemon runs it); ``None``: the
             bare policies (``reproduce``).
+        loads: when given, each seed's workload runs once per load on the cluster sized for it
+            (:func:`~slurm_elastic.sim.workload.gpus_for_load`); each result says its ``load``.
     """
     results = []
     for seed in seeds:
         name, jobs = load_jobs(workload, trace, seed, gpus)
-        for pol in policies:
-            planner = registry.build(pol.name, pol.params, guards)
-            if progress:
-                progress(f"{name} seed {seed}: {pol.shown} on {gpus} GPUs ({len(jobs)} jobs)")
-            res = simulate(jobs, planner, gpus=gpus, gpus_per_node=gpus_per_node, resize_cost=resize_cost,
-                           seed=seed, workload=name, round_gap=round_gap)
-            res["policy"] = pol.shown
-            results.append(res)
+        sizes: list[tuple[float | None, int]] = [(load, gpus_for_load(jobs, load, gpus_per_node)) for load in loads]
+        for load, cluster in sizes or [(None, gpus)]:
+            for pol in policies:
+                planner = registry.build(pol.name, pol.params, guards)
+                if progress:
+                    at = f" (load {load:g})" if load is not None else ""
+                    progress(f"{name} seed {seed}: {pol.shown} on {cluster} GPUs{at} ({len(jobs)} jobs)")
+                res = simulate(jobs, planner, gpus=cluster, gpus_per_node=gpus_per_node, resize_cost=resize_cost,
+                               seed=seed, workload=name, round_gap=round_gap)
+                res["policy"] = pol.shown
+                if load is not None:
+                    res["load"] = load
+                results.append(res)
     return results
 
 

@@ -28,7 +28,7 @@ import csv
 import io
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -128,6 +128,39 @@ def requested_time(spec: SimJobSpec) -> float:
     shape = _packed(k)
     tp = t.speed.throughput(spec.base_batch, local, shape, accum)
     return spec.epoch_size * spec.epochs_needed(spec.base_batch) / tp
+
+
+def offered_gpus(jobs: Sequence[SimJobSpec]) -> float:
+    """The GPUs a workload keeps busy on average: the GPU-time it brings, each job at its request
+    (``requested_gpus`` x :func:`requested_time`), over the time it takes to arrive plus one mean
+    job length (``last submit - first submit + mean requested_time``: the second term keeps a
+    workload that arrives at once finite and is small against a long trace's span).
+
+    A cluster of ``offered_gpus(jobs) / load`` GPUs runs the workload at that ``load`` (1: as many
+    GPUs as it asks for on average; above 1 the queue grows while jobs arrive).
+
+    Raises:
+        TraceError: no jobs.
+    """
+    if not jobs:
+        raise TraceError("the workload has no jobs: its offered load is undefined")
+    times = [requested_time(j) for j in jobs]
+    work = sum(j.requested_gpus * t for j, t in zip(jobs, times, strict=True))
+    submits = [j.submit_time for j in jobs]
+    return work / (max(submits) - min(submits) + sum(times) / len(times))
+
+
+def gpus_for_load(jobs: Sequence[SimJobSpec], load: float, gpus_per_node: int) -> int:
+    """The cluster (whole nodes of ``gpus_per_node``) that runs ``jobs`` at ``load``
+    (:func:`offered_gpus` / load, rounded up), never smaller than the largest job's minimum.
+
+    Raises:
+        TraceError: no jobs, or a load that is not a finite number > 0.
+    """
+    if not (math.isfinite(load) and load > 0):
+        raise TraceError(f"load {load!r}: must be a finite number > 0")
+    need = max(offered_gpus(jobs) / load, max(j.min_gpus for j in jobs))
+    return max(1, math.ceil(need / gpus_per_node)) * gpus_per_node
 
 
 def _packed(k: int) -> tuple[int, ...]:
