@@ -44,12 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=OneLineParser)
 
     plan = sub.add_parser("plan", help="plan a demo cluster with a policy and print the plan")
-    plan.add_argument("--policy", default="ones", help="planner name (see --list-policies)")
+    plan.add_argument("--policy", default="ones", help="planner name (see --list-policies; default ones)")
     plan.add_argument("--gpus", type=_gpus, default=64, help="GPUs in the demo cluster (default 64)")
     plan.add_argument("--gpus-per-node", type=_gpus, default=4, help="GPUs per node (default 4)")
     plan.add_argument("--jobs", type=_jobs, default=24, help="jobs in the demo cluster (default 24)")
-    plan.add_argument("--seed", type=_seed, default=1, help="seed of the demo cluster and the planner (0..2**32-1)")
-    plan.add_argument("--rounds", type=_repeat, default=1, help="plan this many times, carrying the memo")
+    plan.add_argument("--seed", type=_seed, default=1,
+                      help="seed of the demo cluster and the planner (0..2**32-1, default 1)")
+    plan.add_argument("--rounds", type=_repeat, default=1, help="plan this many times, carrying the memo (default 1)")
     plan.add_argument("--param", type=_param, action="append", default=[], metavar="KEY=VALUE",
                       help="planner parameter, e.g. generations=20 (repeatable)")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
@@ -68,11 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="offered loads, e.g. 0.6,0.9,1.2: each run's cluster is sized so the workload offers that "
                      "share of its GPUs (its GPU-time at the requested sizes over its arrival span); instead of "
                      "--gpus")
-    sim.add_argument("--gpus-per-node", type=_gpus, default=4)
+    sim.add_argument("--gpus-per-node", type=_gpus, default=4, help="GPUs per node of the virtual cluster (default 4)")
     sim.add_argument("--policy", default="ones,tiresias,optimus",
-                     help="comma-separated policies, or all (every registered policy)")
-    sim.add_argument("--seeds", default="1", help="seeds, e.g. 1-5 (workload generation and planner)")
-    sim.add_argument("--resize-cost", default="in-place", help="in-place, checkpoint or seconds")
+                     help="comma-separated policies, or all (every registered policy; default ones,tiresias,optimus)")
+    sim.add_argument("--seeds", default="1", help="seeds, e.g. 1-5 (workload generation and planner; default 1)")
+    sim.add_argument("--resize-cost", default="in-place", help="in-place, checkpoint or seconds (default in-place)")
     sim.add_argument("--round-gap", type=_round_gap, default=30.0,
                      help="least seconds between rounds, 0..86400 (default 30)")
     sim.add_argument("--param", type=_param, action="append", default=[], metavar="POLICY.KEY=VALUE",
@@ -85,10 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("reproduce", help="the seed papers' comparisons as a markdown table (no site guards)",
                          description="The seed papers' comparisons as a markdown table and reports. Every policy "
                          "runs bare, without site guards: the papers' schedulers had none.")
-    rep.add_argument("--seeds", default="1-5")
+    rep.add_argument("--seeds", default="1-5", help="seeds, e.g. 1-5 (default 1-5)")
     rep.add_argument("--out", type=Path, default=Path("reproduce"), help="output folder (default ./reproduce)")
     rep.add_argument("--quick", action="store_true", help="one seed, 40 GPUs only (a smoke run)")
-    rep.add_argument("--quiet", action="store_true")
+    rep.add_argument("--quiet", action="store_true", help="no progress line on stderr")
 
     prof = sub.add_parser("profiles", help="fit the throughput model on the shipped profiles and report its error")
     prof.add_argument("--json", action="store_true", help="print JSON")
@@ -96,39 +97,41 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="benchmarks printing JSON")
     bsub = bench.add_subparsers(dest="bench", required=True, metavar="BENCHMARK")
     bp = bsub.add_parser("planner", help="planning latency of one policy on a synthetic cluster")
-    bp.add_argument("--gpus", type=_gpus, default=4096)
-    bp.add_argument("--gpus-per-node", type=_gpus, default=4)
-    bp.add_argument("--jobs", type=_jobs, default=1000)
-    bp.add_argument("--policy", default="dp")
-    bp.add_argument("--repeat", type=_repeat, default=20)
-    bp.add_argument("--seed", type=_seed, default=0)
+    bp.add_argument("--gpus", type=_gpus, default=4096, help="GPUs of the synthetic cluster (default 4096)")
+    bp.add_argument("--gpus-per-node", type=_gpus, default=4, help="GPUs per node (default 4)")
+    bp.add_argument("--jobs", type=_jobs, default=1000, help="jobs in the synthetic queue (default 1000)")
+    bp.add_argument("--policy", default="dp", help="the policy to time (default dp)")
+    bp.add_argument("--repeat", type=_repeat, default=20, help="timed plans; the median is reported (default 20)")
+    bp.add_argument("--seed", type=_seed, default=0, help="seed of the synthetic cluster and queue (default 0)")
     bp.add_argument("--param", type=_param, action="append", default=[], metavar="KEY=VALUE",
                     help="planner parameter, e.g. generations=1 (repeatable)")
     bp.add_argument("--json", action="store_true", help="print JSON (the default; kept for symmetry)")
     bz = bsub.add_parser("resize", help="pause of an in-place resize vs checkpoint-restart (the launcher)")
-    bz.add_argument("--model", choices=("resnet18", "cnn"), default="resnet18")
-    bz.add_argument("--from", dest="from_", type=_gpus, default=2)
-    bz.add_argument("--to", type=_gpus, default=4)
-    bz.add_argument("--repeat", type=_repeat, default=1, help="fresh jobs to measure (medians are printed)")
+    bz.add_argument("--model", choices=("resnet18", "cnn"), default="resnet18",
+                    help="the example model the workers train (default resnet18)")
+    bz.add_argument("--from", dest="from_", type=_gpus, default=2, help="workers before the resize (default 2)")
+    bz.add_argument("--to", type=_gpus, default=4, help="workers after the resize (default 4)")
+    bz.add_argument("--repeat", type=_repeat, default=1, help="fresh jobs to measure (medians are printed; default 1)")
     bz.add_argument("--json", action="store_true", help="print JSON (the default)")
     br = bsub.add_parser("reaction", help="submit -> planned and -> running latency of the acting daemon "
                          "on a running dev cluster")
-    br.add_argument("--root", type=Path, default=Path("/tmp/slurm-elastic-dev"), help="the dev cluster's root")
-    br.add_argument("--repeat", type=_repeat, default=5)
+    br.add_argument("--root", type=Path, default=Path("/tmp/slurm-elastic-dev"),
+                    help="the dev cluster's root (default /tmp/slurm-elastic-dev)")
+    br.add_argument("--repeat", type=_repeat, default=5, help="resizes timed; the median is reported (default 5)")
     br.add_argument("--json", action="store_true", help="print JSON (the default)")
     bl = bsub.add_parser("load", help="the acting daemon under many elastic jobs on its own dev cluster "
                          "(3 nodes x 2 GPUs): preemptions, drain time against the ideal, round times")
     bl.add_argument("--root", type=Path, default=Path("/tmp/slurm-elastic-load"),
-                    help="where to bring up the dev cluster (taken down when done)")
-    bl.add_argument("--jobs", type=int_in(1, 10_000), default=200)
+                    help="where to bring up the dev cluster, taken down when done (default %(default)s)")
+    bl.add_argument("--jobs", type=int_in(1, 10_000), default=200, help="elastic jobs submitted (default 200)")
     bl.add_argument("--sleep", type=int_in(1, 3600), default=20, help="seconds each job runs (default 20)")
-    bl.add_argument("--policy", default="efq")
+    bl.add_argument("--policy", default="efq", help="the acting daemon's policy (default efq)")
     bl.add_argument("--json", action="store_true", help="print JSON (the default)")
     bc = bsub.add_parser("chaos", help="the acting daemon SIGKILLed at each journaled step of a small workload "
                          "on its own dev cluster, then restarted; slurmctld stopped; a worker killed: jobs lost, "
                          "duplicate actions, orphans, strands")
     bc.add_argument("--root", type=Path, default=Path("/tmp/slurm-elastic-chaos"),
-                    help="where to bring up the dev cluster (taken down when done)")
+                    help="where to bring up the dev cluster, taken down when done (default %(default)s)")
     bc.add_argument("--points", default="", help="comma-separated crash points and faults (ctld:outage, "
                     "worker:kill; default: all of them)")
     bc.add_argument("--json", action="store_true", help="print JSON (the default)")
@@ -139,11 +142,13 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--sizes", default="1,2", help="comma-separated GPU counts the job reported at (default 1,2)")
     bn.add_argument("--json", action="store_true", help="print JSON (the default)")
     bs = bsub.add_parser("simulate", help="wall time of a simulation of a Philly-like trace")
-    bs.add_argument("--jobs", type=int_in(1, 1_000_000), default=10_000)
-    bs.add_argument("--gpus", type=_gpus, default=1024)
-    bs.add_argument("--policy", default="dp")
-    bs.add_argument("--seed", type=_seed, default=1)
-    bs.add_argument("--round-gap", type=_round_gap, default=30.0)
+    bs.add_argument("--jobs", type=int_in(1, 1_000_000), default=10_000,
+                    help="jobs of the Philly-like trace (default 10000)")
+    bs.add_argument("--gpus", type=_gpus, default=1024, help="GPUs of the virtual cluster (default 1024)")
+    bs.add_argument("--policy", default="dp", help="the policy simulated (default dp)")
+    bs.add_argument("--seed", type=_seed, default=1, help="seed of the trace and the planner (default 1)")
+    bs.add_argument("--round-gap", type=_round_gap, default=30.0,
+                    help="least seconds between rounds, 0..86400 (default 30)")
     bs.add_argument("--json", action="store_true", help="print JSON (the default)")
 
     bf = bsub.add_parser("fuzz", help="hostile inputs of every family through the real entry points "
@@ -167,27 +172,31 @@ def build_parser() -> argparse.ArgumentParser:
                             help="fake GPUs per node, 1..64 (default 4)")
 
     dm = sub.add_parser("daemon", help="run the daemon beside slurmctld")
-    dm.add_argument("--config", type=Path, default=Path("/etc/slurm/elastic.toml"))
+    dm.add_argument("--config", type=Path, default=Path("/etc/slurm/elastic.toml"),
+                    help="the site configuration (default /etc/slurm/elastic.toml)")
     dm.add_argument("--dry-run", action="store_true", help="shadow mode: plan and log, never act")
     dm.add_argument("--once", action="store_true", help="run one round and exit")
 
     st = sub.add_parser("status", help="elastic jobs: GPUs now and planned, batch, state")
-    st.add_argument("--config", type=Path, default=Path("/etc/slurm/elastic.toml"))
-    st.add_argument("--json", action="store_true")
+    st.add_argument("--config", type=Path, default=Path("/etc/slurm/elastic.toml"),
+                    help="the site configuration (default /etc/slurm/elastic.toml)")
+    st.add_argument("--json", action="store_true", help="print JSON instead of the table")
 
     sb = sub.add_parser("submit", help="render an sbatch template for an elastic job and submit it")
     sb.add_argument("--template", default="pytorch", help="sbatch_templates/<name>.sbatch.j2 (default pytorch)")
     sb.add_argument("--elastic", required=True, metavar="MIN:MAX", help="GPU range")
     sb.add_argument("--batch", default="", metavar="MIN:MAX", help="global batch range")
-    sb.add_argument("--mode", default="exo", choices=("exo", "endo"))
-    sb.add_argument("--gpus-per-node", type=_gpus, default=4)
-    sb.add_argument("--local-batch", type=_positive_int, default=32)
-    sb.add_argument("--epochs", type=_positive_int, default=1)
-    sb.add_argument("--job-name", default="elastic")
-    sb.add_argument("--time", default="")
-    sb.add_argument("--account", default="")
-    sb.add_argument("--partition", default="")
-    sb.add_argument("--output", default="slurm-%j.out")
+    sb.add_argument("--mode", default="exo", choices=("exo", "endo"),
+                    help="exo: the daemon chooses the batch with the GPUs; endo: the job keeps its own (default exo)")
+    sb.add_argument("--gpus-per-node", type=_gpus, default=4, help="GPUs per node the job asks for (default 4)")
+    sb.add_argument("--local-batch", type=_positive_int, default=32, help="per-GPU batch in samples (default 32)")
+    sb.add_argument("--epochs", type=_positive_int, default=1, help="epochs to train (default 1)")
+    sb.add_argument("--job-name", default="elastic", help="the Slurm job name (default elastic)")
+    sb.add_argument("--time", default="", help="the Slurm time limit, e.g. 02:00:00 (default: the partition's)")
+    sb.add_argument("--account", default="", help="the Slurm account (default: yours)")
+    sb.add_argument("--partition", default="", help="the Slurm partition (default: Slurm's default)")
+    sb.add_argument("--output", default="slurm-%j.out",
+                    help="the job's output file, Slurm patterns allowed (default slurm-%%j.out)")
     sb.add_argument("--dry-run", action="store_true", help="print the script instead of submitting it")
     sb.add_argument("train_command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
                     help="the training command and its arguments")
@@ -199,16 +208,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     dm = sub.add_parser("demo", help="end to end on a real local Slurm cluster: daemon, elastic jobs resized "
                         "in place while they train, allocation report (root; a few minutes)")
-    dm.add_argument("--out", type=Path, default=Path("out/demo"), help="folder for logs, store and report")
+    dm.add_argument("--out", type=Path, default=Path("out/demo"),
+                    help="folder for logs, store and report (default out/demo)")
     dm.add_argument("--policy", default="efq", help="planner (default efq: fair sharing makes resizes visible)")
-    dm.add_argument("--nodes", type=int_in(1, 64), default=3)
-    dm.add_argument("--gpus-per-node", type=int_in(1, 64), default=2)
+    dm.add_argument("--nodes", type=int_in(1, 64), default=3, help="dev cluster nodes (default 3)")
+    dm.add_argument("--gpus-per-node", type=int_in(1, 64), default=2, help="GPUs per dev node (default 2)")
     dm.add_argument("--timeout", type=float_in(0.0, DAY_S, low_open=True), default=600.0,
-                    help="seconds before the demo gives up waiting (at most 86400)")
+                    help="seconds before the demo gives up waiting (at most 86400, default 600)")
     dm.add_argument("--keep", action="store_true", help="leave the dev cluster running afterwards")
 
     cc = sub.add_parser("check-config", help="validate an elastic.toml; prints the effective settings")
-    cc.add_argument("file", type=Path)
+    cc.add_argument("file", type=Path, help="the elastic.toml to check")
 
     ar = sub.add_parser("report", help="GPU allocation report from sacct: by account/user/partition, utilization")
     ar.add_argument("--since", required=True, metavar="DATE", help="YYYY-MM-DD[THH:MM[:SS]], today, now-7d ...")
@@ -231,11 +241,11 @@ def build_parser() -> argparse.ArgumentParser:
     wi.add_argument("--account", help="only this Slurm account (sacct -A)")
     wi.add_argument("--policy", required=True, help="comma-separated policies")
     wi.add_argument("--gpus", type=_gpus, required=True, help="GPUs of the virtual cluster")
-    wi.add_argument("--gpus-per-node", type=_gpus, default=4)
-    wi.add_argument("--seeds", default="1", help="planner seeds, e.g. 1-3")
+    wi.add_argument("--gpus-per-node", type=_gpus, default=4, help="GPUs per node of the virtual cluster (default 4)")
+    wi.add_argument("--seeds", default="1", help="planner seeds, e.g. 1-3 (default 1)")
     wi.add_argument("--elastic-range", type=float_in(1.0, 1024.0), default=4.0,
                     help="a job without an elastic contract may use 1..GPUs x this, 1..1024 (default 4)")
-    wi.add_argument("--resize-cost", default="in-place", help="in-place, checkpoint or seconds")
+    wi.add_argument("--resize-cost", default="in-place", help="in-place, checkpoint or seconds (default in-place)")
     wi.add_argument("--param", type=_param, action="append", default=[], metavar="POLICY.KEY=VALUE",
                     help="planner parameter for one policy (repeatable)")
     wi.add_argument("--json", type=Path, metavar="OUT", help="write all results as JSON here")
@@ -257,7 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
     pf.add_argument("--json", action="store_true", help="print JSON (the default)")
 
     ip = sub.add_parser("install-plugin", help="build the --elastic SPANK plugin; print (or write) its config lines")
-    ip.add_argument("--out", type=Path, default=Path("build/spank"), help="folder for slurm_elastic.so")
+    ip.add_argument("--out", type=Path, default=Path("build/spank"),
+                    help="folder for slurm_elastic.so (default build/spank)")
     ip.add_argument("--write", type=Path, metavar="PLUGSTACK_FILE",
                     help="add the plugstack line to this file and copy job_submit.lua next to it")
     return p

@@ -72,3 +72,31 @@ def test_profiles_report(capsys: pytest.CaptureFixture[str]) -> None:
     rows = json.loads(capsys.readouterr().out)
     assert {r["profile"] for r in rows} == {"cifar10", "imagenet", "bert", "deepspeech2", "yolov3", "ncf"}
     assert all(r["v100_samples_per_s_4gpu"] > r["t4_samples_per_s_4gpu"] for r in rows)
+
+
+def test_every_option_of_every_subcommand_says_what_it_means() -> None:
+    """Issue 18, part 4: ``bench planner --help`` and others listed options with no word of what
+    they mean. Every option and positional argument has a help text; one with a default worth
+    naming (not off, empty or a list) names it."""
+    import argparse
+
+    from slurm_elastic.cli.parser import build_parser
+
+    silent, no_default = [], []
+
+    def walk(parser: argparse.ArgumentParser, path: str) -> None:
+        for a in parser._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for name, sub in a.choices.items():
+                    walk(sub, f"{path} {name}".strip())
+            elif isinstance(a, argparse._HelpAction | argparse._VersionAction):
+                continue
+            elif not a.help:
+                silent.append(f"{path} {(a.option_strings or [a.dest])[-1]}")
+            elif (a.default not in (None, False, "", (), []) and not isinstance(a.default, list)
+                  and "default" not in a.help and "%(default)" not in a.help):
+                no_default.append(f"{path} {(a.option_strings or [a.dest])[-1]} ({a.default!r})")
+
+    walk(build_parser(), "")
+    assert silent == []
+    assert no_default == []
