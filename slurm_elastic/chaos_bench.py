@@ -2,14 +2,21 @@
 
 This module owns the crash benchmark of issue 14. For each crash point
 (:data:`~slurm_elastic.slurm.steps.CRASH_POINTS`, or those asked for) it runs, on a fresh queue, the
-small workload that reaches that point (:data:`WORKLOADS`, :func:`workload_of`): ``mixed``, a
-launcher job (the demo's CNN, 1..4 GPUs) between two plain elastic jobs (``sleep``) arriving
-seconds apart, for starts, grows and the requeue path of plain jobs; ``launcher-shrink``, a launcher
-job that declares a batch range (so the planner rebatches it) alone on the cluster, then a plain
-job of 4 GPUs that makes the planner shrink it in place; ``drain``, three plain jobs of 2 GPUs
-filling the cluster, then the node of the first drained (the planner preempts the last started and
-moves the first off the draining node); ``drop``, the policy's drop mode and a plain job of 6 GPUs
-arriving while another runs (dropped: its ``scancel``). The daemon (policy ``dp``, no guards) runs
+small workload that reaches that point (:data:`WORKLOADS`, :func:`workload_of`):
+
+* ``mixed``: a launcher job (the demo's CNN, 1..4 GPUs) between two plain elastic jobs (``sleep``)
+  arriving seconds apart, for starts, the launcher's grows and the requeue path of a plain job's
+  shrink;
+* ``launcher-shrink``: a launcher job that declares a batch range (so the planner rebatches it)
+  alone on the cluster, then a plain job of 4 GPUs that makes the planner shrink it in place;
+* ``plain-grow``: a plain job started on the 2 GPUs a 4-GPU job leaves, grown (by requeue) when
+  that one ends;
+* ``drain``: three plain jobs of 2 GPUs filling the cluster, then the node of the first drained
+  (the planner preempts the last started and moves the first off the draining node);
+* ``drop``: the policy's drop mode and a plain job of 6 GPUs arriving while another runs
+  (dropped: its ``scancel``).
+
+The daemon (policy ``dp``, no guards) runs
 as its own process with ``SLURM_ELASTIC_CRASH_AT=<point>``; once it has killed itself there (or the
 workload ended without reaching the point: not *reached*), a new daemon is started on the same
 store without it and runs until the queue is empty. Then it counts what the issue asks for:
@@ -78,6 +85,7 @@ class Submission:
     launcher: DemoJob | None = None
     batch: str = ""  # the launcher job's batch range (``MIN:MAX``: the planner may rebatch it)
     may_drop: bool = False  # CANCELLED is a right end for it (the policy's drop mode)
+    sleep_s: int = PLAIN_SLEEP_S  # a plain job's run time
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -103,6 +111,9 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (
               Submission("plain-4", 15.0, gpus=(4, 4))),
              why="the launcher job starts alone on several nodes and is rebatched; a plain job of 4 GPUs "
                  "makes the planner shrink it in place (a node of its own allocation released)"),
+    Workload("plain-grow", (Submission("plain-4", 0.0, gpus=(4, 4), sleep_s=10),
+                            Submission("plain-1", 2.0, gpus=(1, 4), sleep_s=30)),
+             why="a plain job starts on the 2 GPUs a 4-GPU job leaves and grows by requeue when that job ends"),
     Workload("drain", tuple(Submission(f"plain-{i}", i - 1.0, gpus=(2, 2)) for i in (1, 2, 3)), drain=True,
              why="three 2-GPU jobs fill the cluster, then the first one's node drains: the planner preempts "
                  "the last started and moves the first"),
@@ -115,11 +126,14 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (
 
 def workload_of(point: str) -> Workload:
     """The workload that reaches ``point``: the launcher's own shrink steps and rebatch on
-    ``launcher-shrink``, preempt and move on ``drain``, drop on ``drop``, the rest on ``mixed``."""
+    ``launcher-shrink``, a plain job's grow (the requeue path) on ``plain-grow``, preempt and move
+    on ``drain``, drop on ``drop``, the rest on ``mixed``."""
     kind, _, step = point.partition(":")
     step = step.rstrip("+")
     if kind == "rebatch" or (kind == "shrink" and step in ("order", "owe-release")):
         return WORKLOADS["launcher-shrink"]
+    if kind == "grow" and step in ("requeuehold", "shape", "release", "start"):
+        return WORKLOADS["plain-grow"]
     if kind in ("preempt", "move"):
         return WORKLOADS["drain"]
     return WORKLOADS["drop"] if kind == "drop" else WORKLOADS["mixed"]
@@ -340,12 +354,12 @@ def _submit_due(workload: Workload, submitted: dict[str, str], elapsed: float, e
     for job in workload.jobs:
         if job.name not in submitted and elapsed >= job.at:
             submitted[job.name] = (submit_job(job.launcher, tmp, env, batch=job.batch) if job.launcher
-                                   else _sbatch(env, tmp, job.gpus))
+                                   else _sbatch(env, tmp, job.gpus, job.sleep_s))
 
 
-def _sbatch(env: dict[str, str], cwd: Path, gpus: tuple[int, int]) -> str:
+def _sbatch(env: dict[str, str], cwd: Path, gpus: tuple[int, int], sleep_s: int) -> str:
     out = run_command(["sbatch", "--parsable", f"--elastic={gpus[0]}:{gpus[1]}", "--gres=gpu:1",
-                       "--output=/dev/null", "--chdir", str(cwd), "--wrap", f"sleep {PLAIN_SLEEP_S}"], env=env)
+                       "--output=/dev/null", "--chdir", str(cwd), "--wrap", f"sleep {sleep_s}"], env=env)
     return out.strip().split(";")[0]
 
 
