@@ -150,13 +150,15 @@ def test_bench_load_drains_a_queue_without_preemption_churn(cluster: DevCluster)
     assert {"preemptions", "preemptions_per_job", "drain_s", "ideal_drain_s", "round_p50_s", "round_p99_s"} <= set(out)
 
 
-@pytest.mark.parametrize("point", ["start:start+", "ctld:outage", "worker:kill"])
+@pytest.mark.parametrize("point", ["start:start+", "move:release+", "ctld:outage", "worker:kill"])
 def test_bench_chaos_loses_nothing(cluster: DevCluster, point: str) -> None:
-    """``bench chaos`` in CI at one crash point and both faults (the benchmark runs every point): the
-    daemon SIGKILLed right after ``StartTime=now`` and a new one on the same store; slurmctld stopped
-    for 20 s while the launcher job trains (no action while it is down, a round soon after it is
-    back); one worker SIGKILLed (the daemon names it lost). Every job COMPLETED, every sample of the
-    launcher job trained once, nothing orphaned or stranded."""
+    """``bench chaos`` in CI at two crash points and both faults (the benchmark runs every point, on
+    its own 3 x 2-GPU cluster: some points need that shape): the daemon SIGKILLed right after
+    ``StartTime=now``, and after a job held on a draining node was released at its new place, then
+    a new one on the same store; slurmctld stopped for 20 s while the launcher job trains (no
+    action while it is down, a round soon after it is back); one worker SIGKILLed (the daemon names
+    it lost). Every job COMPLETED, every sample of the launcher job trained once, nothing orphaned
+    or stranded."""
     pytest.importorskip("torch")
     from slurm_elastic.chaos_bench import COUNTS, bench_chaos
 

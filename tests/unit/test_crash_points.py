@@ -259,3 +259,21 @@ def test_two_acting_daemons_cannot_share_a_store(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="never a link"):
         Store(tmp_path / "t.db").hold()
 
+
+
+def test_bench_chaos_has_a_workload_for_every_crash_point() -> None:
+    """``bench chaos`` runs each point on the small workload that reaches it: the full run found
+    18 of 44 points never reached by its one workload (preempt, drop, move, rebatch, the launcher's
+    own shrink steps), then the requeue path of a plain job's grow reached only when timing allowed."""
+    from slurm_elastic.chaos_bench import FAULTS, WORKLOADS, workload_of
+
+    chosen = {p: workload_of(p).name for p in (*CRASH_POINTS, *FAULTS)}
+    assert set(chosen.values()) == set(WORKLOADS)  # every workload serves some point
+    assert {chosen[f"{k}:{s}"] for k in ("preempt", "move") for s in STEPS[k]} == {"drain"}
+    assert chosen["drop:cancel+"] == "drop" and chosen["rebatch:order"] == "launcher-shrink"
+    assert chosen["shrink:owe-release"] == chosen["shrink:order+"] == "launcher-shrink"
+    assert chosen["shrink:requeuehold"] == chosen["grow:sbatch"] == chosen["ctld:outage"] == "mixed"
+    assert {chosen[f"grow:{s}"] for s in ("requeuehold", "shape", "release", "start")} == {"plain-grow"}
+    for w in WORKLOADS.values():  # each job of a workload has a unique name; drop only where dropped
+        assert len({j.name for j in w.jobs}) == len(w.jobs)
+        assert any(j.may_drop for j in w.jobs) == ('mode = "drop"' in w.policy)
