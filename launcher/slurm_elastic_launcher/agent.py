@@ -25,6 +25,7 @@ import enum
 import json
 import logging
 import math
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -693,6 +694,12 @@ class Agent:
         except OSError as exc:
             log.warning("%s: progress report not written: %s", self.me, exc)
 
+    def _say(self, text: str) -> None:
+        """Rank 0: one line in the job's output for each change of its world (the job's own log
+        shows its resizes; the reports file, the store and ``slurm-elastic report`` have the rest)."""
+        if self.rank == 0:
+            print(f"slurm-elastic: {text}", file=sys.stderr, flush=True)
+
     def _report_left(self) -> None:
         """A dropped worker: say it has left the group (any rank; the daemon then frees its node)."""
         if self._reporter is None:
@@ -759,6 +766,9 @@ class Agent:
         # commit_every is 1) stays the rollback point; applied_seq survives a rollback (see _recover).
         self._event("resumed", go_s=round(t_go - t0, 4), form_s=round(t_formed - t_go, 4))
         self._report("resize", self.clock() - t0)
+        self._say(f"order {seq}: {len(old)} -> {len(self.members)} workers ({','.join(self.members)}), per-GPU "
+                  f"batch {self.extra['local_batch']}, paused {self.clock() - t0:.2f} s at sample "
+                  f"{self.extra.get('samples', 0)}")
         self._transition(AgentState.TRAINING)
 
     def _leave_job(self) -> None:
@@ -818,6 +828,8 @@ class Agent:
         self.state.commit()
         self._event("recovered", world=len(survivors), since=self.clock() - t0)
         self._report("resize", self.clock() - t0, lost=[w for w in before if w not in survivors])
+        self._say(f"lost {','.join(w for w in before if w not in survivors)}: {len(survivors)} workers "
+                  f"({','.join(survivors)}) went on after {self.clock() - t0:.2f} s from the last commit")
         self._transition(AgentState.TRAINING)
 
     def _agree(self, gen: str, committed: bool) -> tuple[tuple[str, ...], str | None]:

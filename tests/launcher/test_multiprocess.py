@@ -110,6 +110,11 @@ def test_resizes_2_4_3_2_3_keep_ranks_equal_and_accounting_exact(fake_job_factor
     evaluated = [e for w in everyone for e in job.events(w) if e["ev"] == "evaluated"]
     assert evaluated and all(e["rank"] == 0 and 0.0 <= e["metric"] <= 1.0 for e in evaluated)
     assert sorted(e["epoch"] for e in evaluated) == list(range(len(evaluated)))  # once per epoch end
+    # the job's own output says each change of its world, once, from its rank 0 (issue 17: it showed none)
+    said = [line for w in everyone for line in (job.tmp / f"{w}.out").read_text().splitlines()
+            if line.startswith("slurm-elastic: order ")]
+    assert [line.split(":")[1].strip().split()[1] for line in said] == [str(s) for s in (grow, shrink, shrink2, grow2)]
+    assert "2 -> 4 workers (w0,w1,w2,w3)" in said[0] and "paused" in said[0] and "at sample" in said[0]
 
 
 def test_an_order_for_the_same_world_changes_the_batch_and_keeps_the_group(fake_job_factory: Any) -> None:
@@ -125,6 +130,8 @@ def test_an_order_for_the_same_world_changes_the_batch_and_keeps_the_group(fake_
     assert job.wait_exit() == {"w0": 0, "w1": 0}
     steps = [e for e in job.events("w0") if e["ev"] == "step"]
     assert {e["local"] for e in steps} == {8, 16} and steps[-1]["local"] == 16
+    said = (job.tmp / "w0.out").read_text()
+    assert f"slurm-elastic: order {seq}: 2 -> 2 workers (w0,w1), per-GPU batch 16" in said
     assert not [e for w in workers for e in job.events(w) if e["ev"] == "formed" and e["gen"] == f"o{seq}"]
     assert check_accounting(job, workers) > 10
 
@@ -174,6 +181,7 @@ def test_killed_worker_survivors_reform_and_continue(fake_job_factory: Any) -> N
     lines = [json.loads(line) for line in reports.read_text().splitlines()]
     assert [r["lost"] for r in lines if "lost" in r] == [["w1"]]
     assert [r["world"] for r in lines if "lost" in r] == [2]
+    assert "slurm-elastic: lost w1: 2 workers (w0,w2) went on after" in (job.tmp / "w0.out").read_text()
 
 
 @pytest.mark.parametrize(("from_", "to"), [(2, 3), (3, 2)])
