@@ -256,9 +256,12 @@ class ElasticJob:
     Attributes:
         model: the model (a ``torch.nn.Module``).
         optimizer: its optimizer.
-        dataset: indexable by lists of sample ids.
-        loss_fn: ``loss_fn(model, batch)`` → the loss *summed* over the batch's samples (the agent
-            divides gradients by the global sample count).
+        dataset: ``len(dataset)`` samples and ``dataset.batch(indices)`` → the batch of those sample ids
+            (:class:`~.torch_backend.TensorBatchDataset`; a standard map-style
+            ``torch.utils.data.Dataset`` through :class:`~.torch_backend.MapBatchDataset`). Every
+            worker, joiners included, must build the same dataset (seed any randomness).
+        loss_fn: ``loss_fn(model, batch)`` → the loss over the batch's samples, summed or averaged as
+            ``loss_reduction`` says (the agent divides gradients by the global sample count).
         scheduler: LR scheduler stepped once per step, or None.
         evaluate: ``evaluate(model)`` → a validation metric (higher or lower is better, as the user
             reads it), run by rank 0 at the end of each epoch and sent in the next report; it must leave
@@ -267,6 +270,10 @@ class ElasticJob:
             plans the job with that model's throughput profile when it has one; 1 to 64 of
             ``A-Z a-z 0-9 _ . -``. None: ``SLURM_ELASTIC_MODEL``, else no name. The model's
             parameter count is reported too, counted from ``model`` (:func:`.reports.parameter_count`).
+        loss_reduction: ``"sum"`` (``loss_fn`` sums over the batch, ``reduction="sum"``) or ``"mean"``
+            (it averages over the batch's *samples*, as ``cross_entropy``'s default does: the agent
+            multiplies it by the micro-batch's sample count, so the gradients are the same; a loss
+            averaged over more than the samples, such as ``mse_loss`` over several outputs, is not).
     """
 
     model: Any
@@ -276,6 +283,7 @@ class ElasticJob:
     scheduler: Stateful | None = None
     evaluate: Callable[[Any], float] | None = None
     model_name: str | None = None
+    loss_reduction: str = "sum"
 
 
 @dataclass
@@ -359,6 +367,8 @@ class Agent:
         self._refused: dict[str, int] = {}  # control key -> hash of the payload last refused (logged once)
         self._generations: list[str] = []
         self._log = open(env.event_log, "a", buffering=1) if env.event_log else None  # noqa: SIM115
+        if job.loss_reduction not in ("sum", "mean"):
+            raise ValueError(f"ElasticJob.loss_reduction={job.loss_reduction!r}: must be 'sum' or 'mean'")
         model_name = job.model_name or env.model or None
         problem = identity_problem(model_name, None)
         if problem is not None:
@@ -633,6 +643,8 @@ class Agent:
         self.job.optimizer.zero_grad(set_to_none=True)
         for micro in self._micro_batches(indices):
             loss = self.job.loss_fn(self.job.model, self.job.dataset.batch(micro))
+            if self.job.loss_reduction == "mean":
+                loss = loss * len(micro)
             loss.backward()
             if self._reporter is not None and self.rank == 0:
                 self._reporter.add_loss(float(loss.detach()), len(micro))

@@ -26,7 +26,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -569,3 +569,28 @@ class TensorBatchDataset:
         """``(inputs[indices], targets[indices])``."""
         idx = torch.as_tensor(list(indices), dtype=torch.long)
         return self.inputs[idx], self.targets[idx]
+
+
+class MapBatchDataset:
+    """A standard map-style dataset (``torch.utils.data.Dataset``: ``len`` and ``dataset[i]``) as
+    the agent's dataset: a batch is ``collate_fn([dataset[i] for i in indices])``.
+
+    Args:
+        dataset: the user's dataset; every worker must build the same one.
+        collate_fn: merges samples into a batch (default ``torch.utils.data.default_collate``, what a
+            ``DataLoader`` uses).
+    """
+
+    def __init__(self, dataset: Any, collate_fn: Callable[[list[Any]], Any] | None = None) -> None:
+        from torch.utils.data import default_collate
+
+        self.dataset = dataset
+        self.collate_fn = collate_fn or default_collate
+
+    def __len__(self) -> int:
+        """Number of samples."""
+        return len(self.dataset)
+
+    def batch(self, indices: Sequence[int]) -> Any:
+        """The collated samples ``indices``."""
+        return self.collate_fn([self.dataset[i] for i in indices])
