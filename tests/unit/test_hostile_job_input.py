@@ -158,12 +158,13 @@ def test_one_bad_report_line_quarantines_its_job_and_every_other_job_is_planned(
 
 
 def test_a_job_record_slurm_writes_that_does_not_parse_leaves_out_that_job_alone() -> None:
-    """On 25.11 a typed ``--gpus-per-task=v100:1`` request is printed ``gres/gpu:v100=1``, which the
-    reader refuses: that job is left out with its reason, the others are read."""
+    """A GPU request the reader cannot read (here a count that is not a number): that job is left
+    out with its reason, the others are read. (Found with 25.11's ``gres/gpu:v100=1``, which the
+    reader now reads: ``test_slurm_parse``.)"""
     doc = json.loads((FIXTURES / "25.11" / "squeue.json").read_text())
     assert len(doc["jobs"]) >= 2
     odd = doc["jobs"][0]
-    odd["tres_per_task"] = "gres/gpu:v100=1"
+    odd["tres_per_task"] = "gres/gpu:v100=one"
     refused: dict[str, str] = {}
     jobs = parse_jobs(doc, refused)
     assert len(jobs) == len(doc["jobs"]) - 1
