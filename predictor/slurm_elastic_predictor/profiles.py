@@ -37,9 +37,12 @@ V100 Longhorn derivation (:func:`v100_longhorn`), factors are speed-ups over the
 from __future__ import annotations
 
 import csv
+import errno
 import json
 import math
+import os
 import re
+import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib.resources import files
@@ -206,15 +209,18 @@ def machine_gpus_per_node(folder: Path) -> int:
             object, or its ``gpus_per_node`` is not an integer 1..9.
     """
     path = folder / MACHINE_FILE
-    if not path.exists() and not path.is_symlink():
+    try:  # never follows a link, never blocks on a FIFO
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
         return PROFILE_GPUS_PER_NODE
-    if path.is_symlink() or not path.is_file():
-        raise ProfileError(f"{path}: must be a regular file, not a link")
-    try:
-        with path.open("rb") as fh:
-            data = fh.read(_MACHINE_MAX_BYTES + 1)
     except OSError as exc:
-        raise ProfileError(f"{path}: cannot read: {exc}") from exc
+        if exc.errno == errno.ELOOP:
+            raise ProfileError(f"{path}: must be a regular file, not a link") from None
+        raise ProfileError(f"{path}: cannot read: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise ProfileError(f"{path}: must be a regular file (not a FIFO, device or folder)")
+        data = fh.read(_MACHINE_MAX_BYTES + 1)
     if len(data) > _MACHINE_MAX_BYTES:
         raise ProfileError(f"{path}: larger than {_MACHINE_MAX_BYTES} bytes")
     try:

@@ -85,6 +85,14 @@ def test_a_machine_file_that_is_a_link_is_refused(tmp_path: Path) -> None:
         load_model("cnn", tmp_path)
 
 
+def test_a_machine_file_that_is_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    _site(tmp_path)
+    (tmp_path / "cnn" / "machine.json").unlink()
+    os.mkfifo(tmp_path / "cnn" / "machine.json")  # an open for reading would wait for a writer
+    with pytest.raises(ProfileError, match=r"must be a regular file \(not a FIFO"):
+        load_model("cnn", tmp_path)
+
+
 def test_a_folder_without_machine_file_is_a_four_gpu_machine(tmp_path: Path) -> None:
     _site(tmp_path)
     (tmp_path / "cnn" / "machine.json").unlink()
