@@ -34,6 +34,11 @@ def _shown(text: str) -> str:
     return repr(text if len(text) <= 40 else text[:40] + "...")
 
 
+def comma_words(text: str) -> list[str]:
+    """The non-empty words of a comma-separated option value, stripped (``"a, b,,c"`` -> a, b, c)."""
+    return [w.strip() for w in text.split(",") if w.strip()]
+
+
 def int_in(low: int, high: int) -> Callable[[str], int]:
     """An argument type for integers ``low <= value <= high`` (ASCII digits, optional sign)."""
 

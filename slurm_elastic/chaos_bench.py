@@ -96,32 +96,24 @@ class Workload:
     jobs: tuple[Submission, ...]
     policy: str = ""  # extra ``[policy.dp]`` settings
     drain: bool = False  # drain the first job's node once every job of the workload runs
-    why: str = ""
 
 
 LAUNCHER_JOB = DemoJob("chaos-cnn", 1, 4, at=0.0, epochs=3, dataset_size=16384)
 WORKLOADS: dict[str, Workload] = {w.name: w for w in (
     Workload("mixed", (Submission("plain-1", 0.0), Submission("launcher", 3.0, launcher=LAUNCHER_JOB),
-                       Submission("plain-2", 25.0)),
-             why="the launcher job starts beside a plain one and grows when it ends; the second plain job "
-                 "makes the planner shrink or requeue"),
+                       Submission("plain-2", 25.0))),
     Workload("launcher-shrink",
              (Submission("launcher", 0.0, launcher=DemoJob("chaos-cnn-b", 1, 4, at=0.0, epochs=4, dataset_size=65536),
                          batch="32:1024"),
-              Submission("plain-4", 15.0, gpus=(4, 4))),
-             why="the launcher job starts alone on several nodes and is rebatched; a plain job of 4 GPUs "
-                 "makes the planner shrink it in place (a node of its own allocation released)"),
+              Submission("plain-4", 15.0, gpus=(4, 4)))),
     Workload("plain-grow", (Submission("plain-4", 0.0, gpus=(4, 4), sleep_s=10),
-                            Submission("plain-1", 2.0, gpus=(1, 4), sleep_s=30)),
-             why="a plain job starts on the 2 GPUs a 4-GPU job leaves and grows by requeue when that job ends"),
-    Workload("drain", tuple(Submission(f"plain-{i}", i - 1.0, gpus=(2, 2)) for i in (1, 2, 3)), drain=True,
-             why="three 2-GPU jobs fill the cluster, then the first one's node drains: the planner preempts "
-                 "the last started and moves the first"),
+                            Submission("plain-1", 2.0, gpus=(1, 4), sleep_s=30))),
+    Workload("drain", tuple(Submission(f"plain-{i}", i - 1.0, gpus=(2, 2)) for i in (1, 2, 3)), drain=True),
     Workload("drop", (Submission("plain-1", 0.0), Submission("plain-6", 4.0, gpus=(6, 6), may_drop=True)),
-             policy='mode = "drop"\n',
-             why="the policy's drop mode, and a 6-GPU job arriving while another job runs"),
+             policy='mode = "drop"\n'),
 )}
-"""The workloads of the bench, by name (:func:`workload_of` says which one runs for a point)."""
+"""The workloads of the bench, by name (the module docstring says what each makes the planner do;
+:func:`workload_of` says which one runs for a point)."""
 
 
 def workload_of(point: str) -> Workload:

@@ -13,14 +13,14 @@ model from), so a profile and a job's calibration measure the same thing.
 It writes ``<out>/<model>/placements.csv`` (the shipped profiles' format: one row per placement and
 batch; ``sync_time`` 0, as the launcher does not time the exposed all-reduce apart), a
 ``scalability.csv`` with its header only, and ``machine.json`` (GPUs per node of the partition,
-its nodes, whether they have GPUs, when). Then it fits each model from the written folder with
+its nodes, when, and how the step time was taken). Then it fits each model from the written folder with
 the daemon's loader (:func:`slurm_elastic_predictor.profiles.load_model`) and says how far the
 fit is from each measured row. ``daemon.profiles`` names the folder; the shipped Longhorn
 profiles stay the default for every other model.
 
-A placement runs where Slurm puts it: a daemon running beside may start the job on other nodes
-(it plans ``--elastic=K:K`` jobs too), so each row's placement is the one the job ran on (nodes
-from its reports' members), not the one asked for.
+A daemon running beside may start a job on other nodes than asked (it plans ``--elastic=K:K``
+jobs too): a job that ran on another node count than its placement's (``squeue``'s while it
+ran) is not measured, and the summary says so.
 """
 
 from __future__ import annotations
@@ -30,13 +30,13 @@ import getpass
 import json
 import os
 import re
-import statistics
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from slurm_elastic.argtypes import comma_words
 from slurm_elastic.errors import ConfigError, ElasticError
 from slurm_elastic.observe.progress import ReportRefused, row_of, step_points
 from slurm_elastic.orders import COMMENT_KEY, Channel
@@ -45,6 +45,7 @@ from slurm_elastic.submit import new_secret_file, submit
 from slurm_elastic.templates import JobRequest
 from slurm_elastic_predictor.errors import ProfileError
 from slurm_elastic_predictor.profiles import MACHINE_FILE, load_model
+from slurm_elastic_predictor.throughput import MultiGpuPoint, fit_error
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "launcher" / "examples" / "train_cnn.py"
 MODELS = ("cnn", "resnet18")
@@ -64,7 +65,7 @@ def parse_placements(text: str) -> tuple[str, ...]:
         ConfigError: a placement breaks the rule, or the set cannot be fitted: it needs one GPU
             alone (``1``), GPUs within one node (``2``...) and across nodes (``11``...).
     """
-    out = tuple(p.strip() for p in text.split(",") if p.strip())
+    out = tuple(comma_words(text))
     for p in out:
         if not re.fullmatch(r"[1-9]{1,16}", p) or len(set(p)) != 1:
             raise ConfigError(f"--placements {p!r}: must be one digit 1..9 per node, the same on every node "
@@ -82,7 +83,7 @@ def parse_batches(text: str) -> tuple[int, ...]:
         ConfigError: a batch breaks the rule.
     """
     out = []
-    for b in (t.strip() for t in text.split(",") if t.strip()):
+    for b in comma_words(text):
         if not b.isdigit() or not 1 <= int(b) <= 65536:
             raise ConfigError(f"--batches {b!r}: must be integers 1..65536 (per-GPU batch), e.g. 32,64")
         out.append(int(b))
@@ -97,7 +98,7 @@ def parse_models(text: str) -> tuple[str, ...]:
     Raises:
         ConfigError: a model it does not have.
     """
-    out = tuple(m.strip() for m in text.split(",") if m.strip())
+    out = tuple(comma_words(text))
     bad = [m for m in out if m not in MODELS]
     if bad or not out:
         raise ConfigError(f"--models {text!r}: must be among {', '.join(MODELS)} (the example trainer's models)")
@@ -172,11 +173,16 @@ def _measure(work: Path, model: str, placement: str, batch: int, steps: int, par
                "SLURM_ELASTIC_REPORT_EVERY_S": str(REPORT_EVERY_S)}
     job_id = submit("pytorch", req, env=job_env)
     deadline = time.monotonic() + timeout_s
-    while run_command(["squeue", "-h", "-j", job_id, "-o", "%T"], env=env).strip():
+    ran_nodes: int | None = None  # the node count squeue showed while the job ran
+    while state := run_command(["squeue", "-h", "-j", job_id, "-o", "%T %D"], env=env).split():
+        if state[0] == "RUNNING" and len(state) > 1 and state[1].isdigit():
+            ran_nodes = int(state[1])
         if time.monotonic() > deadline:
             run_command(["scancel", job_id], env=env)
             return f"job {job_id} did not end within {timeout_s:g} s (cancelled)"
         time.sleep(1.0)
+    if ran_nodes is not None and ran_nodes != nodes:
+        return f"job {job_id} ran on {ran_nodes} node(s), not the {nodes} of placement {placement}"
     try:
         channel = Channel.open(job_id, getpass.getuser(), f"{COMMENT_KEY}{secret}.orders")
         reports, _, refused = channel.reports()
@@ -192,14 +198,7 @@ def _measure(work: Path, model: str, placement: str, batch: int, steps: int, par
         why = f"; {len(refused)} report line(s) refused" if refused else ""
         return (f"job {job_id}: no clean window at {k} GPUs, batch {batch} ({len(reports)} reports{why}; "
                 f"see {work}/profile-{model}-{placement}-{batch}-{job_id}.out)")
-    point = points[0]
-    ran = "".join(str(d) for d in _even(point.nodes, k))
-    return {"placement": ran, "local_bsz": batch, "step_time": point.step_time, "job": job_id}
-
-
-def _even(nodes: int, k: int) -> list[int]:
-    base, extra = divmod(k, nodes)
-    return sorted((base + (i < extra) for i in range(nodes)), reverse=True)
+    return {"placement": placement, "local_bsz": batch, "step_time": points[0].step_time, "job": job_id}
 
 
 def write_profile(folder: Path, rows: Sequence[dict[str, Any]], failed: Sequence[str],
@@ -222,13 +221,10 @@ def write_profile(folder: Path, rows: Sequence[dict[str, Any]], failed: Sequence
     except ProfileError as exc:
         summary["fit"] = f"not fitted: {exc}"
         return summary
-    errors = []
-    for r in rows:
-        k = sum(int(d) for d in r["placement"])
-        predicted = float(fitted.t_iter(k * r["local_bsz"], k, len(r["placement"])))
-        r["fitted_step_time"] = round(predicted, 6)
-        errors.append(abs(predicted - r["step_time"]) / r["step_time"])
-    summary["fit"] = "fitted"
-    summary["fit_median_ape"] = round(statistics.median(errors), 4) if errors else None
-    summary["fit_max_ape"] = round(max(errors), 4) if errors else None
+    points = [MultiGpuPoint(k=sum(int(d) for d in r["placement"]), nodes=len(r["placement"]),
+                            local_batch=r["local_bsz"], step_time=r["step_time"]) for r in rows]
+    for r, p in zip(rows, points, strict=True):
+        r["fitted_step_time"] = round(float(fitted.t_iter(p.k * p.local_batch, p.k, p.nodes)), 6)
+    error = fit_error(fitted, points)  # the fit has a row at least: a profile without rows does not load
+    summary.update(fit="fitted", fit_median_ape=round(error["median_ape"], 4), fit_max_ape=round(error["max_ape"], 4))
     return summary

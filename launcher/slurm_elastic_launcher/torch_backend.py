@@ -33,6 +33,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, Store, TCPStore
+from torch.utils.data import default_collate
 
 from .agent import PeerLostError
 from .orders import VALUE_MAC_LEN, ValueRejectedError, check_value_mac, open_value, sign_value, value_hmac
@@ -582,8 +583,6 @@ class MapBatchDataset:
     """
 
     def __init__(self, dataset: Any, collate_fn: Callable[[list[Any]], Any] | None = None) -> None:
-        from torch.utils.data import default_collate
-
         self.dataset = dataset
         self.collate_fn = collate_fn or default_collate
 

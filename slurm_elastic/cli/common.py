@@ -7,6 +7,7 @@ import argparse
 import logging
 from typing import TYPE_CHECKING, Any
 
+from slurm_elastic.argtypes import comma_words
 from slurm_elastic.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ def policy_specs(names: str, params: list[tuple[str, Any]]) -> list[Any]:
     """``--policy a,b`` and ``--param POLICY.KEY=VALUE`` as the simulator's policy specs."""
     from slurm_elastic.sim.runner import PolicySpec
 
-    pols = [n.strip() for n in names.split(",") if n.strip()]
+    pols = comma_words(names)
     if not pols:
         raise ConfigError(f"--policy {names!r}: names no policy")
     per: dict[str, dict[str, Any]] = {p: {} for p in pols}

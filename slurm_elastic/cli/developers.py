@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from slurm_elastic.argtypes import comma_words
 from slurm_elastic.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -192,7 +193,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.bench == "chaos":
         from slurm_elastic.chaos_bench import bench_chaos
 
-        points = [p.strip() for p in args.points.split(",") if p.strip()]
+        points = comma_words(args.points)
         print(json.dumps(bench_chaos(root=args.root, points=points), indent=2))
         return 0
     if args.bench == "learn":

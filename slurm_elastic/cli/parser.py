@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from slurm_elastic import __version__
-from slurm_elastic.argtypes import GPUS_MAX, float_in, int_in, param, seed
+from slurm_elastic.argtypes import GPUS_MAX, comma_words, float_in, int_in, param, seed
 
 log = logging.getLogger(__name__)
 _positive_int = int_in(1, 1_000_000)
@@ -277,7 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _loads(text: str) -> tuple[float, ...]:
     """``0.6,0.9,1.2`` -> offered loads, each a number in (0, 10]."""
     out = []
-    for word in (w.strip() for w in text.split(",") if w.strip()):
+    for word in comma_words(text):
         try:
             value = float(word)
         except ValueError:

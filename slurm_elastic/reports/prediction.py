@@ -26,6 +26,7 @@ from typing import Any
 from slurm_elastic.errors import ElasticError
 from slurm_elastic.observe.progress import runtime_of, step_points
 from slurm_elastic.observe.snapshot import job_throughput_model
+from slurm_elastic.reports.usage import percentile
 from slurm_elastic.store import ProgressRow
 from slurm_elastic_predictor.calibrate import StepPoint
 from slurm_elastic_predictor.throughput import ThroughputModel
@@ -91,8 +92,8 @@ def prediction_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     online = [e for r in rows for e in r["_online"]]
 
     def p90(values: list[float]) -> float | None:
-        return round(statistics.quantiles(values, n=10, method="inclusive")[-1], 4) if len(values) >= 2 else (
-            round(values[0], 4) if values else None)
+        value = percentile(values, 90)
+        return round(value, 4) if value is not None else None
 
     return {"predicted_jobs": len(rows), "prior_predictions": len(prior), "prior_median_ape": _median(prior),
             "prior_p90_ape": p90(prior), "online_predictions": len(online), "online_median_ape": _median(online),

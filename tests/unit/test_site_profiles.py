@@ -163,3 +163,17 @@ def test_profile_cli_refuses_bad_options_with_exit_2(tmp_path: Path, capsys: pyt
     assert main(["profile", "--out", str(tmp_path), "--models", "cnn"]) == 2  # never overwritten
     assert "is never overwritten" in capsys.readouterr().err
     assert json.loads((tmp_path / "cnn" / "machine.json").read_text())["gpus_per_node"] == 2
+
+
+def test_a_job_that_ran_on_another_node_count_than_its_placement_is_not_measured(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A daemon beside may start a profiling job elsewhere: the row would then say a placement the
+    job did not run on. Slurm's node count while it ran is checked (here: 1 node for placement 11)."""
+    from slurm_elastic import site_profile
+
+    answers = iter(["PENDING 2\n", "RUNNING 1\n", "RUNNING 1\n", ""])
+    monkeypatch.setattr(site_profile, "submit", lambda *a, **k: "7")
+    monkeypatch.setattr(site_profile, "run_command", lambda argv, env=None: next(answers))
+    monkeypatch.setattr(site_profile.time, "sleep", lambda s: None)
+    got = site_profile._measure(tmp_path, "cnn", "11", 32, 20, "", None, 60.0)
+    assert got == "job 7 ran on 1 node(s), not the 2 of placement 11"
