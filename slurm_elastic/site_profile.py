@@ -54,6 +54,9 @@ REPORT_EVERY_S = 0.25
 """Seconds between two progress reports of a profiling job (each is one window of the median)."""
 JOB_TIMEOUT_S = 600.0
 """Longest one profiling job may take, waiting in the queue included; then it is cancelled."""
+LONGER_RUNS = 3
+"""How many times a job that ended too soon to give a clean window is run again, each with 4x the steps."""
+"""Longest one profiling job may take, waiting in the queue included; then it is cancelled."""
 _GRES_GPUS = re.compile(r"gpu(?::[^:,()]+)?:(\d+)")
 
 
@@ -110,7 +113,9 @@ def profile_site(out: Path, *, models: Sequence[str], placements: Sequence[str],
                  job_timeout_s: float = JOB_TIMEOUT_S, say: Callable[[str], None] = print) -> dict[str, Any]:
     """Measure every model x placement x batch through Slurm, write the profile folder, fit it.
 
-    ``steps``: training steps of each job (its data set is ``steps`` x GPUs x batch samples).
+    ``steps``: training steps of each job (its data set is ``steps`` x GPUs x batch samples). A job
+    that ends before it gives two reports to pair is run again with 4x, 16x, 64x the steps (a row's
+    ``steps`` says which measured it).
 
     Raises:
         ConfigError: ``out`` holds a profile of one of ``models`` already (never overwritten), or
@@ -141,6 +146,11 @@ def profile_site(out: Path, *, models: Sequence[str], placements: Sequence[str],
                 what = f"{model} placement {placement} batch {batch}"
                 say(f"profiling {what}")
                 row = _measure(work, model, placement, batch, steps, partition, env, job_timeout_s)
+                for longer in range(1, LONGER_RUNS + 1):
+                    if not isinstance(row, _TooShort):
+                        break
+                    say(f"  {row}; again with {steps * 4 ** longer} steps")
+                    row = _measure(work, model, placement, batch, steps * 4 ** longer, partition, env, job_timeout_s)
                 if isinstance(row, str):
                     failed.append(f"{what}: {row}")
                     say(f"  not measured: {row}")
@@ -156,6 +166,11 @@ def _gpus_per_node(partition: str, env: Mapping[str, str] | None) -> int:
     argv = ["sinfo", "-h", "-o", "%G", *(["-p", partition] if partition else [])]
     counts = [int(n) for n in _GRES_GPUS.findall(run_command(argv, env=env))]
     return min(max(counts), 9) if counts else 0
+
+
+class _TooShort(str):
+    """Why a job that ran to its end gave no clean window: too few reports to pair (a fast model,
+    few steps). Run again with more steps; any other reason is final."""
 
 
 def _measure(work: Path, model: str, placement: str, batch: int, steps: int, partition: str,
@@ -196,9 +211,11 @@ def _measure(work: Path, model: str, placement: str, batch: int, steps: int, par
     points = [p for p in step_points(rows) if p.k == k and p.local_batch == batch]
     if not points:
         why = f"; {len(refused)} report line(s) refused" if refused else ""
-        return (f"job {job_id}: no clean window at {k} GPUs, batch {batch} ({len(reports)} reports{why}; "
-                f"see {work}/profile-{model}-{placement}-{batch}-{job_id}.out)")
-    return {"placement": placement, "local_bsz": batch, "step_time": points[0].step_time, "job": job_id}
+        reason = (f"job {job_id}: no clean window at {k} GPUs, batch {batch} ({len(reports)} reports{why}; "
+                  f"see {work}/profile-{model}-{placement}-{batch}-{job_id}.out)")
+        return _TooShort(reason) if not refused and len(reports) < 4 else reason
+    return {"placement": placement, "local_bsz": batch, "step_time": points[0].step_time, "job": job_id,
+            "steps": steps}
 
 
 def write_profile(folder: Path, rows: Sequence[dict[str, Any]], failed: Sequence[str],
