@@ -14,6 +14,15 @@ Resize costs (a job makes no progress while paused):
   that resumes restarts from a checkpoint (30 s);
 * ``checkpoint``: every change is a checkpoint-restart, 30 s (Pollux's figure);
 * a number: that many seconds for every change.
+
+Two physics of a real cluster that the profiles leave out, off unless asked for
+(``bench fidelity`` measured both on the dev cluster):
+
+* ``startup_s``: seconds from a job's start to its first training step (Slurm launching the
+  tasks, the interpreter and the framework loading, the data built), paid at every start;
+* ``host_cores``: the jobs' workers share this many CPU cores (the dev cluster, where a "GPU" is a
+  CPU process): a job whose ``k`` workers ran alone on ``min(1, cores/k)`` core each runs at
+  ``min(1, cores/W) / min(1, cores/k)`` of its profiled speed while ``W`` workers run in all.
 """
 
 from __future__ import annotations
@@ -38,7 +47,6 @@ from slurm_elastic.core.model import (
 )
 from slurm_elastic.core.rounds import ActionOutcome
 from slurm_elastic.errors import ConfigError, ProfileError
-from slurm_elastic.sim.truth import truth
 from slurm_elastic.sim.workload import SimJobSpec
 from slurm_elastic_predictor.progress import BetaProgressModel, JobHistory, learn, refit_due
 from slurm_elastic_predictor.throughput import ThroughputModel
@@ -57,8 +65,10 @@ def _reports(spec: SimJobSpec, processed: float, batch: float) -> tuple[float, f
     a real, noisy signal and not the true progress. Loss curves are not in the profiles, so the
     loss stays at its initial value (no information, rather than invented information).
     """
-    conv = truth(spec.model).convergence
     epochs_done = processed / spec.epoch_size / spec.work_scale
+    conv = spec.model_truth.convergence
+    if spec.epochs is not None or conv is None:  # a set number of epochs: the metric is the share done
+        return 1.0, min(1.0, epochs_done / (spec.epochs or 1.0))
     return 1.0, conv.relative_metric(batch or spec.base_batch, epochs_done)
 
 
@@ -72,8 +82,10 @@ class ResizeCost:
     label: str
 
     @classmethod
-    def parse(cls, text: str) -> ResizeCost:
-        """``in-place``, ``checkpoint`` or a number of seconds."""
+    def parse(cls, text: str | ResizeCost) -> ResizeCost:
+        """``in-place``, ``checkpoint`` or a number of seconds (a :class:`ResizeCost` as it is)."""
+        if isinstance(text, ResizeCost):
+            return text
         if text == "in-place":
             return cls(IN_PLACE_GROW_S, IN_PLACE_SHRINK_S, CHECKPOINT_RESTART_S, text)
         if text == "checkpoint":
@@ -111,6 +123,7 @@ class SimJob:
     dropped: bool = False
     speed: float = 0.0  # samples/s while not paused
     rate: float = 0.0  # work fraction/s while not paused
+    cpu_share: float = 1.0  # of its profiled speed, with the host's cores shared (VirtualCluster.host_cores)
     view: Job | None = None  # the planner's view of a waiting job, reused until it changes
 
     @property
@@ -122,9 +135,9 @@ class SimJob:
         if self.state is not JobState.RUNNING:
             self.speed = self.rate = 0.0
             return
-        t = truth(self.spec.model)
         shape = tuple(len(g) for _, g in self.placement.slots)
-        self.speed = t.speed.throughput(self.global_batch, self.local_batch, shape, self.accumulation)
+        self.speed = self.cpu_share * self.spec.model_truth.speed.throughput(self.global_batch, self.local_batch, shape,
+                                                                             self.accumulation)
         self.rate = self.speed / (self.spec.epoch_size * self.spec.epochs_needed(self.global_batch))
 
     def advance(self, t0: float, t1: float) -> None:
@@ -161,11 +174,20 @@ class VirtualCluster:
         gpus_per_node: GPUs per node.
         cost: resize cost.
         fit_progress: refit the ONES progress model from completed jobs (as ONES does online).
+        startup_s: seconds from a job's start to its first step (module docstring).
+        host_cores: CPU cores every job's workers share (module docstring); ``None``: none shared.
     """
 
-    def __init__(self, nodes: int, gpus_per_node: int, cost: ResizeCost, fit_progress: bool = True) -> None:
+    def __init__(self, nodes: int, gpus_per_node: int, cost: ResizeCost, fit_progress: bool = True, *,
+                 startup_s: float = 0.0, host_cores: int | None = None) -> None:
         if nodes < 1 or gpus_per_node < 1:
             raise ConfigError(f"cluster of {nodes} nodes x {gpus_per_node} GPUs: both must be >= 1")
+        if not (math.isfinite(startup_s) and startup_s >= 0):
+            raise ConfigError(f"start-up time {startup_s} s: must be a finite number >= 0")
+        if host_cores is not None and host_cores < 1:
+            raise ConfigError(f"host cores {host_cores}: must be >= 1")
+        self.startup_s = startup_s
+        self.host_cores = host_cores
         width = max(3, len(str(nodes - 1)))
         self.node_names = tuple(NodeName(f"sim{i:0{width}d}") for i in range(nodes))
         self.gpus_per_node = gpus_per_node
@@ -208,7 +230,7 @@ class VirtualCluster:
         self.active[spec.job_id] = job
         self.arrivals.append(self.now)
         if spec.model not in self.profiles:
-            self.profiles[spec.model] = truth(spec.model).speed.planner_model
+            self.profiles[spec.model] = spec.model_truth.speed.planner_model
 
     def complete_finished(self, eps: float = 1e-9) -> list[SimJob]:
         """Finish every job whose work is done; returns them."""
@@ -218,7 +240,21 @@ class VirtualCluster:
             self._record_history(job)
         if done:
             self._maybe_refit()
+            self._share_cores()
         return done
+
+    def _share_cores(self) -> None:
+        """Rescale every running job's speed to its workers' share of the host's cores (module docstring)."""
+        if self.host_cores is None:
+            return
+        workers = self.busy_gpus()
+        for job in self.active.values():
+            k = job.placement.num_gpus
+            if job.state is JobState.RUNNING and k:
+                share = min(1.0, self.host_cores / max(workers, k)) / min(1.0, self.host_cores / k)
+                if share != job.cpu_share:
+                    job.cpu_share = share
+                    job.configure()
 
     def _finish(self, job: SimJob) -> None:
         job.end = self.now
@@ -315,6 +351,7 @@ class VirtualCluster:
                 continue
             self._apply(job, a)
             out.append(ActionOutcome(a, True))
+        self._share_cores()
         return tuple(out)
 
     def _apply(self, job: SimJob, a: Action) -> None:
@@ -337,7 +374,7 @@ class VirtualCluster:
             job.state = JobState.RUNNING
             if job.start is None:
                 job.start = now
-            pause = self.cost.restart if resumed else 0.0
+            pause = self.startup_s + (self.cost.restart if resumed else 0.0)
         else:
             job.resizes += 1
             grew = a.after.num_gpus > a.before.num_gpus

@@ -43,8 +43,9 @@ MAX_IDLE_ROUNDS = 3
 
 
 def simulate(jobs: Sequence[SimJobSpec], planner: Planner, *, gpus: int, gpus_per_node: int = 4,
-             resize_cost: str = "in-place", seed: int = 0, round_gap: float = 30.0,
-             horizon: float = SIM_HORIZON_S, workload: str = "") -> dict[str, Any]:
+             resize_cost: str | ResizeCost = "in-place", seed: int = 0, round_gap: float = 30.0,
+             horizon: float = SIM_HORIZON_S, workload: str = "", startup_s: float = 0.0,
+             host_cores: int | None = None) -> dict[str, Any]:
     """Replay ``jobs`` under ``planner`` on a virtual cluster.
 
     Args:
@@ -52,11 +53,13 @@ def simulate(jobs: Sequence[SimJobSpec], planner: Planner, *, gpus: int, gpus_pe
         planner: the policy.
         gpus: cluster size (a multiple of ``gpus_per_node``).
         gpus_per_node: GPUs per node.
-        resize_cost: ``in-place``, ``checkpoint`` or seconds.
+        resize_cost: ``in-place``, ``checkpoint``, seconds, or the pauses themselves.
         seed: seed of the planner's random numbers.
         round_gap: least seconds between two rounds (see the module docstring).
         horizon: stop at this virtual time (jobs still running are reported unfinished).
         workload: name recorded in the result.
+        startup_s, host_cores: physics of a real cluster the profiles leave out
+            (:class:`~slurm_elastic.sim.cluster.VirtualCluster`; off by default).
 
     Raises:
         ConfigError: bad cluster shape or resize cost.
@@ -68,8 +71,8 @@ def simulate(jobs: Sequence[SimJobSpec], planner: Planner, *, gpus: int, gpus_pe
     if gpus < 1 or gpus_per_node < 1 or gpus % gpus_per_node:
         raise ConfigError(f"--gpus {gpus} must be a positive multiple of --gpus-per-node {gpus_per_node}")
     cost = ResizeCost.parse(resize_cost)
-    cluster = VirtualCluster(gpus // gpus_per_node, gpus_per_node, cost,
-                             fit_progress=planner.uses_progress)
+    cluster = VirtualCluster(gpus // gpus_per_node, gpus_per_node, cost, fit_progress=planner.uses_progress,
+                             startup_s=startup_s, host_cores=host_cores)
     order = sorted(jobs, key=lambda j: (j.submit_time, j.job_id))
     interval = float(planner.interval)
     epoch_events = planner.epoch_events

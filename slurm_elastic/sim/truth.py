@@ -15,7 +15,12 @@ from the fitted model the planners use, so a simulated planner faces real predic
   interpolated between measured batches in ``log2(B)`` and held flat outside them. The curves
   come from runs with learning-rate scaling, so big batches cost only somewhat more epochs.
 
-Reads the shipped profile files once per process (cached); pure computation otherwise.
+A site profile (``slurm-elastic profile``, a folder given as ``root``) is the site's machine as
+measured: no V100 scaling, and no validation curves, so its jobs train a set number of epochs
+(:attr:`~slurm_elastic.sim.workload.SimJobSpec.epochs`) and its :class:`ModelTruth` has no
+convergence.
+
+Reads the profile files once per process (cached); pure computation otherwise.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import csv
 import math
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 
 import numpy as np
 from numpy.typing import NDArray
@@ -83,14 +89,15 @@ class MeasuredSpeed:
     Args:
         name: profile name.
         v100: derive the V100 Longhorn machine (default) instead of the measured T4 one.
+        root: the site profile folder holding ``name`` (``None``: the shipped profiles).
     """
 
-    def __init__(self, name: str, v100: bool = True) -> None:
-        rows = load_measurements(name)
+    def __init__(self, name: str, v100: bool = True, root: Path | None = None) -> None:
+        rows = load_measurements(name, root)
         self.name = name
         self.by_shape = _curves(rows, "shape")
         self.by_count = _curves(rows, "count")
-        t4 = load_model(name)
+        t4 = load_model(name, root)
         self.fitted: ThroughputModel = t4
         self.planner_model: ThroughputModel = v100_longhorn(t4) if v100 else t4
         self.max_local_batch = t4.max_local_batch
@@ -191,10 +198,25 @@ class ModelTruth:
 
     name: str
     speed: MeasuredSpeed
-    convergence: Convergence
+    convergence: Convergence | None
+    """``None`` for a site profile: it has no validation curves."""
+
+    def epochs(self, global_batch: float) -> float:
+        """Epochs to the model's target at ``global_batch`` (:meth:`Convergence.epochs`).
+
+        Raises:
+            ProfileError: a site profile, whose jobs train a set number of epochs instead.
+        """
+        if self.convergence is None:
+            raise ProfileError(f"{self.name}: a site profile has no validation curves; its jobs train a set "
+                               "number of epochs, which each job must give")
+        return self.convergence.epochs(global_batch)
 
 
 @cache
-def truth(name: str, v100: bool = True) -> ModelTruth:
-    """The (cached) ground truth of one shipped profile."""
+def truth(name: str, v100: bool = True, root: Path | None = None) -> ModelTruth:
+    """The (cached) ground truth of one shipped profile, or of the site profile ``name`` in ``root``
+    (as measured: never V100-scaled)."""
+    if root is not None:
+        return ModelTruth(name, MeasuredSpeed(name, False, root), None)
     return ModelTruth(name, MeasuredSpeed(name, v100), Convergence(name))

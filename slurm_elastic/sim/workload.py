@@ -36,7 +36,7 @@ import numpy as np
 
 from slurm_elastic.core.model import ElasticMode
 from slurm_elastic.errors import TraceError
-from slurm_elastic.sim.truth import truth
+from slurm_elastic.sim.truth import ModelTruth, truth
 from slurm_elastic.textfiles import read_text
 from slurm_elastic_predictor.profiles import MODEL_DEFAULTS
 
@@ -89,6 +89,11 @@ class SimJobSpec:
         category: workload-specific class label (for reports).
         max_local_batch: per-GPU memory limit (samples); ``None`` means the profile's largest
             measured per-GPU batch.
+        epochs: a set number of epochs the job trains (times ``work_scale``), whatever its batch;
+            ``None``: the epochs its model needs to reach its target at its batch (the validation
+            curves). A site profile has no curves, so its jobs need it.
+        profiles: the site profile folder ``model`` is in (``slurm-elastic profile``); ``None``: the
+            shipped profiles.
     """
 
     job_id: str
@@ -107,20 +112,29 @@ class SimJobSpec:
     account: str = "account"
     category: str = ""
     max_local_batch: int | None = None
+    epochs: float | None = None
+    profiles: Path | None = None
+
+    @property
+    def model_truth(self) -> ModelTruth:
+        """The simulator's physics of the job's model (shipped or site profile)."""
+        return truth(self.model, root=self.profiles)
 
     @property
     def local_limit(self) -> int:
         """The per-GPU batch limit in effect."""
-        return self.max_local_batch or truth(self.model).speed.max_local_batch
+        return self.max_local_batch or self.model_truth.speed.max_local_batch
 
     def epochs_needed(self, global_batch: float) -> float:
         """Epochs to finish at this global batch."""
-        return self.work_scale * truth(self.model).convergence.epochs(global_batch)
+        if self.epochs is not None:
+            return self.work_scale * self.epochs
+        return self.work_scale * self.model_truth.epochs(global_batch)
 
 
 def requested_time(spec: SimJobSpec) -> float:
     """Seconds the job takes alone at its requested size and batch (packed)."""
-    t = truth(spec.model)
+    t = spec.model_truth
     k = spec.requested_gpus
     local = math.ceil(spec.base_batch / k)
     accum = max(1, math.ceil(local / spec.local_limit))
@@ -176,7 +190,7 @@ def scaled_to(spec: SimJobSpec, duration: float) -> SimJobSpec:
 
 def single_gpu_time(spec: SimJobSpec) -> float:
     """Best time of the job alone on one GPU (the IBM paper's optimal scheduled time)."""
-    t = truth(spec.model)
+    t = spec.model_truth
     best = math.inf
     hi = min(spec.max_batch, spec.local_limit)
     for b in sorted({spec.min_batch, hi, *[int(x) for x in t.speed.planner_model.proc_batch]}):
@@ -408,7 +422,7 @@ def ones_longhorn(seed: int) -> list[SimJobSpec]:
         t += float(rng.exponential(ONES_MEAN_INTERARRIVAL))
         local = MODEL_DEFAULTS[profile][0]
         req = int(rng.choice([1, 2, 4]))
-        base_epochs = truth(profile).convergence.epochs(local * req)
+        base_epochs = truth(profile).epochs(local * req)
         jobs.append(SimJobSpec(
             job_id=str(i + 1), submit_time=round(t, 3), model=profile, requested_gpus=req, min_gpus=1,
             max_gpus=16, base_batch=local * req, min_batch=local, max_batch=local * 16, epoch_size=size,
