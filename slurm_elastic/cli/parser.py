@@ -135,6 +135,15 @@ def build_parser() -> argparse.ArgumentParser:
     bc.add_argument("--points", default="", help="comma-separated crash points and faults (ctld:outage, "
                     "worker:kill; default: all of them)")
     bc.add_argument("--json", action="store_true", help="print JSON (the default)")
+    bd = bsub.add_parser("fidelity", help="the simulator against the real dev cluster: one trace of launcher jobs "
+                         "run by the acting daemon and simulated with the profile measured there (avg JCT, makespan)")
+    bd.add_argument("--root", type=Path, default=Path("/tmp/slurm-elastic-fidelity"),
+                    help="where to bring up the dev cluster (3 nodes x 2 GPUs), taken down when done "
+                    "(default %(default)s)")
+    bd.add_argument("--policy", default="dp", help="the policy of the daemon and the simulator (default dp)")
+    bd.add_argument("--jobs", type=int_in(1, 100), default=12, help="launcher jobs in the trace (default 12)")
+    bd.add_argument("--seed", type=_seed, default=0, help="seed of the trace and the simulated planner (default 0)")
+    bd.add_argument("--json", action="store_true", help="print JSON (the default)")
     bn = bsub.add_parser("learn", help="how well a job's own throughput model, fitted from its first sizes, "
                          "predicts every measured configuration of each shipped profile (median APE)")
     bn.add_argument("--prior", default="cifar10", help="the profile every job starts from (default cifar10, "

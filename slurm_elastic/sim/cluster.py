@@ -15,11 +15,16 @@ Resize costs (a job makes no progress while paused):
 * ``checkpoint``: every change is a checkpoint-restart, 30 s (Pollux's figure);
 * a number: that many seconds for every change.
 
-Two physics of a real cluster that the profiles leave out, off unless asked for
-(``bench fidelity`` measured both on the dev cluster):
+Three physics of a real cluster that the profiles leave out, off unless asked for
+(``bench fidelity`` measured them on the dev cluster):
 
-* ``startup_s``: seconds from a job's start to its first training step (Slurm launching the
-  tasks, the interpreter and the framework loading, the data built), paid at every start;
+* ``overhead_s``: seconds a job holds its GPUs without training beyond its work: its start-up
+  (Slurm launching the tasks, the interpreter and the framework loading, the data built) and its
+  ending (the processes exiting, Slurm ending the job), paid as a pause at every start (the same
+  JCT and GPU time as paying the ending at the end);
+* ``equal_start``: Slurm gives a job the same GPU count on every node, so the actuator starts a job
+  planned on an unequal placement at the largest equal shape inside it (its nodes x their smallest
+  count, :mod:`slurm_elastic.slurm.actions`); a later round grows it;
 * ``host_cores``: the jobs' workers share this many CPU cores (the dev cluster, where a "GPU" is a
   CPU process): a job whose ``k`` workers ran alone on ``min(1, cores/k)`` core each runs at
   ``min(1, cores/W) / min(1, cores/k)`` of its profiled speed while ``W`` workers run in all.
@@ -37,6 +42,7 @@ from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import (
     ActionError,
     ClusterSnapshot,
+    ElasticMode,
     Job,
     JobId,
     JobState,
@@ -174,19 +180,21 @@ class VirtualCluster:
         gpus_per_node: GPUs per node.
         cost: resize cost.
         fit_progress: refit the ONES progress model from completed jobs (as ONES does online).
-        startup_s: seconds from a job's start to its first step (module docstring).
+        overhead_s: seconds of start-up and ending a job pays at each start (module docstring).
+        equal_start: start a job at the equal shape inside its planned placement (module docstring).
         host_cores: CPU cores every job's workers share (module docstring); ``None``: none shared.
     """
 
     def __init__(self, nodes: int, gpus_per_node: int, cost: ResizeCost, fit_progress: bool = True, *,
-                 startup_s: float = 0.0, host_cores: int | None = None) -> None:
+                 overhead_s: float = 0.0, equal_start: bool = False, host_cores: int | None = None) -> None:
         if nodes < 1 or gpus_per_node < 1:
             raise ConfigError(f"cluster of {nodes} nodes x {gpus_per_node} GPUs: both must be >= 1")
-        if not (math.isfinite(startup_s) and startup_s >= 0):
-            raise ConfigError(f"start-up time {startup_s} s: must be a finite number >= 0")
+        if not (math.isfinite(overhead_s) and overhead_s >= 0):
+            raise ConfigError(f"job overhead {overhead_s} s: must be a finite number >= 0")
         if host_cores is not None and host_cores < 1:
             raise ConfigError(f"host cores {host_cores}: must be >= 1")
-        self.startup_s = startup_s
+        self.overhead_s = overhead_s
+        self.equal_start = equal_start
         self.host_cores = host_cores
         width = max(3, len(str(nodes - 1)))
         self.node_names = tuple(NodeName(f"sim{i:0{width}d}") for i in range(nodes))
@@ -374,13 +382,21 @@ class VirtualCluster:
             job.state = JobState.RUNNING
             if job.start is None:
                 job.start = now
-            pause = self.startup_s + (self.cost.restart if resumed else 0.0)
+            pause = self.overhead_s + (self.cost.restart if resumed else 0.0)
         else:
             job.resizes += 1
             grew = a.after.num_gpus > a.before.num_gpus
             pause = self.cost.grow if grew else self.cost.shrink
         job.placement = a.after
         job.global_batch, job.local_batch, job.accumulation = a.global_batch, a.local_batch, a.accumulation
+        if a.kind is ActionKind.START and self.equal_start and a.after.num_gpus:
+            fewest = min(len(g) for _, g in a.after.slots)
+            job.placement = Placement(tuple((n, g[:fewest]) for n, g in a.after.slots))
+            k = job.placement.num_gpus
+            if job.spec.mode is ElasticMode.EXO:  # the batch follows the GPUs
+                job.global_batch = a.local_batch * a.accumulation * k
+            else:
+                job.local_batch = math.ceil(a.global_batch / (a.accumulation * k))
         job.paused_until = max(job.paused_until, now + pause) if pause else job.paused_until
         job.last_change = now
         job.samples_at_change = job.samples

@@ -44,8 +44,8 @@ MAX_IDLE_ROUNDS = 3
 
 def simulate(jobs: Sequence[SimJobSpec], planner: Planner, *, gpus: int, gpus_per_node: int = 4,
              resize_cost: str | ResizeCost = "in-place", seed: int = 0, round_gap: float = 30.0,
-             horizon: float = SIM_HORIZON_S, workload: str = "", startup_s: float = 0.0,
-             host_cores: int | None = None) -> dict[str, Any]:
+             horizon: float = SIM_HORIZON_S, workload: str = "", overhead_s: float = 0.0,
+             equal_start: bool = False, host_cores: int | None = None) -> dict[str, Any]:
     """Replay ``jobs`` under ``planner`` on a virtual cluster.
 
     Args:
@@ -58,7 +58,7 @@ def simulate(jobs: Sequence[SimJobSpec], planner: Planner, *, gpus: int, gpus_pe
         round_gap: least seconds between two rounds (see the module docstring).
         horizon: stop at this virtual time (jobs still running are reported unfinished).
         workload: name recorded in the result.
-        startup_s, host_cores: physics of a real cluster the profiles leave out
+        overhead_s, equal_start, host_cores: physics of a real cluster the profiles leave out
             (:class:`~slurm_elastic.sim.cluster.VirtualCluster`; off by default).
 
     Raises:
@@ -72,7 +72,7 @@ def simulate(jobs: Sequence[SimJobSpec], planner: Planner, *, gpus: int, gpus_pe
         raise ConfigError(f"--gpus {gpus} must be a positive multiple of --gpus-per-node {gpus_per_node}")
     cost = ResizeCost.parse(resize_cost)
     cluster = VirtualCluster(gpus // gpus_per_node, gpus_per_node, cost, fit_progress=planner.uses_progress,
-                             startup_s=startup_s, host_cores=host_cores)
+                             overhead_s=overhead_s, equal_start=equal_start, host_cores=host_cores)
     order = sorted(jobs, key=lambda j: (j.submit_time, j.job_id))
     interval = float(planner.interval)
     epoch_events = planner.epoch_events

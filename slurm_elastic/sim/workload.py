@@ -139,7 +139,7 @@ def requested_time(spec: SimJobSpec) -> float:
     local = math.ceil(spec.base_batch / k)
     accum = max(1, math.ceil(local / spec.local_limit))
     local = math.ceil(spec.base_batch / (k * accum))
-    shape = _packed(k)
+    shape = _packed(k, t.speed.planner_model.gpus_per_node)
     tp = t.speed.throughput(spec.base_batch, local, shape, accum)
     return spec.epoch_size * spec.epochs_needed(spec.base_batch) / tp
 
@@ -177,9 +177,9 @@ def gpus_for_load(jobs: Sequence[SimJobSpec], load: float, gpus_per_node: int) -
     return max(1, math.ceil(need / gpus_per_node)) * gpus_per_node
 
 
-def _packed(k: int) -> tuple[int, ...]:
-    full, rest = divmod(k, GPUS_PER_NODE)
-    return tuple([GPUS_PER_NODE] * full + ([rest] if rest else []))
+def _packed(k: int, per_node: int) -> tuple[int, ...]:
+    full, rest = divmod(k, per_node)
+    return tuple([per_node] * full + ([rest] if rest else []))
 
 
 def scaled_to(spec: SimJobSpec, duration: float) -> SimJobSpec:

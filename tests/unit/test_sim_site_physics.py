@@ -1,6 +1,7 @@
 """The simulator on a site's own machine (issue 15, part 5): a site profile as its physics, jobs of a
-set number of epochs, and the two physics of a real cluster the profiles leave out (a job's start-up
-time, and workers sharing the host's CPU cores), each checked against a JCT worked out by hand."""
+set number of epochs, and the physics of a real cluster the profiles leave out (a job's start-up
+and ending, Slurm's equal GPUs per node at a start, workers sharing the host's CPU cores), each
+checked against a JCT worked out by hand."""
 
 from __future__ import annotations
 
@@ -53,9 +54,9 @@ def test_a_site_profile_has_no_convergence_and_says_a_job_needs_its_epochs(tmp_p
         _job(site, "a", 1, epochs=None).epochs_needed(32)  # type: ignore[arg-type]
 
 
-def test_start_up_time_is_paid_at_every_start(tmp_path: Path) -> None:
+def test_start_up_and_ending_time_is_paid_at_every_start(tmp_path: Path) -> None:
     site = _site(tmp_path)
-    assert _jcts([_job(site, "a", 1)], startup_s=7.5)["a"] == pytest.approx(27.5)
+    assert _jcts([_job(site, "a", 1)], overhead_s=7.5)["a"] == pytest.approx(27.5)
 
 
 def test_workers_sharing_the_host_cores_slow_every_job_until_one_ends(tmp_path: Path) -> None:
@@ -80,7 +81,25 @@ def test_a_job_whose_own_workers_outnumber_the_cores_was_profiled_so_and_only_ot
 def test_measured_resize_pauses_and_bad_physics(tmp_path: Path) -> None:
     assert ResizeCost.parse(ResizeCost(1.5, 0.5, 30.0, "measured")).grow == 1.5
     site = _site(tmp_path)
-    with pytest.raises(ConfigError, match="start-up time"):
-        _jcts([_job(site, "a", 1)], startup_s=-1.0)
+    with pytest.raises(ConfigError, match="job overhead"):
+        _jcts([_job(site, "a", 1)], overhead_s=-1.0)
     with pytest.raises(ConfigError, match="host cores 0"):
         _jcts([_job(site, "a", 1)], host_cores=0)
+
+
+def test_an_unequal_placement_starts_at_the_equal_shape_inside_it_as_slurm_does(tmp_path: Path) -> None:
+    site = _site(tmp_path)
+    three = SimJobSpec(job_id="a", submit_time=0.0, model="cnn", requested_gpus=3, min_gpus=3, max_gpus=3,
+                       base_batch=96, min_batch=96, max_batch=96, epoch_size=32_000, mode=ElasticMode.EXO,
+                       max_local_batch=32, epochs=2.0, profiles=site)
+    planned = simulate([three], policies.create("fifo"), gpus=4, gpus_per_node=2, round_gap=0.0)["jobs"][0]
+    started = simulate([three], policies.create("fifo"), gpus=4, gpus_per_node=2, round_gap=0.0,
+                       equal_start=True)["jobs"][0]
+    # fifo plans 2 + 1 GPUs; Slurm starts it on 1 + 1 (the exo batch follows: 64 per step), and fifo
+    # never resizes it: the 2 GPUs of placement 11 at 64 samples per step
+    assert planned["jct"] == pytest.approx(2 * 32_000 / (96 / speed_of(site, 32, (2, 1))))
+    assert started["jct"] == pytest.approx(2 * 32_000 / (64 / (STEP_1 + 0.006)))
+
+
+def speed_of(site: Path, local: int, shape: tuple[int, ...]) -> float:
+    return truth("cnn", root=site).speed.step_time(local, shape)
