@@ -117,17 +117,30 @@ def _job_id_of(sbatch_out: str) -> str:
     return head
 
 
-def _shape(jid: str, after: Placement) -> list[str]:
+def _shape(jid: str, after: Placement, rec: JobRecord | None = None) -> list[str]:
+    """The ``scontrol update`` fields that size job ``jid`` to ``after``.
+
+    A job's tasks and CPUs follow its nodes at its tasks per node (``rec``: its record, whose tasks
+    and node count give them): a 2-node job of one task per node put on one node by ``NumNodes``
+    alone stays PENDING (BadConstraints, found on the dev cluster, 22.05), its 2 tasks and 2 CPUs no
+    longer fitting one node. ``NumCPUs`` is the least: Slurm raises it to tasks x CPUs per task.
+    """
     counts = {node: len(gpus) for node, gpus in after.slots}
     if not counts:
         raise NotExpressible(f"job {jid}: no GPUs in the target placement")
     nodes = sorted(counts)
-    return [f"NumNodes={len(nodes)}-{len(nodes)}", f"TresPerNode=gres:gpu:{min(counts.values())}",
-            f"NodeList={','.join(nodes)}"]
+    out = [f"NumNodes={len(nodes)}-{len(nodes)}", f"TresPerNode=gres:gpu:{min(counts.values())}",
+           f"NodeList={','.join(nodes)}"]
+    if rec is not None and rec.tasks and rec.node_count and rec.tasks % rec.node_count == 0 \
+            and rec.node_count != len(nodes):
+        tasks = rec.tasks // rec.node_count * len(nodes)
+        out += [f"NumTasks={tasks}", f"NumCPUs={tasks}"]
+    return out
 
 
-def commands(snapshot: ClusterSnapshot, action: Action) -> list[list[str]]:
-    """The argv lists that carry out ``action`` on a job *without* the launcher (pure).
+def commands(snapshot: ClusterSnapshot, action: Action, rec: JobRecord | None = None) -> list[list[str]]:
+    """The argv lists that carry out ``action`` on a job *without* the launcher (pure); ``rec``, the
+    job's record, sizes its tasks with its nodes (:func:`_shape`).
 
     Raises:
         NotExpressible: Slurm cannot do it for such a job.
@@ -141,11 +154,11 @@ def commands(snapshot: ClusterSnapshot, action: Action) -> list[list[str]]:
     if kind is ActionKind.START:
         if not snapshot.job(jid).is_waiting:  # pending, or requeued and back in the queue (preempted)
             raise NotExpressible(f"job {jid} is {snapshot.job(jid).state.value}: only a waiting job can be started")
-        return [["scontrol", "update", f"JobId={jid}", *_shape(jid, action.after)],
+        return [["scontrol", "update", f"JobId={jid}", *_shape(jid, action.after, rec)],
                 ["scontrol", "update", f"JobId={jid}", "StartTime=now"]]
     if kind in (ActionKind.GROW, ActionKind.SHRINK, ActionKind.MOVE):
         return [["scontrol", "requeuehold", jid],
-                ["scontrol", "update", f"JobId={jid}", *_shape(jid, action.after)],
+                ["scontrol", "update", f"JobId={jid}", *_shape(jid, action.after, rec)],
                 ["scontrol", "release", jid],
                 ["scontrol", "update", f"JobId={jid}", "StartTime=now"]]
     raise NotExpressible(f"job {jid}: {kind.value} {NEEDS_LAUNCHER} (a restart only to change the batch is refused)")
@@ -211,7 +224,7 @@ class SlurmActuator:
             raise NotExpressible(f"job {a.job_id} is {'+'.join(rec.slurm_state)}: a suspended or held job is "
                                  "not started (it waits until it is resumed or released)")
         if channel is None or rec is None:
-            for argv in commands(snapshot, a):
+            for argv in commands(snapshot, a, rec):
                 steps.run(step_of(argv), partial(self._command, argv), argv=list(argv))
             if a.kind is ActionKind.DROP:
                 self._cancel_satellites(a.job_id)
@@ -583,9 +596,9 @@ class SlurmActuator:
         last = list(steps[-1][1]["argv"])
         if step_of(last) == "requeuehold":
             self._wait_requeued(a.job_id)  # it ran (the job no longer runs): wait until it is back in the queue
-            todo = self._commands_after(entry, last)
+            todo = self._commands_after(entry, last, rec)
         else:
-            todo = [last, *self._commands_after(entry, last)]
+            todo = [last, *self._commands_after(entry, last, rec)]
         run = Steps(self.store, entry.id, a.kind.value, self.clock, self.crash)
         for argv in todo:
             try:
@@ -596,12 +609,12 @@ class SlurmActuator:
                 log.info("job %s: %s", a.job_id, exc)
         return True, f"resumed after a restart: {', '.join(step_of(v) for v in todo)} done"
 
-    def _commands_after(self, entry: JournalEntry, argv: Sequence[str]) -> list[list[str]]:
+    def _commands_after(self, entry: JournalEntry, argv: Sequence[str], rec: JobRecord | None) -> list[list[str]]:
         """The commands of the requeue path that follow ``argv`` (its journaled shape is reused)."""
         a = entry.action
         shape = next((list(d["argv"]) for n, d, _ in self.store.steps_of(entry.id) if n == "shape"), None)
         if shape is None:
-            shape = ["scontrol", "update", f"JobId={a.job_id}", *_shape(a.job_id, a.after)]
+            shape = ["scontrol", "update", f"JobId={a.job_id}", *_shape(a.job_id, a.after, rec)]
         path = [["scontrol", "requeuehold", a.job_id], shape, ["scontrol", "release", a.job_id],
                 ["scontrol", "update", f"JobId={a.job_id}", "StartTime=now"]]
         names = [step_of(v) for v in path]

@@ -110,6 +110,32 @@ def test_a_job_without_the_launcher_is_requeued_at_its_new_size(cluster: DevClus
     cluster.cancel_all()
 
 
+def test_a_job_of_one_task_per_node_starts_packed_on_fewer_nodes(cluster: DevCluster, tmp_path: Path) -> None:
+    """Found by bench fidelity: the pytorch template's ``--elastic 2:6`` job (two nodes, one task and
+    one GPU each) started on one node with two GPUs stayed PENDING (BadConstraints) for good, the
+    daemon starting it again every round: its tasks and CPUs now follow its nodes."""
+    cluster.cancel_all()
+    job = cluster.sbatch("--elastic=2:4", "--gres=gpu:1", "-N2", "--ntasks-per-node=1", "--wrap", "sleep 120")
+
+    def runner(argv: Sequence[str]) -> str:
+        return run_command(argv, env=cluster.env)
+
+    obs = ClusterView(SlurmCli(runner), shipped_profiles(), time.time, ("gpu",))
+    snap = obs.observe()
+    node = next(n for n in snap.nodes if len(n.free_gpus) >= 2)
+    packed = Placement.of([(node.name, g) for g in sorted(node.free_gpus)[:2]])
+    act = SlurmActuator(runner, Store(tmp_path / "s.db"), time.time, records=lambda: obs.records,
+                        client_env=cluster.env)
+    (outcome,) = act.apply(snap, (Action(ActionKind.START, JobId(str(job)), Placement(), packed, 2, 1, 1, 0.1),))
+    assert outcome.ok, outcome.message
+    deadline = time.monotonic() + 30
+    while (rec := cluster.job(job))["job_state"] != "RUNNING":
+        assert time.monotonic() < deadline, f"job {job}: {rec['job_state']} ({rec.get('state_reason')})"
+        time.sleep(0.5)
+    assert rec["nodes"] == node.name and rec["node_count"] == 1, rec
+    cluster.cancel_all()
+
+
 def test_while_the_daemon_runs_it_alone_starts_elastic_jobs(cluster: DevCluster, tmp_path: Path) -> None:
     """Issue 14, finding 2: Slurm started elastic jobs itself when their 10 s hold passed, and the
     daemon preempted what Slurm started, over and over. The daemon leases the waiting jobs it plans

@@ -11,6 +11,7 @@ from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, JobState, Placement
 from slurm_elastic.slurm.actions import CREDENTIAL_WAIT_S, NotExpressible, SlurmActuator, commands, reconcile
 from slurm_elastic.slurm.commands import SlurmCommandError
+from slurm_elastic.slurm.records import GpuRequest, JobRecord
 from slurm_elastic.store import Store
 from slurm_elastic.testing import make_job, make_nodes, make_snapshot
 
@@ -30,6 +31,28 @@ def test_start_sizes_and_releases_a_held_job_at_the_largest_equal_shape() -> Non
         ["scontrol", "update", "JobId=p", "NumNodes=2-2", "TresPerNode=gres:gpu:2", "NodeList=n001,n002"],
         ["scontrol", "update", "JobId=p", "StartTime=now"],
     ]
+
+
+def _pending(job: str, nodes: int, tasks: int | None) -> JobRecord:
+    return JobRecord(JobId(job), 7, "j", "u", "acct", "gpu", JobState.PENDING, ("PENDING",), 0, None, None, (),
+                     nodes, tasks, (), GpuRequest(per_node=1), "slurm-elastic gpus=2:6", "", None)
+
+
+def test_a_job_started_on_fewer_or_more_nodes_than_it_asked_keeps_its_tasks_per_node() -> None:
+    """Found by bench fidelity: a 2-node job of one task per node (the template's ``--elastic 2:6``
+    with one GPU per node) started on one node with 2 GPUs by NumNodes alone stayed PENDING
+    (BadConstraints) and was started again every round; its tasks and CPUs now follow its nodes."""
+    one = _act(ActionKind.START, "p", [], [("n001", 0), ("n001", 1)])
+    assert commands(SNAP, one, _pending("p", 2, 2))[0] == [
+        "scontrol", "update", "JobId=p", "NumNodes=1-1", "TresPerNode=gres:gpu:2", "NodeList=n001",
+        "NumTasks=1", "NumCPUs=1"]
+    three = _act(ActionKind.START, "p", [], [("n000", 0), ("n001", 0), ("n002", 0)])
+    assert commands(SNAP, three, _pending("p", 1, 4))[0][-2:] == ["NumTasks=12", "NumCPUs=12"]
+    # the nodes it asked for, or a task count that does not split evenly over them: left as they are
+    same = _act(ActionKind.START, "p", [], [("n001", 0), ("n002", 0)])
+    assert commands(SNAP, same, _pending("p", 2, 2))[0][-1] == "NodeList=n001,n002"
+    assert commands(SNAP, one, _pending("p", 2, 3))[0][-1] == "NodeList=n001"
+    assert commands(SNAP, one, _pending("p", 2, None))[0][-1] == "NodeList=n001"
 
 
 def test_jobs_without_the_launcher_are_requeued_at_the_new_size() -> None:
