@@ -32,3 +32,22 @@ def test_profile_measures_through_slurm_and_writes_a_folder_the_daemon_loads(clu
     assert model.gpus_per_node == 4
     one = next(r for r in cnn["rows"] if r["placement"] == "1")
     assert float(model.t_iter(32, 1, 1)) == pytest.approx(one["step_time"], rel=0.05)
+
+
+def test_bench_fidelity_runs_a_trace_for_real_and_in_the_simulator(cluster: DevCluster) -> None:
+    """``bench fidelity`` in CI, small (3 short jobs, 3 placements) on the session cluster: every job
+    completed with every sample once, both JCTs measured, and each rung of the physics ladder
+    simulated. The figures themselves come from the benchmark (its own 3 x 2 cluster, 12 jobs)."""
+    pytest.importorskip("torch")
+    from slurm_elastic.fidelity_bench import PHYSICS, bench_fidelity
+
+    cluster.cancel_all()
+    out = bench_fidelity(root=cluster.root, jobs=3, placements=("1", "2", "11"), bring_up=False, timeout_s=300,
+                         alone_s=(4.0, 8.0), mean_gap_s=3.0, say=lambda line: None)
+    assert out["completed"] == 3 and out["samples_exact"] == 3, out
+    assert out["real_avg_jct_s"] > 0 and out["sim_avg_jct_s"] > 0 and out["ratio"] > 0, out
+    assert list(out["ladder"]) == ["profiles", *(f"+{p}" for p in PHYSICS)], out
+    assert out["physics"]["overhead_s"] > 0 and out["physics"]["host_cores"] >= 1, out
+    # start-up and ending only add time; every job has both JCTs
+    assert out["ladder"]["+overhead"]["sim_avg_jct_s"] >= out["ladder"]["+pauses"]["sim_avg_jct_s"], out
+    assert all(j["real_jct_s"] and j["sim_jct_s"] for j in out["per_job"]), out
