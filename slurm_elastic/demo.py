@@ -3,7 +3,7 @@ training jobs resized in place while they train, and the allocation report at th
 
 This module owns the demo's script: bring up the dev cluster (:mod:`slurm_elastic.dev.devcluster`),
 run the daemon in this process (the same :class:`~slurm_elastic.daemon.Daemon`, observer and
-actuator as ``slurm-elastic daemon``), submit a few small CNN jobs (``launcher/examples/train_cnn.py``
+actuator as ``slurm-elastic daemon``), submit a few small CNN jobs (``slurm_elastic_launcher/examples/train_cnn.py``
 on data it generates; no downloads) with ``sbatch --elastic`` through the pytorch template, at
 staggered times, and narrate what happens: starts, the daemon's actions (START, satellites that
 grow a job, workers ordered out), and each in-place resize as the job itself reports it (its new
@@ -27,6 +27,7 @@ from slurm_elastic.core.guards import Guards
 from slurm_elastic.core.model import JobState
 from slurm_elastic.dev import devcluster
 from slurm_elastic.observe.view import ClusterView
+from slurm_elastic.resources import EXAMPLE_TRAINER
 from slurm_elastic.slurm.cli_backend import SlurmCli
 from slurm_elastic.slurm.commands import run_command
 from slurm_elastic.store import Store
@@ -34,7 +35,7 @@ from slurm_elastic.submit import new_secret_file, submit
 from slurm_elastic.templates import JobRequest
 from slurm_elastic.wiring import cluster_view, slurm_daemon
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "launcher" / "examples" / "train_cnn.py"
+EXAMPLE = EXAMPLE_TRAINER
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """``slurm-elastic profile``: measure the site's own throughput profiles, through Slurm.
 
 This module owns measuring one profile folder. For each model of the launcher's example trainer
-(``launcher/examples/train_cnn.py --model``), each placement (one digit per node: that node's
+(``slurm_elastic_launcher/examples/train_cnn.py --model``), each placement (one digit per node: that node's
 GPUs, e.g. ``1``, ``2``, ``11``, ``22``) and each per-GPU batch, it submits one fixed-size launcher
 job (``slurm-elastic submit``'s template, ``--elastic=K:K``) through Slurm as the user running the
 command, and waits for it to end before the next, so that no two measurements share a node's CPUs
@@ -40,6 +40,7 @@ from slurm_elastic.argtypes import comma_words
 from slurm_elastic.errors import ConfigError, ElasticError
 from slurm_elastic.observe.progress import ReportRefused, row_of, step_points
 from slurm_elastic.orders import COMMENT_KEY, Channel
+from slurm_elastic.resources import EXAMPLE_TRAINER
 from slurm_elastic.slurm.commands import run_command
 from slurm_elastic.submit import new_secret_file, submit
 from slurm_elastic.templates import JobRequest
@@ -47,7 +48,7 @@ from slurm_elastic_predictor.errors import ProfileError
 from slurm_elastic_predictor.profiles import MACHINE_FILE, load_model
 from slurm_elastic_predictor.throughput import MultiGpuPoint, fit_error
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "launcher" / "examples" / "train_cnn.py"
+EXAMPLE = EXAMPLE_TRAINER
 MODELS = ("cnn", "resnet18")
 """The models of the example trainer (its ``--model``)."""
 REPORT_EVERY_S = 0.25

@@ -58,7 +58,7 @@ def submit(template: str, req: JobRequest, *, env: Mapping[str, str] | None = No
     """Create the job's files and submit it; returns the Slurm job id.
 
     Args:
-        template: ``sbatch_templates/<template>.sbatch.j2`` (and ``.join.j2``).
+        template: ``slurm_elastic/sbatch_templates/<template>.sbatch.j2`` (and ``.join.j2``).
         req: the request; ``req.secret_file`` must not exist yet (its folder is created 0700).
         env: environment for ``sbatch`` (``None``: this process's); saved as the job's ``.env``.
 

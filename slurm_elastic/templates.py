@@ -1,4 +1,4 @@
-"""Rendering of the sbatch templates (``sbatch_templates/*.sbatch.j2``) — in one function.
+"""Rendering of the sbatch templates (``slurm_elastic/sbatch_templates/*.sbatch.j2``) — in one function.
 
 This module owns :func:`render` and the parameters a template gets; ``slurm-elastic submit`` and
 the golden tests use it. User-supplied words (the training command and its arguments) are quoted
@@ -16,8 +16,9 @@ from pathlib import Path
 import jinja2
 
 from slurm_elastic.errors import ConfigError
+from slurm_elastic.resources import SBATCH_TEMPLATES
 
-TEMPLATE_DIR = Path(__file__).resolve().parents[1] / "sbatch_templates"
+TEMPLATE_DIR = SBATCH_TEMPLATES
 _SAFE = re.compile(r"[A-Za-z0-9_.:@%/+-]*")
 
 

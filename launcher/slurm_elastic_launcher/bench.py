@@ -1,7 +1,7 @@
 """Benchmark of the launcher: pause of an in-place resize against checkpoint-to-disk + restart.
 
 This module owns :func:`bench_resize`. It hosts the job's TCPStore, acts as the daemon (signed orders),
-and runs the example worker (``launcher/examples/train_cnn.py``) as real processes on this machine. The
+and runs the example worker (``slurm_elastic_launcher/examples/train_cnn.py``) as real processes on this machine. The
 pause of a resize is "stop after step" → "first step in the new world done", minus one normal step of
 the new world; the checkpoint-restart pause is measured the same way in the same run: the job stops
 with a checkpoint, its processes exit, new ones start, load it and take their first step. It prints
@@ -25,7 +25,7 @@ from typing import Any
 from .agent import Order, StoreOrderSource
 from .torch_backend import SignedStore, TorchBackend, make_store
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train_cnn.py"
+EXAMPLE = Path(__file__).resolve().parent / "examples" / "train_cnn.py"
 
 
 def _free_port() -> int:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from slurm_elastic import __version__
@@ -14,6 +16,7 @@ if TYPE_CHECKING:
     from slurm_elastic.slurm.commands import Runner
 
 from slurm_elastic.cli.common import policy_specs, site_guards, view, window
+from slurm_elastic.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +121,8 @@ def cmd_install_plugin(args: argparse.Namespace) -> int:
         except JobSubmitExistsError as exc:
             print(exc.merge)
             raise
+    if args.site_files:
+        _check_site_files_free(args.site_files)
     plugin, notes = install_plugin(args.out)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
@@ -132,7 +137,39 @@ def cmd_install_plugin(args: argparse.Namespace) -> int:
             raise
         lua = f"wrote {done.job_submit}" if done.wrote_job_submit else f"{done.job_submit} is already slurm-elastic's"
         print(f"wrote {done.plugstack}; {lua}", file=sys.stderr)
+    if args.site_files:
+        for written in _write_site_files(args.site_files):
+            print(f"wrote {written}", file=sys.stderr)
     return 0
+
+
+def _site_files(folder: Path) -> dict[Path, Path]:
+    """Where ``install-plugin --site-files`` writes each shipped file: target -> packaged source."""
+    from slurm_elastic.resources import EXAMPLE_CONFIG, SYSTEMD_UNIT
+
+    return {folder / SYSTEMD_UNIT.name: SYSTEMD_UNIT, folder / EXAMPLE_CONFIG.name: EXAMPLE_CONFIG}
+
+
+def _check_site_files_free(folder: Path) -> None:
+    """Refuse (before anything is built or written) a ``--site-files`` folder that is not a folder or
+    already holds one of the files."""
+    if not folder.is_dir():
+        raise ConfigError(f"--site-files {folder}: not a folder (rule: an existing folder)")
+    for target in _site_files(folder):
+        if target.exists() or target.is_symlink():
+            raise ConfigError(f"--site-files {folder}: {target} exists (rule: a shipped file is never written over "
+                              "an existing one; merge it by hand, or choose another folder)")
+
+
+def _write_site_files(folder: Path) -> list[Path]:
+    """Write the systemd unit and the configuration into ``folder`` (0644, new files only, no link followed)."""
+    written = []
+    for target, source in _site_files(folder).items():
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(source.read_bytes())
+        written.append(target)
+    return written
 
 
 def cmd_what_if(args: argparse.Namespace) -> int:

@@ -192,7 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--json", action="store_true", help="print JSON instead of the table")
 
     sb = sub.add_parser("submit", help="render an sbatch template for an elastic job and submit it")
-    sb.add_argument("--template", default="pytorch", help="sbatch_templates/<name>.sbatch.j2 (default pytorch)")
+    sb.add_argument("--template", default="pytorch", help="the packaged sbatch template "
+                    "slurm_elastic/sbatch_templates/<name>.sbatch.j2 (default pytorch)")
     sb.add_argument("--elastic", required=True, metavar="MIN:MAX", help="GPU range")
     sb.add_argument("--batch", default="", metavar="MIN:MAX", help="global batch range")
     sb.add_argument("--mode", default="exo", choices=("exo", "endo"),
@@ -280,6 +281,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="folder for slurm_elastic.so (default build/spank)")
     ip.add_argument("--write", type=Path, metavar="PLUGSTACK_FILE",
                     help="add the plugstack line to this file and copy job_submit.lua next to it")
+    ip.add_argument("--site-files", type=Path, metavar="DIR",
+                    help="also write the daemon's systemd unit (slurm-elastic.service) and a configuration to "
+                    "start from (elastic.toml, Longhorn's) into DIR, never over an existing "
+                    "file (default: not written)")
     return p
 
 

@@ -4,7 +4,7 @@ Owns bringing up and tearing down one dev cluster under a root folder: a private
 (private datadir, port 3307) with slurmdbd, slurmctld, and one slurmd per node, each node in its own
 network namespace (veth on a bridge) with its own hostname (a private UTS namespace), fake GPUs made
 with ``mknod``, the ``--elastic`` SPANK plugin and ``job_submit.lua``. Configuration files are rendered
-from ``site_configs/dev/*.j2`` by :func:`render` only.
+from ``slurm_elastic/site_configs/dev/*.j2`` by :func:`render` only.
 
 Everything it creates is recorded in ``ROOT/devcluster.json`` the moment it exists, and :func:`down`
 removes exactly that: the recorded PIDs (checked against their start time, so a reused PID is never
@@ -51,11 +51,12 @@ from slurm_elastic.dev.plumbing import (
     state_path,
 )
 from slurm_elastic.dev.processes import Starter, kill_netns_processes, netns_preexec, stop
+from slurm_elastic.resources import SITE_CONFIGS
 
 log = logging.getLogger(__name__)
 
 DEFAULT_ROOT = Path("/tmp/slurm-elastic-dev")
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "site_configs" / "dev"
+CONFIG_DIR = SITE_CONFIGS / "dev"
 CLUSTER_NAME = "dev"
 CTLD_PORT = 6817
 SLURMD_PORT = 6818
@@ -109,7 +110,7 @@ def hostlist(names: Sequence[str]) -> str:
 
 
 def render(template: str, config_dir: Path = CONFIG_DIR, **values: Any) -> str:
-    """Render one ``site_configs/dev`` template with jinja2 (undefined names are an error)."""
+    """Render one ``slurm_elastic/site_configs/dev`` template with jinja2 (undefined names are an error)."""
     try:
         import jinja2
     except ImportError as exc:

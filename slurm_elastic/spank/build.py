@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurm_elastic.errors import ElasticError
+from slurm_elastic.resources import JOB_SUBMIT_LUA
 
 SOURCE = Path(__file__).with_name("slurm_elastic.c")
 PLUGIN_NAME = "slurm_elastic.so"
 SPANK_HEADER = Path("/usr/include/slurm/spank.h")
-JOB_SUBMIT_LUA = Path(__file__).resolve().parents[2] / "site_configs" / "dev" / "job_submit.lua"
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ def plugstack_line(path: Path) -> str:
 def install_lines() -> tuple[str, ...]:
     """The ``slurm.conf`` settings the plugin relies on (job_submit.lua writes the AdminComment record)."""
     return (
-        "JobSubmitPlugins=lua  # with job_submit.lua (site_configs/dev/job_submit.lua) next to slurm.conf",
+        "JobSubmitPlugins=lua  # with our job_submit.lua (install-plugin --write copies it) next to slurm.conf",
         "PlugStackConfig=/etc/slurm/plugstack.conf  # or wherever the plugstack line above lives",
     )
 
@@ -259,7 +259,7 @@ def _ours() -> bytes:
         return JOB_SUBMIT_LUA.read_bytes()
     except OSError as exc:
         raise PluginBuildError(f"{JOB_SUBMIT_LUA}: {exc.strerror}: slurm-elastic's job_submit.lua ships in "
-                               "site_configs/dev of its source tree") from exc
+                               "its package data (slurm_elastic/site_configs/dev)") from exc
 
 
 def merge_text(lua: Path) -> str:

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from slurm_elastic.dev import devcluster
+from slurm_elastic.resources import EXAMPLE_TRAINER
 
 
 @dataclass
@@ -127,7 +128,7 @@ def cluster(dev_root: Path) -> Iterator[DevCluster]:
         devcluster.down(dev_root)
 
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "launcher" / "examples" / "train_cnn.py"
+EXAMPLE = EXAMPLE_TRAINER
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, Placement
 from slurm_elastic.dev.processes import worker_processes
 from slurm_elastic.observe.view import ClusterView
+from slurm_elastic.resources import EXAMPLE_TRAINER
 from slurm_elastic.slurm.actions import EXIT_GRACE_S, SlurmActuator
 from slurm_elastic.slurm.cli_backend import SlurmCli
 from slurm_elastic.slurm.commands import run_command
@@ -27,7 +28,7 @@ from slurm_elastic.wiring import slurm_daemon
 from .conftest import DevCluster
 
 pytestmark = pytest.mark.slurm
-EXAMPLE = Path(__file__).resolve().parents[2] / "launcher" / "examples" / "train_cnn.py"
+EXAMPLE = EXAMPLE_TRAINER
 
 
 def test_launcher_job_shrinks_in_place(cluster: DevCluster, tmp_path: Path, submit_example: Any) -> None:

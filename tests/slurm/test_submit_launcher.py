@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 
+from slurm_elastic.resources import EXAMPLE_TRAINER
+
 from .conftest import DevCluster
 
 pytestmark = pytest.mark.slurm
-EXAMPLE = Path(__file__).resolve().parents[2] / "launcher" / "examples" / "train_cnn.py"
+EXAMPLE = EXAMPLE_TRAINER
 
 
 def test_submitted_job_trains_with_the_launcher(cluster: DevCluster, tmp_path: Path, submit_example: Any) -> None:

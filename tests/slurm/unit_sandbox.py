@@ -34,7 +34,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-UNIT = Path(__file__).resolve().parents[2] / "site_configs" / "systemd" / "slurm-elastic.service"
+from slurm_elastic.resources import SYSTEMD_UNIT
+
+UNIT = SYSTEMD_UNIT
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # systemd's, for services
 
 EMULATED = frozenset({

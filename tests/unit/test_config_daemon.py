@@ -12,6 +12,7 @@ from slurm_elastic.config import Config, DaemonConfig, load, parse
 from slurm_elastic.core.model import ClusterSnapshot
 from slurm_elastic.daemon import Daemon
 from slurm_elastic.errors import ConfigError
+from slurm_elastic.resources import SITE_CONFIGS
 from slurm_elastic.store import Store
 from slurm_elastic.testing import make_job, make_nodes, make_snapshot
 
@@ -94,7 +95,7 @@ def test_daemon_needs_an_actuator_to_act(tmp_path: Path) -> None:
         Daemon(cfg, FakeObserver(make_snapshot(make_nodes(1), [])), Store(tmp_path / "s.db"))
 
 
-@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[2] / "site_configs").glob("*/elastic.toml")))
+@pytest.mark.parametrize("path", sorted(SITE_CONFIGS.glob("*/elastic.toml")))
 def test_every_shipped_site_config_loads(path: Path) -> None:
     cfg = load(path)
     assert cfg.daemon.dry_run and cfg.daemon.partitions

@@ -25,10 +25,11 @@ import pytest
 
 from slurm_elastic import contract
 from slurm_elastic.contract import ContractError, parse_elastic_request
+from slurm_elastic.resources import JOB_SUBMIT_LUA
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "slurm_elastic" / "spank" / "slurm_elastic.c"
-JOB_SUBMIT = ROOT / "site_configs" / "dev" / "job_submit.lua"
+JOB_SUBMIT = JOB_SUBMIT_LUA
 SPANK_H = Path("/usr/include/slurm/spank.h")
 
 BARE = object()

@@ -195,3 +195,21 @@ def test_an_out_folder_below_a_file_is_refused_in_one_line(site: Path, capsys: p
     plain = _file(site.parent / "plain")
     assert main(["install-plugin", "--out", str(plain / "lib")]) == 2
     assert f"{plain} is not a folder" in capsys.readouterr().err
+
+
+def test_site_files_are_written_from_the_package_and_never_over_a_file(site: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    from slurm_elastic.resources import EXAMPLE_CONFIG, SYSTEMD_UNIT
+
+    lib = site.parent / "lib"
+    _file(site / "elastic.toml", "# the site's own\n")
+    assert main(["install-plugin", "--out", str(lib), "--site-files", str(site)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{site / 'elastic.toml'} exists" in err
+    assert not lib.exists() and not (site / "slurm-elastic.service").exists()  # nothing built or written
+    assert (site / "elastic.toml").read_text() == "# the site's own\n"
+    (site / "elastic.toml").unlink()
+    assert main(["install-plugin", "--out", str(lib), "--site-files", str(site)]) == 0
+    assert (site / "slurm-elastic.service").read_bytes() == SYSTEMD_UNIT.read_bytes()
+    assert (site / "elastic.toml").read_bytes() == EXAMPLE_CONFIG.read_bytes()
+    assert (site / "elastic.toml").stat().st_mode & 0o777 == 0o644

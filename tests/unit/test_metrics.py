@@ -7,7 +7,6 @@ import threading
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +15,7 @@ from slurm_elastic import policies
 from slurm_elastic.core.rounds import ActionOutcome, run_round
 from slurm_elastic.errors import ConfigError, ElasticError
 from slurm_elastic.metrics import Metrics, serve
+from slurm_elastic.resources import SYSTEMD_UNIT
 from slurm_elastic.testing import make_job, make_nodes, make_snapshot
 
 
@@ -75,7 +75,7 @@ def test_bad_metrics_address_is_refused() -> None:
 
 
 def test_systemd_unit_runs_the_daemon_with_the_site_config() -> None:
-    unit = (Path(__file__).resolve().parents[2] / "site_configs" / "systemd" / "slurm-elastic.service").read_text()
+    unit = SYSTEMD_UNIT.read_text()
     assert "ExecStart=/usr/local/bin/slurm-elastic daemon --config /etc/slurm/elastic.toml" in unit
     assert "ExecStartPre=/usr/local/bin/slurm-elastic check-config /etc/slurm/elastic.toml" in unit
 

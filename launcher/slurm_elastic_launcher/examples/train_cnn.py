@@ -35,7 +35,8 @@ class SmallCNN(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
         x = F.relu(self.conv2(x))
-        return self.head(F.adaptive_avg_pool2d(x, 1).flatten(1))
+        out: torch.Tensor = self.head(F.adaptive_avg_pool2d(x, 1).flatten(1))
+        return out
 
 
 class BasicBlock(nn.Module):
@@ -71,7 +72,8 @@ class ResNet18(nn.Module):
         self.head = nn.Linear(512, classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(F.adaptive_avg_pool2d(self.layers(self.stem(x)), 1).flatten(1))
+        out: torch.Tensor = self.head(F.adaptive_avg_pool2d(self.layers(self.stem(x)), 1).flatten(1))
+        return out
 
 
 def synthetic(
