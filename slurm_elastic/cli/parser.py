@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import textwrap
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from slurm_elastic import __version__
 from slurm_elastic.argtypes import GPUS_MAX, comma_words, float_in, int_in, param, seed
@@ -38,12 +39,23 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog="slurm-elastic", description="Elastic deep-learning scheduling for Slurm.")
+    p = OneLineParser(prog="slurm-elastic", description="Elastic deep-learning scheduling for Slurm.",
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"slurm-elastic {__version__}")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=OneLineParser)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=OneLineParser,
+                           help="one of the commands below (slurm-elastic COMMAND --help for its options)")
+    shown: dict[str, str] = {}
 
-    plan = sub.add_parser("plan", help="plan a demo cluster with a policy and print the plan")
+    def command(name: str, help: str, **kw: Any) -> argparse.ArgumentParser:
+        """A subcommand, listed under its group in ``slurm-elastic --help`` (:data:`COMMAND_GROUPS`)."""
+        shown[name] = help
+        kw.setdefault("description", help[:1].upper() + help[1:] + ".")
+        parser: argparse.ArgumentParser = sub.add_parser(name, **kw)
+        return parser
+
+
+    plan = command("plan", "plan a demo cluster with a policy and print the plan")
     plan.add_argument("--policy", default="ones", help="planner name (see --list-policies; default ones)")
     plan.add_argument("--gpus", type=_gpus, default=64, help="GPUs in the demo cluster (default 64)")
     plan.add_argument("--gpus-per-node", type=_gpus, default=4, help="GPUs per node (default 4)")
@@ -56,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.add_argument("--list-policies", action="store_true", help="list the policies and exit")
 
-    sim = sub.add_parser("simulate", help="replay a workload or trace under policies (the same planners as the daemon)",
+    sim = command("simulate", "replay a workload or trace under policies (the same planners as the daemon)",
                          description="Replay a built-in workload or a trace under policies on a virtual cluster. "
                          "Each policy runs inside site guards, as the daemon runs it: those of --config FILE, "
                          "else the shipped default guards (protect_rigid only); --no-guards runs the bare "
@@ -83,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--quiet", action="store_true", help="no progress bar")
     _guard_options(sim)
 
-    rep = sub.add_parser("reproduce", help="the seed papers' comparisons as a markdown table (no site guards)",
+    rep = command("reproduce", "the seed papers' comparisons as a markdown table (no site guards)",
                          description="The seed papers' comparisons as a markdown table and reports. Every policy "
                          "runs bare, without site guards: the papers' schedulers had none.")
     rep.add_argument("--seeds", default="1-5", help="seeds, e.g. 1-5 (default 1-5)")
@@ -91,10 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--quick", action="store_true", help="one seed, 40 GPUs only (a smoke run)")
     rep.add_argument("--quiet", action="store_true", help="no progress line on stderr")
 
-    prof = sub.add_parser("profiles", help="fit the throughput model on the shipped profiles and report its error")
+    prof = command("profiles", "fit the throughput model on the shipped profiles and report its error")
     prof.add_argument("--json", action="store_true", help="print JSON")
 
-    bench = sub.add_parser("bench", help="benchmarks printing JSON")
+    bench = command("bench", "benchmarks printing JSON")
     bsub = bench.add_subparsers(dest="bench", required=True, metavar="BENCHMARK")
     bp = bsub.add_parser("planner", help="planning latency of one policy on a synthetic cluster")
     bp.add_argument("--gpus", type=_gpus, default=4096, help="GPUs of the synthetic cluster (default 4096)")
@@ -167,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     bf.add_argument("--quiet", action="store_true", help="no progress bar")
     bf.add_argument("--json", action="store_true", help="print JSON (the default)")
 
-    dev = sub.add_parser("devcluster", help="bring a real local Slurm dev cluster up or down (root only)")
+    dev = command("devcluster", "bring a real local Slurm dev cluster up or down (root only)")
     dsub = dev.add_subparsers(dest="devcluster", required=True, metavar="ACTION")
     for action, text in (("up", "start the dev cluster and wait until its nodes are idle"),
                          ("down", "stop the dev cluster and remove its namespaces, bridge, route, hosts lines"),
@@ -180,18 +192,18 @@ def build_parser() -> argparse.ArgumentParser:
             da.add_argument("--gpus-per-node", type=int_in(1, 64), default=4,
                             help="fake GPUs per node, 1..64 (default 4)")
 
-    dm = sub.add_parser("daemon", help="run the daemon beside slurmctld")
+    dm = command("daemon", "run the daemon beside slurmctld")
     dm.add_argument("--config", type=Path, default=Path("/etc/slurm/elastic.toml"),
                     help="the site configuration (default /etc/slurm/elastic.toml)")
     dm.add_argument("--dry-run", action="store_true", help="shadow mode: plan and log, never act")
     dm.add_argument("--once", action="store_true", help="run one round and exit")
 
-    st = sub.add_parser("status", help="elastic jobs: GPUs now and planned, batch, state")
+    st = command("status", "elastic jobs: GPUs now and planned, batch, state")
     st.add_argument("--config", type=Path, default=Path("/etc/slurm/elastic.toml"),
                     help="the site configuration (default /etc/slurm/elastic.toml)")
     st.add_argument("--json", action="store_true", help="print JSON instead of the table")
 
-    sb = sub.add_parser("submit", help="render an sbatch template for an elastic job and submit it")
+    sb = command("submit", "render an sbatch template for an elastic job and submit it")
     sb.add_argument("--template", default="pytorch", help="the packaged sbatch template "
                     "slurm_elastic/sbatch_templates/<name>.sbatch.j2 (default pytorch)")
     sb.add_argument("--elastic", required=True, metavar="MIN:MAX", help="GPU range")
@@ -213,10 +225,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     from slurm_elastic.drl import command as drl_command
 
-    td = sub.add_parser("train-drl", help="train the drl (DL2) policy in the simulator and write its model file")
+    td = command("train-drl", "train the drl (DL2) policy in the simulator and write its model file")
     drl_command.add_arguments(td)  # its numeric options have the ranged argtypes too
 
-    dm = sub.add_parser("demo", help="end to end on a real local Slurm cluster: daemon, elastic jobs resized "
+    dm = command("demo", "end to end on a real local Slurm cluster: daemon, elastic jobs resized "
                         "in place while they train, allocation report (root; a few minutes)")
     dm.add_argument("--out", type=Path, default=Path("out/demo"),
                     help="folder for logs, store and report (default out/demo)")
@@ -227,10 +239,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="seconds before the demo gives up waiting (at most 86400, default 600)")
     dm.add_argument("--keep", action="store_true", help="leave the dev cluster running afterwards")
 
-    cc = sub.add_parser("check-config", help="validate an elastic.toml; prints the effective settings")
+    cc = command("check-config", "validate an elastic.toml; prints the effective settings")
     cc.add_argument("file", type=Path, help="the elastic.toml to check")
 
-    ar = sub.add_parser("report", help="GPU allocation report from sacct: by account/user/partition, utilization")
+    ar = command("report", "GPU allocation report from sacct: by account/user/partition, utilization")
     ar.add_argument("--since", required=True, metavar="DATE", help="YYYY-MM-DD[THH:MM[:SS]], today, now-7d ...")
     ar.add_argument("--until", default="now", metavar="DATE", help="end of the window (default now)")
     ar.add_argument("--account", help="only this Slurm account (sacct -A)")
@@ -241,7 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
     ar.add_argument("--config", type=Path, metavar="FILE", help="the daemon's elastic.toml: the site profiles and "
                     "default model its throughput predictions are judged with (default: the shipped profiles)")
 
-    wi = sub.add_parser("what-if", help="replay a window of the cluster's history under policies (simulated)",
+    wi = command("what-if", "replay a window of the cluster's history under policies (simulated)",
                         description="Replay a window of the cluster's history (sacct) under policies on a virtual "
                         "cluster. Each policy runs inside site guards, as the daemon runs it: those of "
                         "--config FILE, else the shipped default guards (protect_rigid only); --no-guards runs "
@@ -262,7 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     wi.add_argument("--report", type=Path, metavar="DIR", help="write the HTML/PNG/CSV simulation report here")
     _guard_options(wi)
 
-    pf = sub.add_parser("profile", help="measure the site's own throughput profiles through Slurm (one fixed-size "
+    pf = command("profile", "measure the site's own throughput profiles through Slurm (one fixed-size "
                         "launcher job per model, placement and batch) and write a profile folder for "
                         "daemon.profiles")
     pf.add_argument("--out", type=Path, required=True, metavar="DIR", help="the profile folder (a sub-folder per "
@@ -276,7 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     pf.add_argument("--partition", default="", help="the partition to measure (default: Slurm's default)")
     pf.add_argument("--json", action="store_true", help="print JSON (the default)")
 
-    ip = sub.add_parser("install-plugin", help="build the --elastic SPANK plugin; print (or write) its config lines")
+    ip = command("install-plugin", "build the --elastic SPANK plugin; print (or write) its config lines")
     ip.add_argument("--out", type=Path, default=Path("build/spank"),
                     help="folder for slurm_elastic.so (default build/spank)")
     ip.add_argument("--write", type=Path, metavar="PLUGSTACK_FILE",
@@ -285,7 +297,29 @@ def build_parser() -> argparse.ArgumentParser:
                     help="also write the daemon's systemd unit (slurm-elastic.service) and a configuration to "
                     "start from (elastic.toml, Longhorn's) into DIR, never over an existing "
                     "file (default: not written)")
+    p.epilog = _grouped(shown)
     return p
+
+
+COMMAND_GROUPS = {
+    "users": ("submit", "status"),
+    "site admins": ("daemon", "check-config", "install-plugin", "profile", "what-if"),
+    "center managers": ("report",),
+    "developers": ("simulate", "reproduce", "bench", "profiles", "plan", "train-drl", "devcluster", "demo"),
+}
+"""Who uses each subcommand: ``slurm-elastic --help`` lists them so (every one is in one group)."""
+
+
+def _grouped(shown: dict[str, str]) -> str:
+    """The commands of ``slurm-elastic --help``, by who uses them, each with its one-line help."""
+    width = max(map(len, shown)) + 4
+    lines = []
+    for group, names in COMMAND_GROUPS.items():
+        lines.append(f"commands for {group}:")
+        for name in names:
+            lines += textwrap.wrap(shown[name], 100, initial_indent=f"  {name:<{width}}",
+                                   subsequent_indent=" " * (width + 2))
+    return "\n".join(lines)
 
 
 def _loads(text: str) -> tuple[float, ...]:

@@ -100,3 +100,24 @@ def test_every_option_of_every_subcommand_says_what_it_means() -> None:
     walk(build_parser(), "")
     assert silent == []
     assert no_default == []
+
+
+def test_the_top_help_lists_every_command_once_under_who_uses_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 18, part 4: ``slurm-elastic --help`` groups the commands by who uses them (users,
+    site admins, center managers, developers); a new command must be put in a group."""
+    import argparse
+
+    from slurm_elastic.cli.parser import COMMAND_GROUPS, build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    grouped = [name for names in COMMAND_GROUPS.values() for name in names]
+    assert sorted(grouped) == sorted(sub.choices), "a command in no group, or in two"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--help"])
+    out = capsys.readouterr().out
+    heads = [out.index(f"commands for {g}:") for g in COMMAND_GROUPS]
+    assert heads == sorted(heads)
+    users = out[heads[0]:heads[1]]
+    assert "submit" in users and "status" in users and "daemon" not in users
+    assert "  report " in out[heads[2]:heads[3]]
