@@ -25,9 +25,14 @@ Three physics of a real cluster that the profiles leave out, off unless asked fo
 * ``equal_start``: Slurm gives a job the same GPU count on every node, so the actuator starts a job
   planned on an unequal placement at the largest equal shape inside it (its nodes x their smallest
   count, :mod:`slurm_elastic.slurm.actions`); a later round grows it;
-* ``host_cores``: the jobs' workers share this many CPU cores (the dev cluster, where a "GPU" is a
-  CPU process): a job whose ``k`` workers ran alone on ``min(1, cores/k)`` core each runs at
-  ``min(1, cores/W) / min(1, cores/k)`` of its profiled speed while ``W`` workers run in all.
+* ``host_cores``: the jobs' workers share this many CPU cores ``C`` (the dev cluster, where a "GPU"
+  is a CPU process). A worker computes for the part ``d`` of its step that its job's step time on
+  one GPU takes (``d = min(1, step(1) / step(shape))``, from the profile) and waits for the rest
+  (the all-reduce, its peers), so it asks ``d`` of a core; the cores are shared in proportion to
+  what is asked: with ``D`` asked in all (``k * d`` per job), each worker gets ``s = min(1, C / D)``
+  of what it asks, against ``s0 = min(1, C / (k * d))`` when its job ran alone (as profiled). Its
+  compute part stretches by ``s0 / s``, so the job runs at ``1 / (d * s0 / s + 1 - d)`` of its
+  profiled speed.
 """
 
 from __future__ import annotations
@@ -76,6 +81,15 @@ def _reports(spec: SimJobSpec, processed: float, batch: float) -> tuple[float, f
     if spec.epochs is not None or conv is None:  # a set number of epochs: the metric is the share done
         return 1.0, min(1.0, epochs_done / (spec.epochs or 1.0))
     return 1.0, conv.relative_metric(batch or spec.base_batch, epochs_done)
+
+
+def _cpu_ask(job: SimJob) -> float:
+    """The part of a core each worker of a running job asks: the part of its step it computes (its
+    step on one GPU over its step on its placement; module docstring)."""
+    speed = job.spec.model_truth.speed
+    shape = tuple(len(g) for _, g in job.placement.slots)
+    one = speed.step_time(job.local_batch, (1,), job.accumulation)
+    return min(1.0, one / speed.step_time(job.local_batch, shape, job.accumulation))
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,14 +269,17 @@ class VirtualCluster:
         """Rescale every running job's speed to its workers' share of the host's cores (module docstring)."""
         if self.host_cores is None:
             return
-        workers = self.busy_gpus()
-        for job in self.active.values():
-            k = job.placement.num_gpus
-            if job.state is JobState.RUNNING and k:
-                share = min(1.0, self.host_cores / max(workers, k)) / min(1.0, self.host_cores / k)
-                if share != job.cpu_share:
-                    job.cpu_share = share
-                    job.configure()
+        running = [j for j in self.active.values() if j.state is JobState.RUNNING and j.placement.num_gpus]
+        asks = {j.spec.job_id: _cpu_ask(j) for j in running}
+        given = min(1.0, self.host_cores / sum(j.placement.num_gpus * asks[j.spec.job_id] for j in running)) \
+            if running else 1.0
+        for job in running:
+            d = asks[job.spec.job_id]
+            alone = min(1.0, self.host_cores / (job.placement.num_gpus * d))
+            share = 1.0 / (d * alone / given + 1.0 - d)
+            if share != job.cpu_share:
+                job.cpu_share = share
+                job.configure()
 
     def _finish(self, job: SimJob) -> None:
         job.end = self.now

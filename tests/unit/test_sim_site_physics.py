@@ -103,3 +103,15 @@ def test_an_unequal_placement_starts_at_the_equal_shape_inside_it_as_slurm_does(
 
 def speed_of(site: Path, local: int, shape: tuple[int, ...]) -> float:
     return truth("cnn", root=site).speed.step_time(local, shape)
+
+
+def test_a_worker_waiting_on_its_all_reduce_leaves_its_core_to_others(tmp_path: Path) -> None:
+    """Two 2-worker jobs on 2 cores: each worker computes for step(1)/step(2) of its step and waits
+    for the rest, so they ask 4 x d of the 2 cores, not 4 (a model of busy workers would halve both)."""
+    site = _site(tmp_path)
+    d = STEP_1 / (STEP_1 + 0.002)  # placement 2 (fifo packs each job on one node)
+    shared = 2.0 / (4 * d)
+    free = _jcts([_job(site, "a", 2), _job(site, "b", 2)])
+    slowed = _jcts([_job(site, "a", 2), _job(site, "b", 2)], host_cores=2)
+    assert slowed["a"] == pytest.approx(free["a"] * (d / shared + 1 - d))
+    assert slowed["a"] < free["a"] * 2  # not halved
