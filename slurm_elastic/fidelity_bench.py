@@ -20,14 +20,18 @@ dev cluster (its own, under ``root``, unless told to use one already up) it
 
 It prints ``real_avg_jct_s``, ``sim_avg_jct_s`` (every physics), their ``ratio`` (sim / real) and
 makespans, the same for each step of the ladder (``ladder``: what each physics changes), the
-physics measured, and each job's two JCTs.
+physics measured, and each job's two JCTs. The real run is recorded in its work folder
+(:data:`RUN_FILE`), so the simulator can be run on it again as it changes (:func:`replay_fidelity`,
+``--replay DIR``) without running the trace again.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import getpass
 import itertools
+import json
 import math
 import os
 import statistics
@@ -56,6 +60,7 @@ from slurm_elastic.slurm.commands import run_command
 from slurm_elastic.store import Store
 from slurm_elastic.submit import new_secret_file, submit
 from slurm_elastic.templates import JobRequest
+from slurm_elastic.textfiles import read_text
 
 NODES, GPUS_PER_NODE = 3, 2
 MODEL = "cnn"
@@ -69,6 +74,9 @@ RANGES = ((1, 2), (1, 4), (2, 4), (1, 6), (2, 6))
 POLL_S = 1.0
 """The daemon's poll interval; the simulator's round gap."""
 PHYSICS = ("equal_start", "pauses", "overhead", "cores")
+RUN_FILE = "run.json"
+"""The record of a real run in its work folder (trace, Slurm's and the jobs' times): ``--replay``."""
+MAX_RUN_BYTES = 16 << 20
 """The ladder: profiles only, then each physics added in this order."""
 
 
@@ -140,9 +148,37 @@ def bench_fidelity(*, root: Path, policy: str = "dp", jobs: int = 12, seed: int 
         (work / "elastic.toml").write_text(conf_text, encoding="utf-8")
         say(f"bench fidelity: {len(trace)} jobs for real under {policy} on {gpus} GPUs")
         real = _run_real(work, env, trace, timeout_s)
+    run = {"seed": seed, "gpus": gpus, "gpus_per_node": gpus_per_node, "profile": profile,
+           "trace": [dataclasses.asdict(j) for j in trace], "real": real}
+    (work / RUN_FILE).write_text(json.dumps(run, indent=1) + "\n", encoding="utf-8")
+    say(f"bench fidelity: the real run is in {work / RUN_FILE}; simulate it again with --replay {work}")
+    return replay_fidelity(work)
+
+
+def replay_fidelity(work: Path) -> dict[str, Any]:
+    """Simulate again a real run recorded by :func:`bench_fidelity` in ``work`` (its :data:`RUN_FILE`,
+    configuration and profile): the figures, with the simulator as it is now.
+
+    Raises:
+        ConfigError: ``work`` holds no readable record of a run.
+    """
+    text = read_text(work / RUN_FILE, max_bytes=MAX_RUN_BYTES, noun="fidelity run",
+                     kind_rule="the record bench fidelity wrote", size_rule=f"at most {MAX_RUN_BYTES} bytes",
+                     error=ConfigError)
+    conf = read_text(work / "elastic.toml", max_bytes=MAX_RUN_BYTES, noun="configuration",
+                     kind_rule="the configuration bench fidelity wrote", size_rule=f"at most {MAX_RUN_BYTES} bytes",
+                     error=ConfigError)
+    try:
+        run = json.loads(text)
+        trace = [TraceJob(**j) for j in run["trace"]]
+        real, profile = run["real"], run["profile"]
+        gpus, gpus_per_node, seed = int(run["gpus"]), int(run["gpus_per_node"]), int(run["seed"])
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ConfigError(f"{work / RUN_FILE}: not a run bench fidelity recorded ({exc})") from None
+    cfg = parse(conf, str(work / "elastic.toml"))
     physics = _physics(real)
-    sims = _ladder(parse(conf_text), trace, real, physics, work / "profiles", gpus, gpus_per_node, seed)
-    return _summary(policy, gpus, trace, real, physics, sims, profile)
+    sims = _ladder(cfg, trace, real, physics, work / "profiles", gpus, gpus_per_node, seed)
+    return {**_summary(cfg.daemon.policy, gpus, trace, real, physics, sims, profile), "work": str(work)}
 
 
 def _ladder(cfg: Config, trace: Sequence[TraceJob], real: dict[str, Any], physics: dict[str, Any], profiles: Path,

@@ -197,9 +197,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(json.dumps(bench_chaos(root=args.root, points=points), indent=2))
         return 0
     if args.bench == "fidelity":
-        from slurm_elastic.fidelity_bench import bench_fidelity
+        from slurm_elastic.fidelity_bench import bench_fidelity, replay_fidelity
 
-        print(json.dumps(bench_fidelity(root=args.root, policy=args.policy, jobs=args.jobs, seed=args.seed), indent=2))
+        out = (replay_fidelity(args.replay) if args.replay else
+               bench_fidelity(root=args.root, policy=args.policy, jobs=args.jobs, seed=args.seed))
+        print(json.dumps(out, indent=2))
         return 0
     if args.bench == "learn":
         from slurm_elastic.learn_bench import bench_learn

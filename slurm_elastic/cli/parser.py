@@ -155,6 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     bd.add_argument("--policy", default="dp", help="the policy of the daemon and the simulator (default dp)")
     bd.add_argument("--jobs", type=int_in(1, 100), default=12, help="launcher jobs in the trace (default 12)")
     bd.add_argument("--seed", type=_seed, default=0, help="seed of the trace and the simulated planner (default 0)")
+    bd.add_argument("--replay", type=Path, metavar="DIR",
+                    help="simulate again the real run recorded in DIR (a work folder an earlier run named), "
+                    "without a cluster (default: run the trace for real)")
     bd.add_argument("--json", action="store_true", help="print JSON (the default)")
     bn = bsub.add_parser("learn", help="how well a job's own throughput model, fitted from its first sizes, "
                          "predicts every measured configuration of each shipped profile (median APE)")

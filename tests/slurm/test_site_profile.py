@@ -39,7 +39,7 @@ def test_bench_fidelity_runs_a_trace_for_real_and_in_the_simulator(cluster: DevC
     completed with every sample once, both JCTs measured, and each rung of the physics ladder
     simulated. The figures themselves come from the benchmark (its own 3 x 2 cluster, 12 jobs)."""
     pytest.importorskip("torch")
-    from slurm_elastic.fidelity_bench import PHYSICS, bench_fidelity
+    from slurm_elastic.fidelity_bench import PHYSICS, bench_fidelity, replay_fidelity
 
     cluster.cancel_all()
     out = bench_fidelity(root=cluster.root, jobs=3, placements=("1", "2", "11"), bring_up=False, timeout_s=300,
@@ -51,3 +51,5 @@ def test_bench_fidelity_runs_a_trace_for_real_and_in_the_simulator(cluster: DevC
     # start-up and ending only add time; every job has both JCTs
     assert out["ladder"]["+overhead"]["sim_avg_jct_s"] >= out["ladder"]["+pauses"]["sim_avg_jct_s"], out
     assert all(j["real_jct_s"] and j["sim_jct_s"] for j in out["per_job"]), out
+    # the real run is recorded: simulating it again gives the same figures, without a cluster
+    assert replay_fidelity(Path(out["work"])) == out

@@ -4,11 +4,12 @@ a real run's records. The run itself is in ``tests/slurm/test_site_profile.py``.
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import pytest
 
 from slurm_elastic.errors import ConfigError
-from slurm_elastic.fidelity_bench import LOCAL_BATCH, RANGES, _phases, _physics, make_trace
+from slurm_elastic.fidelity_bench import LOCAL_BATCH, RANGES, _phases, _physics, make_trace, replay_fidelity
 from slurm_elastic.sim.cluster import IN_PLACE_SHRINK_S
 
 
@@ -54,3 +55,12 @@ def test_a_real_jobs_time_splits_into_its_phases() -> None:
     assert _phases(_job(100.0, 106.0, 130.0, 131.0, [])) == {
         "real_wait_s": 1.0, "real_startup_s": 6.0, "real_train_s": 24.0, "real_ending_s": 1.0}
     assert _phases(_job(100.0, None, None, 131.0, []))["real_train_s"] is None
+
+
+def test_a_replay_of_a_folder_without_a_good_record_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read fidelity run"):
+        replay_fidelity(tmp_path)
+    (tmp_path / "run.json").write_text('{"trace": [{"name": 1}]}')
+    (tmp_path / "elastic.toml").write_text("[daemon]\n")
+    with pytest.raises(ConfigError, match="not a run bench fidelity recorded"):
+        replay_fidelity(tmp_path)
