@@ -12,7 +12,7 @@ import pytest
 from slurm_elastic import policies
 from slurm_elastic.core.model import ElasticMode
 from slurm_elastic.errors import ConfigError, ProfileError
-from slurm_elastic.sim.cluster import ResizeCost
+from slurm_elastic.sim.cluster import COMM_CPU_SHARE, ResizeCost
 from slurm_elastic.sim.engine import simulate
 from slurm_elastic.sim.truth import truth
 from slurm_elastic.sim.workload import SimJobSpec
@@ -106,10 +106,12 @@ def speed_of(site: Path, local: int, shape: tuple[int, ...]) -> float:
 
 
 def test_a_worker_waiting_on_its_all_reduce_leaves_its_core_to_others(tmp_path: Path) -> None:
-    """Two 2-worker jobs on 2 cores: each worker computes for step(1)/step(2) of its step and waits
-    for the rest, so they ask 4 x d of the 2 cores, not 4 (a model of busy workers would halve both)."""
+    """Two 2-worker jobs on 2 cores: each worker computes for step(1)/step(2) of its step and spends
+    the rest in its all-reduce, partly waiting, so they ask 4 x d of the 2 cores, not 4 (a model of
+    busy workers would halve both)."""
     site = _site(tmp_path)
-    d = STEP_1 / (STEP_1 + 0.002)  # placement 2 (fifo packs each job on one node)
+    computing = STEP_1 / (STEP_1 + 0.002)  # placement 2 (fifo packs each job on one node)
+    d = computing + COMM_CPU_SHARE * (1 - computing)  # the all-reduce is partly on the CPU
     shared = 2.0 / (4 * d)
     free = _jcts([_job(site, "a", 2), _job(site, "b", 2)])
     slowed = _jcts([_job(site, "a", 2), _job(site, "b", 2)], host_cores=2)
