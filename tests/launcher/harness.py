@@ -13,11 +13,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from slurm_elastic_launcher import examples
 from slurm_elastic_launcher.agent import Order, StoreOrderSource
 from slurm_elastic_launcher.torch_backend import SignedStore, TorchBackend, make_store
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "launcher" / "examples" / "train_cnn.py"
+EXAMPLE = Path(examples.__file__).parent / "train_cnn.py"
 SECRET = "test-secret-0123456789abcdef"
 JOB_ID = "4242"
 

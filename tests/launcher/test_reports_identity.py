@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from slurm_elastic_launcher import examples
 from slurm_elastic_launcher.env import EnvError, LauncherEnv
 
 SECRET = "0123456789abcdef-secret"
@@ -98,7 +99,7 @@ def test_a_bad_name_in_the_script_is_refused_before_training(tmp_path: Path, mon
 def test_the_example_names_its_model_choice(fake_job_factory: Any, tmp_path: Path) -> None:
     import torch
 
-    spec = importlib.util.spec_from_file_location("train_cnn", ROOT / "launcher" / "examples" / "train_cnn.py")
+    spec = importlib.util.spec_from_file_location("train_cnn", Path(examples.__file__).parent / "train_cnn.py")
     assert spec is not None and spec.loader is not None
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)

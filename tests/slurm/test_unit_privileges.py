@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from slurm_elastic.core.actions import ActionKind
+from slurm_elastic.resources import EXAMPLE_TRAINER
 from slurm_elastic.store import Store
 
 from . import unit_sandbox
@@ -28,7 +29,7 @@ from .conftest import DevCluster
 pytestmark = pytest.mark.slurm
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "launcher" / "examples" / "train_cnn.py"
+EXAMPLE = EXAMPLE_TRAINER
 VENV_BIN = Path(sys.executable).parent
 # What stands for the installation (/usr/local): the checkout and its virtual environment, which a
 # private /tmp would hide when the clone sits in /tmp.
@@ -71,6 +72,7 @@ def test_the_sandbox_applies_the_units_settings(tmp_path: Path) -> None:
     state.mkdir()
     probe = r"""
 import json, os, socket
+from slurm_elastic.resources import EXAMPLE_TRAINER
 st = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)
 out = {"uid": os.getuid(), "bnd": int(st["CapBnd"], 16), "eff": int(st["CapEff"], 16),
        "nnp": st["NoNewPrivs"].strip(), "umask": oct(os.umask(0)), "cwd": os.getcwd(),

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -63,12 +64,11 @@ def test_a_wheel_installed_outside_the_checkout_submits_and_installs_the_plugin(
     assert "#SBATCH --elastic=1:4" in sub.stdout and "srun" in sub.stdout
     if os.geteuid() != 0 or shutil.which("gcc") is None or not Path("/usr/include/slurm/spank.h").exists():
         pytest.skip("install-plugin builds as root with gcc and Slurm's spank.h")
-    # the plugin's folder must be one only root can change: not below /tmp
-    lib = ROOT / "build" / f"wheel-test-{os.getpid()}"
+    # the plugin's folder must be one only root can change: not below /tmp (nor the checkout, which may be)
+    lib = Path(tempfile.mkdtemp(prefix="slurm-elastic-wheel-test-", dir="/var/lib"))
     try:
         etc = lib / "etc"
-        etc.mkdir(parents=True, mode=0o755)
-        lib.chmod(0o755)
+        etc.mkdir(mode=0o755)
         ip = subprocess.run([str(bin_ / "slurm-elastic"), "install-plugin", "--out", str(lib / "spank"), "--write",
                              str(etc / "plugstack.conf"), "--site-files", str(etc)], cwd=run, capture_output=True,
                             text=True)
