@@ -15,6 +15,7 @@ environment or the file again after :func:`load`. Example::
     profiles = "/etc/slurm-elastic/profiles"  # site profiles (slurm-elastic profile); left out: shipped only
     seed = 0                      # planner random seed (0 .. 2**32 - 1)
     metrics_address = "127.0.0.1:9410"  # Prometheus /metrics, PORT 1..65535 ("" = off)
+    backend = "auto"              # read Slurm with pyslurm when it matches, else the CLI; or "cli", "pyslurm"
 
     [policy.ones]                 # parameters of the chosen policy, passed as keywords
     generations = 10
@@ -92,6 +93,8 @@ class DaemonConfig:
         profiles: folder of site throughput profiles (``slurm-elastic profile``), or None (shipped only).
         seed: planner random seed (0 .. 2**32 - 1).
         metrics_address: ``HOST:PORT`` of the Prometheus ``/metrics`` endpoint (PORT 1..65535); empty = off.
+        backend: how Slurm is read: ``auto`` (pyslurm when an importable pyslurm matches the running
+            Slurm, else the CLI's ``--json``), ``cli`` or ``pyslurm`` (refused at start when it cannot serve).
     """
 
     partitions: tuple[str, ...] = ()
@@ -104,6 +107,11 @@ class DaemonConfig:
     profiles: Path | None = None
     seed: int = 0
     metrics_address: str = ""
+    backend: str = "auto"
+
+
+BACKENDS = ("auto", "cli", "pyslurm")
+"""The values of ``daemon.backend`` (and ``--backend``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +268,10 @@ def _daemon(raw: Any) -> DaemonConfig:
                                         integer=False, what=" of seconds"))
     if "seed" in raw:
         out["seed"] = _number("daemon.seed", raw["seed"], 0, SEED_MAX, integer=True)
+    if "backend" in raw:
+        if raw["backend"] not in BACKENDS:
+            raise _bad("daemon.backend", raw["backend"], f"must be one of {', '.join(BACKENDS)}")
+        out["backend"] = raw["backend"]
     cfg = DaemonConfig(**out)
     if cfg.max_idle < cfg.poll_interval:
         raise _bad("daemon.max_idle", cfg.max_idle, f"must be >= daemon.poll_interval ({cfg.poll_interval})")

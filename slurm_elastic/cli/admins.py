@@ -15,7 +15,7 @@ from slurm_elastic import __version__
 if TYPE_CHECKING:
     from slurm_elastic.slurm.commands import Runner
 
-from slurm_elastic.cli.common import policy_specs, site_guards, view, window
+from slurm_elastic.cli.common import policy_specs, site_guards, view, window, with_backend
 from slurm_elastic.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     from slurm_elastic.daemon import install_signal_handlers
     from slurm_elastic.store import Store
 
-    cfg = load(args.config)
+    cfg = with_backend(load(args.config), args.backend)
     if args.dry_run:
         cfg = replace(cfg, daemon=replace(cfg.daemon, dry_run=True))
     if args.verbose == 0:

@@ -40,12 +40,20 @@ def window(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def view(cfg: Any, store: Any = None) -> Any:
+    """The view of Slurm the configuration names (``daemon.backend``: auto, cli or pyslurm)."""
     import time
 
     from slurm_elastic.slurm.pyslurm_backend import choose_source
     from slurm_elastic.wiring import cluster_view
 
-    return cluster_view(cfg, choose_source(), store, clock=time.time)
+    return cluster_view(cfg, choose_source(prefer=cfg.daemon.backend), store, clock=time.time)
+
+
+def with_backend(cfg: Any, backend: str | None) -> Any:
+    """``cfg`` with ``--backend`` (when given) in place of ``daemon.backend``."""
+    from dataclasses import replace
+
+    return cfg if backend is None else replace(cfg, daemon=replace(cfg.daemon, backend=backend))
 
 
 def policy_specs(names: str, params: list[tuple[str, Any]]) -> list[Any]:

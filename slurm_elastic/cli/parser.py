@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 
 from slurm_elastic import __version__
 from slurm_elastic.argtypes import GPUS_MAX, comma_words, float_in, int_in, param, seed
+from slurm_elastic.config import BACKENDS
 
 log = logging.getLogger(__name__)
 _positive_int = int_in(1, 1_000_000)
@@ -200,11 +201,16 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the site configuration (default /etc/slurm/elastic.toml)")
     dm.add_argument("--dry-run", action="store_true", help="shadow mode: plan and log, never act")
     dm.add_argument("--once", action="store_true", help="run one round and exit")
+    dm.add_argument("--backend", choices=BACKENDS, help="how Slurm is read, in place of daemon.backend "
+                    "(default: the configuration's, itself auto: pyslurm when it matches the running Slurm, "
+                    "else the CLI)")
 
     st = command("status", "elastic jobs: GPUs now and planned, batch, state")
     st.add_argument("--config", type=Path, default=Path("/etc/slurm/elastic.toml"),
                     help="the site configuration (default /etc/slurm/elastic.toml)")
     st.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    st.add_argument("--backend", choices=BACKENDS, help="how Slurm is read, in place of daemon.backend "
+                    "(default: the configuration's)")
 
     sb = command("submit", "render an sbatch template for an elastic job and submit it")
     sb.add_argument("--template", default="pytorch", help="the packaged sbatch template "

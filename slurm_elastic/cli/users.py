@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from slurm_elastic.cli.common import view
+from slurm_elastic.cli.common import view, with_backend
 from slurm_elastic.core.remaining import outlook
 from slurm_elastic.errors import ConfigError
 
@@ -19,7 +19,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from slurm_elastic.config import load
     from slurm_elastic.store import Store, StoreError
 
-    cfg = load(args.config)
+    cfg = with_backend(load(args.config), args.backend)
     store = None
     if cfg.daemon.store.exists():
         try:  # the daemon's store, read only: satellites folded in, what the jobs reported

@@ -210,3 +210,35 @@ def test_a_rebatch_order_is_sent_once_until_the_job_shows_the_new_batch(tmp_path
     obs.snapshot = make_snapshot(make_nodes(1, 2), [job(7)], now=100.0)
     d.round()  # the job went back to its own batch later: planned (and acted) again
     assert [a.kind for a in applied] == [ActionKind.REBATCH] * 2
+
+
+def test_the_backend_is_chosen_by_the_configuration_or_the_flag(monkeypatch: pytest.MonkeyPatch,
+                                                                 tmp_path: Path) -> None:
+    """Issue 18: the backend could not be chosen (always auto). ``daemon.backend`` and ``--backend``
+    (daemon, status) name it; the view asks the chooser for it, and a bad value names the rule."""
+    from slurm_elastic.cli import common, main
+    from slurm_elastic.slurm import pyslurm_backend
+
+    assert parse("").daemon.backend == "auto"
+    assert parse('[daemon]\nbackend = "pyslurm"\n').daemon.backend == "pyslurm"
+    with pytest.raises(ConfigError, match=r"daemon.backend.*'slurmrestd'.*must be one of auto, cli, pyslurm"):
+        parse('[daemon]\nbackend = "slurmrestd"\n')
+    asked: list[str] = []
+
+    def chooser(*, prefer: str) -> Any:
+        asked.append(prefer)
+        raise ConfigError("stop here")
+
+    monkeypatch.setattr(pyslurm_backend, "choose_source", chooser)
+    cfg = parse(f'[daemon]\nbackend = "pyslurm"\nstore = "{tmp_path / "s.db"}"\n')
+    for backend in (None, "cli"):
+        with pytest.raises(ConfigError, match="stop here"):
+            common.view(common.with_backend(cfg, backend))
+    assert asked == ["pyslurm", "cli"]
+    conf = tmp_path / "elastic.toml"
+    conf.write_text(f'[daemon]\nstore = "{tmp_path / "s.db"}"\n')
+    assert main(["status", "--config", str(conf), "--backend", "cli"]) == 2  # the chooser above stops it
+    assert asked[-1] == "cli"
+    with pytest.raises(SystemExit) as bad:
+        main(["status", "--config", str(conf), "--backend", "rest"])
+    assert bad.value.code == 2
