@@ -148,8 +148,8 @@ def bench_fidelity(*, root: Path, policy: str = "dp", jobs: int = 12, seed: int 
         (work / "elastic.toml").write_text(conf_text, encoding="utf-8")
         say(f"bench fidelity: {len(trace)} jobs for real under {policy} on {gpus} GPUs")
         real = _run_real(work, env, trace, timeout_s)
-    run = {"seed": seed, "gpus": gpus, "gpus_per_node": gpus_per_node, "profile": profile,
-           "trace": [dataclasses.asdict(j) for j in trace], "real": real}
+    run = {"seed": seed, "gpus": gpus, "gpus_per_node": gpus_per_node, "host_cores": len(os.sched_getaffinity(0)),
+           "profile": profile, "trace": [dataclasses.asdict(j) for j in trace], "real": real}
     (work / RUN_FILE).write_text(json.dumps(run, indent=1) + "\n", encoding="utf-8")
     say(f"bench fidelity: the real run is in {work / RUN_FILE}; simulate it again with --replay {work}")
     return replay_fidelity(work)
@@ -173,10 +173,11 @@ def replay_fidelity(work: Path) -> dict[str, Any]:
         trace = [TraceJob(**j) for j in run["trace"]]
         real, profile = run["real"], run["profile"]
         gpus, gpus_per_node, seed = int(run["gpus"]), int(run["gpus_per_node"]), int(run["seed"])
+        host_cores = int(run["host_cores"])
     except (ValueError, TypeError, KeyError) as exc:
         raise ConfigError(f"{work / RUN_FILE}: not a run bench fidelity recorded ({exc})") from None
     cfg = parse(conf, str(work / "elastic.toml"))
-    physics = _physics(real)
+    physics = _physics(real, host_cores)
     sims = _ladder(cfg, trace, real, physics, work / "profiles", gpus, gpus_per_node, seed)
     return {**_summary(cfg.daemon.policy, gpus, trace, real, physics, sims, profile), "work": str(work)}
 
@@ -235,13 +236,13 @@ def _run_real(work: Path, env: dict[str, str], trace: Sequence[TraceJob], timeou
         jid, at = submitted[job.name]
         state, start, end = acct.get(jid, ("UNKNOWN", None, None))
         first = next((r for r in rows[job.name] if r.kind == "progress" and r.throughput), None)
+        last = next((r for r in reversed(rows[job.name]) if r.kind == "end"), None)
         out["jobs"][job.name] = {
             "job_id": jid, "state": state, "submitted": at, "start": start, "end": end,
             "first_step": first.t - first.samples / first.throughput if first and first.throughput else None,
             "resizes": [(before.world, r.world, r.pause_s) for before, r in itertools.pairwise(rows[job.name])
                         if r.kind == "resize" and r.pause_s is not None],
-            "trained": next((r.t for r in reversed(rows[job.name]) if r.kind == "end"), None),
-            "samples": next((r.samples for r in reversed(rows[job.name]) if r.kind == "end"), None)}
+            "trained": last.t if last else None, "samples": last.samples if last else None}
     return out
 
 
@@ -273,8 +274,9 @@ def _epoch(text: str) -> float | None:
     return float(text) if text.isdigit() else None
 
 
-def _physics(real: dict[str, Any]) -> dict[str, Any]:
-    """What the real run measured that the profiles leave out (module docstring)."""
+def _physics(real: dict[str, Any], host_cores: int) -> dict[str, Any]:
+    """What the real run measured that the profiles leave out (module docstring); ``host_cores``: the
+    cores of the machine it ran on."""
     jobs = real["jobs"].values()
     startups = [j["first_step"] - j["start"] for j in jobs if j["first_step"] is not None and j["start"] is not None]
     endings = [j["end"] - j["trained"] for j in jobs if j["end"] is not None and j["trained"] is not None]
@@ -286,7 +288,7 @@ def _physics(real: dict[str, Any]) -> dict[str, Any]:
             "grow_pause_s": round(statistics.median(grows), 2) if grows else IN_PLACE_GROW_S,
             "shrink_pause_s": round(statistics.median(shrinks), 2) if shrinks else IN_PLACE_SHRINK_S,
             "grows_measured": len(grows), "shrinks_measured": len(shrinks),
-            "host_cores": len(os.sched_getaffinity(0))}
+            "host_cores": host_cores}
 
 
 def _spec(job: TraceJob, real: dict[str, Any], t0: float, profiles: Path) -> SimJobSpec:

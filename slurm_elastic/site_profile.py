@@ -57,7 +57,6 @@ JOB_TIMEOUT_S = 600.0
 """Longest one profiling job may take, waiting in the queue included; then it is cancelled."""
 LONGER_RUNS = 3
 """How many times a job that ended too soon to give a clean window is run again, each with 4x the steps."""
-"""Longest one profiling job may take, waiting in the queue included; then it is cancelled."""
 _GRES_GPUS = re.compile(r"gpu(?::[^:,()]+)?:(\d+)")
 
 

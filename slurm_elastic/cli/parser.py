@@ -55,7 +55,6 @@ def build_parser() -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = sub.add_parser(name, **kw)
         return parser
 
-
     plan = command("plan", "plan a demo cluster with a policy and print the plan")
     plan.add_argument("--policy", default="ones", help="planner name (see --list-policies; default ones)")
     plan.add_argument("--gpus", type=_gpus, default=64, help="GPUs in the demo cluster (default 64)")

@@ -43,11 +43,12 @@ def test_the_physics_are_medians_of_what_the_real_jobs_reported() -> None:
                      "b": _job(200.0, 208.0, 240.0, 243.0, [(4, 2, 0.5)]),
                      "c": _job(300.0, 307.0, 330.0, 332.0, []),
                      "d": _job(400.0, None, None, None, [])}}  # never reported: left out
-    got = _physics(real)
+    got = _physics(real, 2)
     assert got["startup_s"] == 7.0 and got["ending_s"] == 2.0 and got["overhead_s"] == 9.0
     assert got["grow_pause_s"] == 0.06 and got["shrink_pause_s"] == 0.5
     assert (got["grows_measured"], got["shrinks_measured"]) == (2, 1)
-    none = _physics({"jobs": {"c": _job(300.0, 307.0, 330.0, 332.0, [])}})
+    assert (got["host_cores"], _physics(real, 16)["host_cores"]) == (2, 16)  # the run's machine, recorded
+    none = _physics({"jobs": {"c": _job(300.0, 307.0, 330.0, 332.0, [])}}, 16)
     assert none["shrink_pause_s"] == IN_PLACE_SHRINK_S and none["shrinks_measured"] == 0  # the launcher's figure
 
 

@@ -213,3 +213,11 @@ def test_site_files_are_written_from_the_package_and_never_over_a_file(site: Pat
     assert (site / "slurm-elastic.service").read_bytes() == SYSTEMD_UNIT.read_bytes()
     assert (site / "elastic.toml").read_bytes() == EXAMPLE_CONFIG.read_bytes()
     assert (site / "elastic.toml").stat().st_mode & 0o777 == 0o644
+
+
+def test_site_files_never_follow_a_link_at_a_target(site: Path, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    (site / "slurm-elastic.service").symlink_to(tmp_path / "elsewhere.service")  # dangling: exists() is False
+    assert main(["install-plugin", "--out", str(site.parent / "lib"), "--site-files", str(site)]) == 2
+    assert "slurm-elastic.service exists" in capsys.readouterr().err
+    assert not (tmp_path / "elsewhere.service").exists() and not (site.parent / "lib").exists()
