@@ -6,9 +6,11 @@ import argparse
 import json
 import logging
 import os
+import re
+import shutil
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from slurm_elastic import __version__
 
@@ -84,8 +86,24 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     from slurm_elastic.config import load
 
     cfg = load(args.file)
-    print(json.dumps({"daemon": asdict(cfg.daemon), "policy_params": cfg.policy_params}, indent=2, default=str))
+    print(json.dumps({"daemon": asdict(cfg.daemon), "policy_params": cfg.policy_params, "slurm": _slurm_seen(cfg)},
+                     indent=2, default=str))
     return 0
+
+
+def _slurm_seen(cfg: Any) -> dict[str, str]:
+    """The Slurm the daemon would read with this configuration: its release and JSON dialect (or
+    pyslurm), found by reading its nodes and jobs once; or why it cannot be read from here."""
+    from slurm_elastic.errors import ElasticError
+    from slurm_elastic.slurm.commands import release_text
+    from slurm_elastic.slurm.pyslurm_backend import choose_source
+
+    try:
+        source = choose_source(prefer=cfg.daemon.backend)
+        source.read()
+    except ElasticError as exc:
+        return {"release": "", "read_through": "", "error": str(exc)[:500]}
+    return {"release": release_text(source.release), "read_through": getattr(source, "dialect", "")}
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
@@ -112,6 +130,7 @@ def cmd_install_plugin(args: argparse.Namespace) -> int:
         install_lines,
         install_plugin,
         plugstack_line,
+        slurm_include_dir,
         write_plugstack,
     )
 
@@ -123,8 +142,10 @@ def cmd_install_plugin(args: argparse.Namespace) -> int:
             raise
     if args.site_files:
         _check_site_files_free(args.site_files)
-    plugin, notes = install_plugin(args.out)
-    for note in notes:
+    include = slurm_include_dir(args.slurm_prefix)
+    built_for = _check_plugin_release(include, args.slurm_prefix, writing=args.write is not None)
+    plugin, notes = install_plugin(args.out, include_dir=include)
+    for note in (built_for, *notes):
         print(f"note: {note}", file=sys.stderr)
     line = plugstack_line(plugin)
     print(f"# plugstack.conf:\n{line}")
@@ -141,6 +162,56 @@ def cmd_install_plugin(args: argparse.Namespace) -> int:
         for written in _write_site_files(args.site_files):
             print(f"wrote {written}", file=sys.stderr)
     return 0
+
+
+def _check_plugin_release(include: Path, prefix: Path | None, *, writing: bool) -> str:
+    """Refuse to build a plugin the running Slurm would refuse to load: Slurm loads a SPANK plugin only
+    into the major.minor release whose headers built it, and a ``required`` line to a refused plugin
+    fails every ``sbatch``. The running release is the answering slurmctld's (``scontrol show
+    config``), else the installed ``slurmctld -V``'s; when neither tells, ``--write`` is refused.
+    Returns the note to print once the plugin is built."""
+    from slurm_elastic.slurm.commands import release_text
+    from slurm_elastic.spank.build import header_release
+
+    built = header_release(include)
+    running, source = _running_release(prefix)
+    shown = release_text(built)
+    if running is None:
+        if writing:
+            raise ConfigError(f"install-plugin --write: cannot tell which Slurm runs here (no slurmctld answers "
+                              f"and none is installed) to check the plugin's release {shown} ({include}) against "
+                              "(rule: a plugstack line only for a plugin of the running Slurm's major.minor); "
+                              "start slurmctld or give --slurm-prefix")
+        return f"built against Slurm {shown} ({include}); no running Slurm to check it against"
+    if running[:2] != built[:2]:
+        raise ConfigError(f"install-plugin: the headers in {include} are Slurm {shown} but {source} is Slurm "
+                          f"{release_text(running)} (rule: Slurm loads a SPANK plugin only into the "
+                          "major.minor it was built for); give --slurm-prefix of the running Slurm")
+    return f"built against Slurm {shown} ({include}), as {source} runs"
+
+
+def _running_release(prefix: Path | None) -> tuple[tuple[int, int, int] | None, str]:
+    """The running Slurm's release and where it was read, or ``(None, "")``."""
+    from slurm_elastic.errors import ElasticError
+    from slurm_elastic.slurm.commands import controller_release, run_command
+
+    env = dict(os.environ)
+    if prefix is not None:
+        env["PATH"] = os.pathsep.join([str(prefix / "bin"), str(prefix / "sbin"), env.get("PATH", "")])
+    try:
+        return controller_release(lambda argv: run_command(argv, env=env, timeout=15)), "the running slurmctld"
+    except ElasticError:
+        pass
+    program = (prefix / "sbin" / "slurmctld") if prefix is not None else shutil.which("slurmctld", path=os.pathsep.join(
+        [env.get("PATH", ""), "/usr/sbin", "/usr/local/sbin"]))
+    if program is None or not Path(program).exists():
+        return None, ""
+    try:
+        text = run_command([str(program), "-V"], env=env, timeout=15)
+    except ElasticError:
+        return None, ""
+    m = re.search(r"(\d+)\.(\d+)\.(\d+)", text)
+    return ((int(m.group(1)), int(m.group(2)), int(m.group(3))), f"the installed {program}") if m else (None, "")
 
 
 def _site_files(folder: Path) -> dict[Path, Path]:

@@ -203,6 +203,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
                bench_fidelity(root=args.root, policy=args.policy, jobs=args.jobs, seed=args.seed))
         print(json.dumps(out, indent=2))
         return 0
+    if args.bench == "observe":
+        from slurm_elastic import policies
+        from slurm_elastic.observe_bench import bench_observe
+
+        policies.validate(args.policy, {})
+        print(json.dumps(bench_observe(nodes=args.nodes, jobs=args.jobs, policy=args.policy, repeat=args.repeat,
+                                       seed=args.seed), indent=2))
+        return 0
     if args.bench == "learn":
         from slurm_elastic.learn_bench import bench_learn
 
@@ -260,7 +268,8 @@ def cmd_devcluster(args: argparse.Namespace) -> int:
     from slurm_elastic.dev import devcluster
 
     if args.devcluster == "up":
-        info = devcluster.up(nodes=args.nodes, gpus_per_node=args.gpus_per_node, root=args.root)
+        info = devcluster.up(nodes=args.nodes, gpus_per_node=args.gpus_per_node, root=args.root,
+                             slurm_prefix=args.slurm_prefix)
         print(json.dumps(info, indent=2))
         print(f"dev cluster up in {info['seconds']} s; use it with: export SLURM_CONF={info['slurm_conf']}",
               file=sys.stderr)

@@ -165,6 +165,14 @@ def build_parser() -> argparse.ArgumentParser:
                     "the daemon's default model)")
     bn.add_argument("--sizes", default="1,2", help="comma-separated GPU counts the job reported at (default 1,2)")
     bn.add_argument("--json", action="store_true", help="print JSON (the default)")
+    bo = bsub.add_parser("observe", help="one observation of a large 25.11 site (JSON built from the recorded "
+                         "fixtures) and its plan, timed by stage: decode, records, snapshot, plan")
+    bo.add_argument("--nodes", type=int_in(1, 100_000), default=10_000, help="nodes of 4 GPUs (default 10000)")
+    bo.add_argument("--jobs", type=int_in(0, 1_000_000), default=50_000, help="jobs in the queue (default 50000)")
+    bo.add_argument("--policy", default="dp", help="the policy that plans the snapshot (default dp)")
+    bo.add_argument("--repeat", type=_repeat, default=5, help="timed observations; medians are printed (default 5)")
+    bo.add_argument("--seed", type=_seed, default=0, help="seed of the jobs' sizes and kinds (default 0)")
+    bo.add_argument("--json", action="store_true", help="print JSON (the default)")
     bs = bsub.add_parser("simulate", help="wall time of a simulation of a Philly-like trace")
     bs.add_argument("--jobs", type=int_in(1, 1_000_000), default=10_000,
                     help="jobs of the Philly-like trace (default 10000)")
@@ -194,6 +202,9 @@ def build_parser() -> argparse.ArgumentParser:
             da.add_argument("--nodes", type=int_in(1, 64), default=4, help="nodes, 1..64 (default 4)")
             da.add_argument("--gpus-per-node", type=int_in(1, 64), default=4,
                             help="fake GPUs per node, 1..64 (default 4)")
+            da.add_argument("--slurm-prefix", type=Path, metavar="DIR",
+                            help="run the Slurm release built into DIR by scripts/build-slurm "
+                            "(default: Debian's 22.05)")
 
     dm = command("daemon", "run the daemon beside slurmctld")
     dm.add_argument("--config", type=Path, default=Path("/etc/slurm/elastic.toml"),
@@ -301,6 +312,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="folder for slurm_elastic.so (default build/spank)")
     ip.add_argument("--write", type=Path, metavar="PLUGSTACK_FILE",
                     help="add the plugstack line to this file and copy job_submit.lua next to it")
+    ip.add_argument("--slurm-prefix", type=Path, metavar="DIR",
+                    help="build against the Slurm installed into DIR (its include/slurm/spank.h) "
+                    "(default: pkg-config's slurm, else /usr/include); the plugin must match the running "
+                    "slurmctld's major.minor or nothing is built (exit 2)")
     ip.add_argument("--site-files", type=Path, metavar="DIR",
                     help="also write the daemon's systemd unit (slurm-elastic.service) and a configuration to "
                     "start from (elastic.toml, Longhorn's) into DIR, never over an existing "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -52,9 +53,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     rows += [{"job_id": "", "node": name, "user": "", "state": "left out", "gpus": 0, "planned_gpus": 0,
               "range": "", "batch": 0, "planned_batch": 0, "mode": "", "quarantine": reason}
              for name, reason in sorted(cluster.nodes_left_out.items())]
+    read_from = f"Slurm read through {getattr(cluster.source, 'dialect', '') or '?'}"
     if args.json:
+        print(read_from, file=sys.stderr)
         print(json.dumps(rows, indent=2))
         return 0
+    print(read_from)
     print(f"{'JOBID':>8} {'USER':<10} {'STATE':<9} {'GPUS':>4} {'PLAN':>4} {'RANGE':>7} "
           f"{'BATCH':>6} {'PBATCH':>6} {'MODE':<4} {'SAMPLES/S':>9} {'PREDICTED':>9} {'LEFT':>7} MODEL")
     for r in rows:

@@ -1,4 +1,4 @@
-"""A real local Slurm 22.05 cluster for development and the ``slurm`` tests.
+"""A real local Slurm cluster for the ``slurm`` tests and development (Debian's 22.05, or a built release).
 
 Owns bringing up and tearing down one dev cluster under a root folder: a private munged, MariaDB
 (private datadir, port 3307) with slurmdbd, slurmctld, and one slurmd per node, each node in its own
@@ -12,7 +12,10 @@ hit), the processes inside the recorded namespaces, the veths, bridge, route and
 ``/etc/hosts`` lines. It must not install packages, touch system services or other processes, or run
 a command through a shell string: every command is an argv list.
 
-Needs root and the Debian packages of :data:`PACKAGES` (``up`` names what is missing). The
+Needs root and the Debian packages of :data:`PACKAGES` (``up`` names what is missing). With
+``slurm_prefix`` (a release built by ``scripts/build-slurm``), Slurm's programs, ``spank.h`` and
+plugins come from that prefix instead, the SPANK plugin is compiled against its headers, and
+:func:`slurm_env` puts its ``bin``/``sbin`` first on ``PATH``. The
 network is :mod:`.network`, the processes :mod:`.processes`, the state file and argv runner
 :mod:`.plumbing`.
 """
@@ -88,6 +91,7 @@ PACKAGES: dict[str, str] = {
     "/usr/lib/x86_64-linux-gnu/slurm-wlm/job_submit_lua.so": "slurm-wlm-basic-plugins",
 }
 _SBIN = ("/usr/sbin", "/usr/local/sbin", "/usr/bin", "/usr/local/bin")
+_SLURM_PROGRAMS = frozenset(p for p, pkg in PACKAGES.items() if pkg.startswith("slurm") and not p.startswith("/"))
 
 
 def nodes_for(count: int) -> tuple[DevNode, ...]:
@@ -125,16 +129,40 @@ def render(template: str, config_dir: Path = CONFIG_DIR, **values: Any) -> str:
 
 
 def slurm_env(root: Path = DEFAULT_ROOT) -> dict[str, str]:
-    """The environment for Slurm commands aimed at the dev cluster under ``root`` (sets ``SLURM_CONF``)."""
+    """The environment for Slurm commands aimed at the dev cluster under ``root``: sets ``SLURM_CONF``,
+    and puts the cluster's Slurm build (when it runs one from a prefix) first on ``PATH``."""
     env = dict(os.environ)
     env["SLURM_CONF"] = str(root / "etc" / "slurm.conf")
+    prefix = slurm_prefix_of(root)
+    if prefix is not None:
+        env["PATH"] = os.pathsep.join([str(prefix / "bin"), str(prefix / "sbin"), env.get("PATH", "")])
     return env
+
+
+def slurm_prefix_of(root: Path = DEFAULT_ROOT) -> Path | None:
+    """The Slurm build the cluster under ``root`` runs (``None``: Debian's)."""
+    prefix = load_state(root.resolve()).get("slurm_prefix")
+    return Path(prefix) if isinstance(prefix, str) and prefix else None
 
 
 # ---------------------------------------------------------------------------------------- commands
 
 
-def _find(program: str) -> str | None:
+_PREFIX_FILES = {  # where a source build keeps what Debian's packages put elsewhere
+    "/usr/include/slurm/spank.h": "include/slurm/spank.h",
+    "/usr/lib/x86_64-linux-gnu/slurm-wlm/job_submit_lua.so": "lib/slurm/job_submit_lua.so",
+}
+
+
+def _find(program: str, prefix: Path | None = None) -> str | None:
+    if prefix is not None:
+        inside = [prefix / _PREFIX_FILES[program]] if program in _PREFIX_FILES else [
+            prefix / "sbin" / program, prefix / "bin" / program]
+        for path in inside:
+            if path.exists():
+                return str(path)
+        if program in _PREFIX_FILES or program in _SLURM_PROGRAMS:
+            return None
     if program.startswith("/"):
         return program if Path(program).exists() else None
     for folder in _SBIN:
@@ -144,19 +172,28 @@ def _find(program: str) -> str | None:
     return shutil.which(program)
 
 
-def _daemon_binary(name: str) -> str | None:
-    """The real build of a daemon: Debian's ``NAME-wlm`` (behind alternatives), else ``NAME``."""
+def _daemon_binary(name: str, prefix: Path | None = None) -> str | None:
+    """The real build of a daemon: the prefix's, else Debian's ``NAME-wlm`` (behind alternatives), else ``NAME``."""
+    if prefix is not None:
+        return _find(name, prefix)
     return _find(f"{name}-wlm") or _find(name)
 
 
-def check_prerequisites() -> list[str]:
-    """What the dev cluster lacks on this machine, one line each naming the program and its package."""
+def check_prerequisites(slurm_prefix: Path | None = None) -> list[str]:
+    """What the dev cluster lacks on this machine, one line each naming the program and its package
+    (or, for Slurm's own files with ``slurm_prefix``, the build that lacks it)."""
     missing = []
     if os.geteuid() != 0:
         missing.append("root: the dev cluster needs root (network namespaces, mknod, /etc/hosts)")
     for program, package in PACKAGES.items():
-        found = _daemon_binary(program) if program in ("slurmctld", "slurmd", "slurmstepd") else _find(program)
-        if found is None:
+        daemon = program in ("slurmctld", "slurmd", "slurmstepd")
+        found = _daemon_binary(program, slurm_prefix) if daemon else _find(program, slurm_prefix)
+        if found is not None:
+            continue
+        if slurm_prefix is not None and (program in _SLURM_PROGRAMS or program in _PREFIX_FILES):
+            missing.append(f"{program}: not in the Slurm build at {slurm_prefix} "
+                           f"(scripts/build-slurm RELEASE {slurm_prefix}; lua needs liblua5.3-dev)")
+        else:
             missing.append(f"{program}: install the Debian package {package}")
     try:
         import jinja2  # noqa: F401
@@ -195,8 +232,9 @@ def _port_open(addr: str, port: int) -> bool:
 def _cancel_jobs(root: Path) -> None:
     """Cancel every job of the dev cluster (``scancel --full --cluster... -u root`` style; best effort)."""
     env = slurm_env(root)
-    squeue = _find("squeue")
-    scancel = _find("scancel")
+    prefix = slurm_prefix_of(root)
+    squeue = _find("squeue", prefix)
+    scancel = _find("scancel", prefix)
     if squeue is None or scancel is None:
         return
     proc = run([squeue, "-h", "-o", "%i", "-t", "PD,R,S,CG,CF,RQ,RS,SI,SO,ST"], env=env, check=False, timeout=10)
@@ -208,7 +246,8 @@ def _cancel_jobs(root: Path) -> None:
 # -------------------------------------------------------------------------------------------- public
 
 
-def up(nodes: int = 4, gpus_per_node: int = 4, root: Path = DEFAULT_ROOT, *, timeout: float = 60.0) -> dict[str, Any]:
+def up(nodes: int = 4, gpus_per_node: int = 4, root: Path = DEFAULT_ROOT, *, timeout: float = 60.0,
+       slurm_prefix: Path | None = None) -> dict[str, Any]:
     """Bring up the dev cluster under ``root`` and wait until every node is idle.
 
     Runs, in order: ``munged``, ``mariadb-install-db`` + ``mariadbd`` (port 3307), ``slurmdbd``,
@@ -221,6 +260,8 @@ def up(nodes: int = 4, gpus_per_node: int = 4, root: Path = DEFAULT_ROOT, *, tim
         gpus_per_node: fake V100s per node.
         root: folder owning all files of the cluster (configs, logs, state, spool, fake devices).
         timeout: seconds to wait for each daemon and for the nodes to become idle.
+        slurm_prefix: run the Slurm release built into this prefix (``scripts/build-slurm``)
+            instead of Debian's.
 
     Returns:
         :func:`status` of the running cluster, plus ``seconds`` (bring-up time).
@@ -233,7 +274,9 @@ def up(nodes: int = 4, gpus_per_node: int = 4, root: Path = DEFAULT_ROOT, *, tim
     if gpus_per_node < 1:
         raise DevClusterError(f"gpus_per_node={gpus_per_node}: must be >= 1")
     node_list = nodes_for(nodes)
-    missing = check_prerequisites()
+    if slurm_prefix is not None:
+        slurm_prefix = slurm_prefix.resolve()
+    missing = check_prerequisites(slurm_prefix)
     if missing:
         raise DevClusterError("missing prerequisites:\n  " + "\n  ".join(missing))
     root = root.resolve()
@@ -244,7 +287,7 @@ def up(nodes: int = 4, gpus_per_node: int = 4, root: Path = DEFAULT_ROOT, *, tim
     if old:
         down(root)
     try:
-        _up(node_list, gpus_per_node, root, timeout)
+        _up(node_list, gpus_per_node, root, timeout, slurm_prefix)
     except BaseException:
         log.error("bring-up failed; stopping what was started (logs stay in %s/log)", root)
         down(root)
@@ -254,14 +297,16 @@ def up(nodes: int = 4, gpus_per_node: int = 4, root: Path = DEFAULT_ROOT, *, tim
     return result
 
 
-def _up(node_list: tuple[DevNode, ...], gpus_per_node: int, root: Path, timeout: float) -> None:
+def _up(node_list: tuple[DevNode, ...], gpus_per_node: int, root: Path, timeout: float,
+        prefix: Path | None) -> None:
     from slurm_elastic.spank.build import build_plugin, plugstack_line
 
     for sub in ("bin", "etc", "log", "run", "state", "spool", "dev", "lib", "mysql", "jobs"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     (root / "jobs").chmod(0o1777)
     state: dict[str, Any] = {"root": str(root), "nodes": [n.name for n in node_list], "gpus_per_node": gpus_per_node,
-                             "pids": {}, "network": {"netns": [], "veths": []}}
+                             "pids": {}, "network": {"netns": [], "veths": []},
+                             "slurm_prefix": str(prefix) if prefix is not None else ""}
     save_state(root, state)
     env = slurm_env(root)
     starter = Starter(root, state, env)
@@ -271,7 +316,7 @@ def _up(node_list: tuple[DevNode, ...], gpus_per_node: int, root: Path, timeout:
     # programs under their exact names: Slurm 22.05 drops every Gres= when the name is slurmctld-wlm
     for name in ("slurmctld", "slurmd", "slurmstepd"):
         link = root / "bin" / name
-        target = _daemon_binary(name)
+        target = _daemon_binary(name, prefix)
         if target is None:  # pragma: no cover - checked by check_prerequisites
             raise DevClusterError(f"{name}: install the Debian package {PACKAGES[name]}")
         link.unlink(missing_ok=True)
@@ -281,7 +326,7 @@ def _up(node_list: tuple[DevNode, ...], gpus_per_node: int, root: Path, timeout:
         if not dev.exists():
             os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(195, i))
             dev.chmod(0o666)
-    plugin = build_plugin(root / "lib")
+    plugin = build_plugin(root / "lib", include_dir=prefix / "include" if prefix is not None else None)
 
     munge_socket = root / "run" / "munge" / "munge.socket.2"
     munge_socket.parent.mkdir(mode=0o755, exist_ok=True)
@@ -326,10 +371,10 @@ def _up(node_list: tuple[DevNode, ...], gpus_per_node: int, root: Path, timeout:
 
     _start_database(root, starter, db_password, timeout)
 
-    dbd = starter.start("slurmdbd", [_req("slurmdbd"), "-D"])
+    dbd = starter.start("slurmdbd", [_req("slurmdbd", prefix), "-D"])
     dbd_logs = [root / "log" / "slurmdbd.log", root / "log" / "slurmdbd.out"]
     _wait("slurmdbd", lambda: _port_open("127.0.0.1", DBD_PORT), timeout, dbd_logs, alive=lambda: alive(dbd))
-    sacctmgr = _req("sacctmgr")
+    sacctmgr = _req("sacctmgr", prefix)
     listed = run([sacctmgr, "-n", "-P", "list", "cluster", "format=cluster"], env=env).stdout.split()
     if CLUSTER_NAME not in listed:
         run([sacctmgr, "-i", "add", "cluster", CLUSTER_NAME], env=env)
@@ -353,8 +398,8 @@ def _check_root(root: Path) -> None:
     root.chmod(0o755)
 
 
-def _req(program: str) -> str:
-    path = _find(program)
+def _req(program: str, prefix: Path | None = None) -> str:
+    path = _find(program, prefix)
     if path is None:
         raise DevClusterError(f"{program}: install the Debian package {PACKAGES.get(program, program)}")
     return path
@@ -396,7 +441,8 @@ def _start_database(root: Path, starter: Starter, db_password: str, timeout: flo
 
 def _sinfo_states(root: Path) -> dict[str, str]:
     """Node name -> long state, from ``sinfo -h -N -o '%N %T'``."""
-    proc = run([_req("sinfo"), "-h", "-N", "-o", "%N %T"], env=slurm_env(root), check=False, timeout=10)
+    proc = run([_req("sinfo", slurm_prefix_of(root)), "-h", "-N", "-o", "%N %T"], env=slurm_env(root), check=False,
+               timeout=10)
     out: dict[str, str] = {}
     for line in proc.stdout.splitlines():
         parts = line.split()
@@ -494,6 +540,7 @@ def status(root: Path = DEFAULT_ROOT) -> dict[str, Any]:
         "slurm_conf": str(root / "etc" / "slurm.conf"),
         "nodes": _sinfo_states(root) if ctld_alive else {},
         "gpus_per_node": state.get("gpus_per_node"),
+        "slurm_prefix": state.get("slurm_prefix") or None,
         "daemons": daemons,
         "network": {
             "bridge": net.get("bridge") if net.get("bridge") and link_exists(net["bridge"]) else None,
@@ -503,9 +550,10 @@ def status(root: Path = DEFAULT_ROOT) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def running(nodes: int = 4, gpus_per_node: int = 4, root: Path = DEFAULT_ROOT) -> Iterator[dict[str, Any]]:
+def running(nodes: int = 4, gpus_per_node: int = 4, root: Path = DEFAULT_ROOT, *,
+            slurm_prefix: Path | None = None) -> Iterator[dict[str, Any]]:
     """``with running(...) as info:`` brings the dev cluster up and always brings it down again."""
     try:
-        yield up(nodes, gpus_per_node, root)
+        yield up(nodes, gpus_per_node, root, slurm_prefix=slurm_prefix)
     finally:
         down(root)

@@ -6,8 +6,8 @@ the readers get it injected as a ``runner`` so the unit tests can feed recorded 
 :mod:`slurm_elastic.slurm.actions`' business alone; the readers are
 :mod:`slurm_elastic.slurm.cli_backend` and :mod:`slurm_elastic.slurm.pyslurm_backend`.
 
-Supported: Slurm 22.05 (JSON openapi/v0.0.38) and 25.11 (data_parser/v0.0.44). Any other version
-is refused at start with the version found and the supported ones.
+Supported: Slurm 22.05 (JSON openapi/v0.0.38) and 23.02 to 25.11 (data_parser/v0.0.39 to v0.0.44).
+Any other version is refused at start with the version found and the supported ones.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from slurm_elastic.slurm.dialects import SlurmJsonError, UnsupportedSlurmVersion
 
 log = logging.getLogger(__name__)
 
-SUPPORTED_RELEASES = ((22, 5), (25, 11))
+SUPPORTED_RELEASES = ((22, 5), (23, 2), (23, 11), (24, 5), (24, 11), (25, 5), (25, 11))
+"""The releases whose ``--json`` is read (22.05's openapi, then each release's data_parser)."""
 COMMAND_TIMEOUT_S = 30.0
 
 Runner = Callable[[Sequence[str]], str]
@@ -70,9 +71,29 @@ def slurm_release(runner: Runner) -> tuple[int, int, int]:
     if release[:2] not in SUPPORTED_RELEASES:
         known = ", ".join(f"{a}.{b:02d}" for a, b in SUPPORTED_RELEASES)
         raise UnsupportedSlurmVersion(
-            f"Slurm {'.'.join(map(str, release))} is not supported (its --json output differs); supported: {known}"
+            f"Slurm {release_text(release)} is not supported (its --json output differs); supported: {known}"
         )
     return release
+
+
+def release_text(release: tuple[int, int, int]) -> str:
+    """A release as Slurm writes it: ``(22, 5, 8)`` -> ``22.05.8``."""
+    return f"{release[0]}.{release[1]:02d}.{release[2]}"
+
+
+def controller_release(runner: Runner) -> tuple[int, int, int]:
+    """The release the running slurmctld reports (``SLURM_VERSION`` of ``scontrol show config``),
+    which may differ from the client's own (``sinfo --version``).
+
+    Raises:
+        SlurmCommandError: slurmctld does not answer.
+        SlurmJsonError: the answer names no release.
+    """
+    text = runner(["scontrol", "show", "config"])
+    m = re.search(r"^SLURM_VERSION\s*=\s*(\d+)\.(\d+)\.(\d+)", text[:1_000_000], re.MULTILINE)
+    if not m:
+        raise SlurmJsonError("scontrol show config: no SLURM_VERSION line")
+    return int(m.group(1)), int(m.group(2)), int(m.group(3))
 
 
 def run_json(runner: Runner, argv: Sequence[str]) -> dict[str, Any]:

@@ -10,16 +10,18 @@ the core's. It reads no file, runs no command, reads no clock and does not log.
   or null; unset strings null or ``""`` (the recording has ``""``, the source allows null; both read as
   ``""``); ``tres_per_node`` like ``gres:gpu:2``; ``sinfo --json`` gives
   ``nodes[]``, one record per node, with a lower-case base ``state`` and ``state_flags[]``.
-* **Slurm 25.11** (``data_parser/v0.0.44``): ``meta.plugin.data_parser`` and
-  ``meta.slurm.version.{major,minor,micro}`` as strings; ``job_state`` a list whose item 0 is the base
-  state; numbers ``{"set", "infinite", "number"}``; unset strings ``""``; ``tres_per_node`` like
+* **Slurm 23.02 to 25.11** (``data_parser/v0.0.39`` to ``v0.0.44``, :data:`DATA_PARSERS`: each
+  release prints its own by default and accepts older ones with ``--json=v0.0.NN``):
+  ``meta.plugin.data_parser`` and ``meta.slurm.version.{major,minor,micro}`` (strings; numbers
+  accepted); ``job_state`` a list whose item 0 is the base state (v0.0.39: one word, as 22.05);
+  numbers ``{"set", "infinite", "number"}``; unset strings ``""``; ``tres_per_node`` like
   ``gres/gpu:2``; ``sinfo -N --json`` gives ``sinfo[]`` (one record per node *per partition*), and
   ``scontrol show node --json`` gives ``nodes[]`` with ``state`` as a list.
 
-Other data_parser versions (v0.0.39–v0.0.43, from Slurm 23.02–25.05, or chosen with
-``--json=v0.0.4x``) are refused: the GPU fields of v0.0.41–v0.0.43 matched v0.0.44 in the one test
-recorded in ``SLURM-FACTS.md`` §8, but that does not cover the node, state and accounting fields read
-here, nor the older releases that emit them natively.
+Every field read here was compared across the recorded output of each data_parser version
+(``tests/fixtures/slurm-json/<release>/``, see its README): the versions differ in keys this parser
+does not read, so one set of accessors reads them all. The accessors take either shape where the
+versions differ (a state as one word or as a list, a number plain or as ``{set, infinite, number}``).
 
 Node state mapping (:func:`map_node_state`; base state and flags upper-cased first, 22.05's
 ``"drained"``/``"draining"`` spellings accepted as base states):
@@ -52,6 +54,7 @@ Job state mapping (:func:`map_job_state`; 22.05 prints one word in which a flag 
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -80,15 +83,19 @@ class DocKind(enum.Enum):
 
 
 class JsonDialect(enum.Enum):
-    """The two supported JSON dialects, by the plugin that printed them."""
+    """The two families of Slurm's JSON, by the plugin that printed them."""
 
     OPENAPI_V0038 = "openapi/v0.0.38"
     """Slurm 22.05 (``sacct`` prints ``openapi/dbv0.0.38``, same conventions)."""
-    DATA_PARSER_V0044 = "data_parser/v0.0.44"
-    """Slurm 25.11."""
+    DATA_PARSER = "data_parser"
+    """Slurm 23.02 to 25.11: ``data_parser/v0.0.39`` to ``v0.0.44`` (:data:`DATA_PARSERS`)."""
 
 
-_SUPPORTED = "openapi/v0.0.38 or openapi/dbv0.0.38 (Slurm 22.05) and data_parser/v0.0.44 (Slurm 25.11)"
+DATA_PARSERS: dict[int, str] = {39: "23.02", 40: "23.11", 41: "24.05", 42: "24.11", 43: "25.05", 44: "25.11"}
+"""The data_parser versions read (``data_parser/v0.0.NN`` by NN), each with the release that prints it by default."""
+
+_SUPPORTED = ("openapi/v0.0.38 or openapi/dbv0.0.38 (Slurm 22.05) and data_parser/v0.0.39 to v0.0.44 "
+              "(Slurm 23.02 to 25.11)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +104,8 @@ class SlurmJsonVersion:
 
     Attributes:
         dialect: the JSON conventions to read the document with.
-        plugin: the plugin string as printed (``openapi/dbv0.0.38`` …).
-        release: Slurm version ``(major, minor, micro)``.
+        plugin: the plugin string as printed (``openapi/dbv0.0.38``, ``data_parser/v0.0.42`` …).
+        release: the printing Slurm's version ``(major, minor, micro)``.
     """
 
     dialect: JsonDialect
@@ -109,6 +116,13 @@ class SlurmJsonVersion:
     def is_legacy(self) -> bool:
         """True for 22.05's conventions (plain ints, string states, ``gres:`` TRES)."""
         return self.dialect is JsonDialect.OPENAPI_V0038
+
+    def describe(self) -> str:
+        """``data_parser/v0.0.42 (Slurm 24.11's default) from Slurm 25.11.7``, for status and check-config."""
+        m = _DATA_PARSER.match(self.plugin)
+        native = DATA_PARSERS.get(int(m.group(1))) if m else "22.05"
+        printed = ".".join(f"{p:02d}" if i == 1 else str(p) for i, p in enumerate(self.release))
+        return f"{self.plugin} (Slurm {native}'s default) from Slurm {printed}"
 
 
 
@@ -218,6 +232,12 @@ def as_time(value: object, key: str, where: Where) -> int | None:
     return t if t else None
 
 
+def as_states(value: object, key: str, where: Where) -> tuple[str, ...]:
+    """A state, upper case: one word (22.05, data_parser v0.0.39) or a list, base state first (v0.0.40 on)."""
+    words = (as_str(value, key, where),) if isinstance(value, str) else as_str_list(value, key, where)
+    return tuple(w.upper() for w in words)
+
+
 def as_str_list(value: object, key: str, where: Where) -> tuple[str, ...]:
     if value is None:
         return ()
@@ -256,11 +276,12 @@ def detect_version(doc: Mapping[str, Any], kind: DocKind = DocKind.UNKNOWN) -> S
         raise where.error("meta.plugin", f"must be an object, got {typename(plugin)}")
     data_parser = plugin.get("data_parser") or ""
     ptype = plugin.get("type") or ""
-    if data_parser == JsonDialect.DATA_PARSER_V0044.value:
-        release = _release(meta, "slurm", str, where)
-        return SlurmJsonVersion(JsonDialect.DATA_PARSER_V0044, data_parser, release)
+    m = _DATA_PARSER.match(data_parser) if isinstance(data_parser, str) else None
+    if m is not None and int(m.group(1)) in DATA_PARSERS:
+        release = _release(meta, "slurm", (str, int), where)
+        return SlurmJsonVersion(JsonDialect.DATA_PARSER, data_parser, release)
     if ptype in ("openapi/v0.0.38", "openapi/dbv0.0.38") and not data_parser:
-        release = _release(meta, "Slurm", int, where)
+        release = _release(meta, "Slurm", (int,), where)
         return SlurmJsonVersion(JsonDialect.OPENAPI_V0038, ptype, release)
     found = data_parser or ptype or "no plugin"
     slurm = meta.get("slurm") or meta.get("Slurm")
@@ -271,16 +292,22 @@ def detect_version(doc: Mapping[str, Any], kind: DocKind = DocKind.UNKNOWN) -> S
     )
 
 
-def _release(meta: Mapping[str, Any], key: str, typ: type, where: Where) -> tuple[int, int, int]:
+_DATA_PARSER = re.compile(r"^(?:data_parser/)?v0\.0\.([0-9]{2})$")
+"""25.11 prints ``data_parser/v0.0.44``, 24.05 just ``v0.0.41``."""
+
+
+def _release(meta: Mapping[str, Any], key: str, types: tuple[type, ...], where: Where) -> tuple[int, int, int]:
     parts: list[int] = []
     for p in ("major", "minor", "micro"):
         v = get_path(meta, f"{key}.version.{p}", where)
-        if isinstance(v, bool) or not isinstance(v, typ):
-            raise where.error(f"meta.{key}.version.{p}", f"must be a {typ.__name__}, got {typename(v)} {v!r}")
-        try:
-            parts.append(int(v))
-        except ValueError as exc:
-            raise where.error(f"meta.{key}.version.{p}", f"must be a number, got {v!r}") from exc
+        if isinstance(v, bool) or not isinstance(v, types):
+            names = " or ".join(t.__name__ for t in types)
+            raise where.error(f"meta.{key}.version.{p}", f"must be a {names}, got {typename(v)} {v!r}")
+        if isinstance(v, str) and not (v.isascii() and v.isdigit() and len(v) <= 4):
+            raise where.error(f"meta.{key}.version.{p}", f"must be a number, got {v[:50]!r}")
+        parts.append(int(v))
+        if not 0 <= parts[-1] < 10_000:
+            raise where.error(f"meta.{key}.version.{p}", f"must be 0..9999, got {parts[-1]}")
     return (parts[0], parts[1], parts[2])
 
 

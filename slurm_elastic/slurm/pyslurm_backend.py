@@ -252,6 +252,11 @@ class PyslurmSource:
     refused_nodes: dict[str, str] = field(default_factory=dict)
     """The node records of the last read that did not convert, by node name, with the reason (left out)."""
 
+    @property
+    def dialect(self) -> str:
+        """What the records are read from, for ``status`` and ``check-config``."""
+        return f"pyslurm {getattr(self.api, '__version__', '?')} (Slurm's C API) on Slurm {_release_str(self.release)}"
+
     @classmethod
     def connect(cls, runner: Runner = run_command) -> PyslurmSource:
         """Import pyslurm (:func:`load_pyslurm`) and build the source.

@@ -30,6 +30,7 @@ from slurm_elastic.slurm.dialects import (
     SlurmJsonVersion,
     Where,
     as_int,
+    as_states,
     as_str,
     as_str_list,
     as_time,
@@ -466,7 +467,7 @@ def _job(j: Mapping[str, Any], kind: DocKind, version: SlurmJsonVersion) -> JobR
     if version.is_legacy:
         states: tuple[str, ...] = (as_str(raw_state, "job_state", where).upper(),)
     else:
-        states = tuple(s.upper() for s in as_str_list(raw_state, "job_state", where))
+        states = as_states(raw_state, "job_state", where)
     restart = as_int(j.get("restart_cnt"), "restart_cnt", where) or 0
     try:
         state = map_job_state(states, restart)
@@ -525,7 +526,7 @@ _SACCT_EMPTY = ("Nothing found",)
 
 
 def parse_sacct(doc: Mapping[str, Any]) -> list[AccountingRecord]:
-    """Read jobs from ``sacct --json`` (22.05 ``openapi/dbv0.0.38`` or 25.11 ``data_parser/v0.0.44``).
+    """Read jobs from ``sacct --json`` (22.05 ``openapi/dbv0.0.38``, 23.02 to 25.11 ``data_parser/v0.0.39..44``).
 
     22.05 reports an empty result as the error ``Nothing found``; that gives ``[]``. A resized job
     appears once per shape under the same id: the earlier records say ``RESIZING`` and are mapped to
@@ -557,7 +558,7 @@ def _sacct_job(j: Mapping[str, Any], version: SlurmJsonVersion) -> AccountingRec
     if version.is_legacy:
         states: tuple[str, ...] = (as_str(current, "state.current", where).upper(),)
     else:
-        states = tuple(s.upper() for s in as_str_list(current, "state.current", where))
+        states = as_states(current, "state.current", where)
     try:
         # A resized job has one record per shape; the earlier ones say RESIZING and are closed.
         state = JobState.FINISHED if "RESIZING" in states else map_job_state(states, 0)

@@ -1,7 +1,10 @@
 """Build the ``--elastic`` SPANK plugin, check who could change it, and produce the lines that install it.
 
-Owns compiling ``slurm_elastic.c`` with gcc against the installed ``<slurm/spank.h>`` (Debian package
-``libslurm-dev``), the text of the ``plugstack.conf`` / ``slurm.conf`` lines, the check that only
+Owns compiling ``slurm_elastic.c`` with gcc against the ``<slurm/spank.h>`` of the Slurm that runs
+(:func:`slurm_include_dir`: a build's prefix, else ``pkg-config slurm``, else Debian's ``libslurm-dev``
+in ``/usr/include``), the release those headers are (:func:`header_release`: Slurm refuses a SPANK
+plugin whose major.minor differs from its own, and with ``required`` every ``sbatch`` then fails),
+the text of the ``plugstack.conf`` / ``slurm.conf`` lines, the check that only
 root can change the plugin and the folders above it (slurmstepd loads it as root on every node:
 :func:`check_root_only`, the rule injectable as :class:`Trust`), and ``--write``: the plugstack line
 and ``job_submit.lua`` written atomically, never through a link, and never over a site's own
@@ -15,6 +18,7 @@ needs the same ownership and modes.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -27,7 +31,8 @@ from slurm_elastic.resources import JOB_SUBMIT_LUA
 
 SOURCE = Path(__file__).with_name("slurm_elastic.c")
 PLUGIN_NAME = "slurm_elastic.so"
-SPANK_HEADER = Path("/usr/include/slurm/spank.h")
+DEFAULT_INCLUDE = Path("/usr/include")
+SPANK_HEADER = DEFAULT_INCLUDE / "slurm" / "spank.h"
 
 
 @dataclass(frozen=True)
@@ -67,14 +72,50 @@ class PluginBuildError(ElasticError):
     """The SPANK plugin cannot be built (missing compiler or header, or a compile error)."""
 
 
-def build_plugin(out_dir: Path, *, cc: str = "gcc") -> Path:
+def slurm_include_dir(prefix: Path | None = None) -> Path:
+    """Where the headers of the Slurm to build against are: ``PREFIX/include`` when a prefix is
+    given, else ``pkg-config --variable=includedir slurm`` (a source build installs ``slurm.pc``),
+    else Debian's ``/usr/include``."""
+    if prefix is not None:
+        return prefix / "include"
+    pkg_config = shutil.which("pkg-config")
+    if pkg_config is not None:
+        proc = subprocess.run([pkg_config, "--variable=includedir", "slurm"], capture_output=True, text=True,
+                              check=False, timeout=30)
+        found = proc.stdout.strip()
+        if proc.returncode == 0 and found and (Path(found) / "slurm" / "spank.h").exists():
+            return Path(found)
+    return DEFAULT_INCLUDE
+
+
+def header_release(include_dir: Path = DEFAULT_INCLUDE) -> tuple[int, int, int]:
+    """The Slurm release of the headers in ``include_dir`` (``SLURM_VERSION_NUMBER`` of
+    ``slurm/slurm_version.h``), which a plugin built against them carries.
+
+    Raises:
+        PluginBuildError: the file is missing or names no version.
+    """
+    path = include_dir / "slurm" / "slurm_version.h"
+    try:
+        text = path.read_text(errors="replace")[:65536]
+    except OSError as exc:
+        raise PluginBuildError(f"{path}: {exc.strerror}: not the headers of a Slurm release") from exc
+    m = re.search(r"^#define\s+SLURM_VERSION_NUMBER\s+0x([0-9a-fA-F]+)\s*$", text, re.MULTILINE)
+    if m is None:
+        raise PluginBuildError(f"{path}: no SLURM_VERSION_NUMBER line")
+    number = int(m.group(1), 16)
+    return (number >> 16) & 0xFF, (number >> 8) & 0xFF, number & 0xFF
+
+
+def build_plugin(out_dir: Path, *, cc: str = "gcc", include_dir: Path | None = None) -> Path:
     """Compile the SPANK plugin into ``out_dir/slurm_elastic.so``.
 
-    Runs ``gcc -shared -fPIC -O2 -Wall -o OUT/slurm_elastic.so slurm_elastic.c``.
+    Runs ``gcc -shared -fPIC -O2 -Wall -I INCLUDE -o OUT/slurm_elastic.so slurm_elastic.c``.
 
     Args:
         out_dir: folder for the shared object (created if missing).
         cc: the C compiler to run.
+        include_dir: the headers of the Slurm that will load it (default :data:`DEFAULT_INCLUDE`).
 
     Returns:
         The path of the built plugin.
@@ -85,12 +126,17 @@ def build_plugin(out_dir: Path, *, cc: str = "gcc") -> Path:
     compiler = shutil.which(cc)
     if compiler is None:
         raise PluginBuildError(f"compiler {cc!r} not found: install the Debian package gcc")
-    if not SPANK_HEADER.exists():
-        raise PluginBuildError(f"{SPANK_HEADER} not found: install the Debian package libslurm-dev")
+    include = include_dir if include_dir is not None else DEFAULT_INCLUDE
+    header = include / "slurm" / "spank.h"
+    if not header.exists():
+        hint = ("install the Debian package libslurm-dev" if include == DEFAULT_INCLUDE
+                else "give the prefix Slurm was installed into (its include/slurm/spank.h)")
+        raise PluginBuildError(f"{header} not found: {hint}")
     out_dir.mkdir(parents=True, exist_ok=True)
     out = out_dir / PLUGIN_NAME
     tmp = out_dir / (PLUGIN_NAME + ".tmp")
-    argv = [compiler, "-shared", "-fPIC", "-O2", "-Wall", "-Wno-unused-parameter", "-o", str(tmp), str(SOURCE)]
+    argv = [compiler, "-shared", "-fPIC", "-O2", "-Wall", "-Wno-unused-parameter", "-I", str(include),
+            "-o", str(tmp), str(SOURCE)]
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)
@@ -229,7 +275,8 @@ def _ensure_folder(folder: Path, what: str, trust: Trust | None, why: str) -> tu
     return check_root_only(folder, what, trust, folder=True, why=why)
 
 
-def install_plugin(out_dir: Path, *, trust: Trust | None = None, cc: str = "gcc") -> tuple[Path, tuple[str, ...]]:
+def install_plugin(out_dir: Path, *, trust: Trust | None = None, cc: str = "gcc",
+                   include_dir: Path | None = None) -> tuple[Path, tuple[str, ...]]:
     """Build the plugin into ``out_dir`` after checking that only root can change that folder and
     the ones above it, then check the plugin itself (:func:`check_root_only`).
 
@@ -241,7 +288,7 @@ def install_plugin(out_dir: Path, *, trust: Trust | None = None, cc: str = "gcc"
         PluginBuildError: the plugin cannot be built.
     """
     _ensure_folder(out_dir, "plugin folder", trust, PLUGIN_WHY)
-    plugin = build_plugin(out_dir.absolute(), cc=cc)
+    plugin = build_plugin(out_dir.absolute(), cc=cc, include_dir=include_dir)
     return plugin, check_root_only(plugin, "the plugin", trust)
 
 

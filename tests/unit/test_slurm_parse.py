@@ -146,7 +146,7 @@ def test_2511_fixture_versions() -> None:
     for name in ("squeue.json", "sinfo.json", "sinfo_N.json", "sacct.json", "scontrol_show_job.json",
                  "scontrol_show_node.json"):
         v = detect_version(load("25.11", name))
-        assert (v.dialect, v.plugin, v.release) == (JsonDialect.DATA_PARSER_V0044, "data_parser/v0.0.44", (25, 11, 7))
+        assert (v.dialect, v.plugin, v.release) == (JsonDialect.DATA_PARSER, "data_parser/v0.0.44", (25, 11, 7))
 
 
 def test_2511_squeue_jobs() -> None:
@@ -433,12 +433,13 @@ def test_2511_sinfo_duplicates_must_agree() -> None:
 # Error paths
 
 
-@pytest.mark.parametrize("parser", ["data_parser/v0.0.43", "data_parser/v0.0.39", "data_parser/v0.0.45"])
+@pytest.mark.parametrize("parser", ["data_parser/v0.0.38", "data_parser/v0.0.45", "v0.0.45", "data_parser/v0.0.4",
+                                    "data_parser/v0.0.044", "data_parser/v1.0.44", "data_parser/latest"])
 def test_unsupported_data_parser_is_refused_naming_both(parser: str) -> None:
     doc = squeue_2511(job_2511())
     doc["meta"] = meta_2511(parser)
     with pytest.raises(UnsupportedSlurmVersion, match=rf"unsupported Slurm JSON dialect '{parser}' \(Slurm 25.11.7\); "
-                                                      r"supported: openapi/v0.0.38 .*data_parser/v0.0.44"):
+                                                      r"supported: openapi/v0.0.38 .*data_parser/v0.0.39 to v0.0.44"):
         parse_jobs(doc)
 
 
@@ -450,8 +451,11 @@ def test_unknown_openapi_version_and_missing_meta() -> None:
     with pytest.raises(SlurmJsonError, match=r"squeue --json: document: key 'meta': is missing"):
         parse_jobs({"jobs": []})
     bad = squeue_2511()
-    bad["meta"]["slurm"]["version"]["major"] = 25  # 25.11 prints strings
-    with pytest.raises(SlurmJsonError, match=r"key 'meta.slurm.version.major': must be a str"):
+    bad["meta"]["slurm"]["version"]["major"] = 25.0  # 25.11 prints strings (a number is read too)
+    with pytest.raises(SlurmJsonError, match=r"key 'meta.slurm.version.major': must be a str or int"):
+        detect_version(bad)
+    bad["meta"]["slurm"]["version"]["major"] = "2a"
+    with pytest.raises(SlurmJsonError, match=r"key 'meta.slurm.version.major': must be a number, got '2a'"):
         detect_version(bad)
 
 
