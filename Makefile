@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: system setup lint test demo demo-sim reproduce bench clean
+.PHONY: system setup lint test demo demo-sim reproduce bench release-check clean
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,12 @@ bench: setup
 	$(BIN)/slurm-elastic bench planner --policy dp --gpus 4096 --jobs 1000
 	$(BIN)/slurm-elastic bench planner --policy ones --gpus 4096 --jobs 1000 --param generations=1
 	$(BIN)/slurm-elastic bench simulate --jobs 10000 --gpus 1024 --policy dp
+
+# A real cluster of a Slurm release built from SchedMD's source, with pyslurm: the backends agree, the
+# acting daemon starts and shrinks (root; ~20 minutes the first time, then ~1 minute; not in CI).
+RELEASE ?= 25.11.7
+release-check: setup
+	scripts/release-check $(RELEASE)
 
 clean:
 	rm -rf $(VENV) build out .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from slurm_elastic import policies
+from slurm_elastic.contract import ELASTIC_TAG
 from slurm_elastic.errors import ConfigError
 from slurm_elastic.observe.snapshot import snapshot_of
 from slurm_elastic.slurm.cli_backend import SlurmCli
@@ -88,7 +89,7 @@ def site_documents(nodes: int, jobs: int, *, seed: int = 0,
             job = copy.deepcopy(wait_tpl)
             job.update(node_count=_num(1))
         job.update(job_id=1000 + i, name=f"train{i}", tres_per_node=f"gres/gpu:{want}", tres_per_job="",
-                   tres_per_task="", admin_comment="slurm-elastic gpus=1:4" if elastic else "",
+                   tres_per_task="", admin_comment=f"{ELASTIC_TAG} gpus=1:4" if elastic else "",
                    comment="", submit_time=_num(1_700_000_000 + i))
         out_jobs.append(job)
     squeue["jobs"] = out_jobs

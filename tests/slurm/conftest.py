@@ -1,7 +1,8 @@
 """The real dev Slurm cluster for the ``slurm`` tests: brought up once per session, always brought down.
 
 Skips when Slurm (or root) is missing, unless ``SLURM_ELASTIC_REQUIRE_SLURM=1`` (set by CI): then the
-missing prerequisites are a failure.
+missing prerequisites are a failure. With ``SLURM_ELASTIC_SLURM_PREFIX=DIR`` the cluster runs the Slurm
+release built into DIR by ``scripts/build-slurm`` instead of Debian's 22.05 (``scripts/release-check``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,12 @@ import pytest
 
 from slurm_elastic.dev import devcluster
 from slurm_elastic.resources import EXAMPLE_TRAINER
+
+
+def base_state(job: dict[str, Any]) -> str:
+    """A job's base state from its ``squeue --json`` record: one word (22.05), or a list, base first."""
+    state = job["job_state"]
+    return str(state[0] if isinstance(state, list) else state)
 
 
 @dataclass
@@ -73,7 +80,7 @@ class DevCluster:
         """Poll ``squeue --json`` until the job is in ``state``."""
         deadline = time.monotonic() + timeout
         job = self.job(job_id)
-        while job["job_state"] != state:
+        while base_state(job) != state:
             if time.monotonic() > deadline:
                 raise AssertionError(f"job {job_id} is {job['job_state']} ({job.get('state_reason')}), not {state}")
             time.sleep(0.3)
@@ -87,7 +94,7 @@ class DevCluster:
             self.run(["scancel", *sorted(set(ids))])
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            states = {j["job_state"] for j in self.json(["squeue", "--json"])["jobs"]}
+            states = {base_state(j) for j in self.json(["squeue", "--json"])["jobs"]}
             if not states & {"RUNNING", "PENDING", "COMPLETING", "CONFIGURING", "SUSPENDED"}:
                 return
             time.sleep(0.3)
@@ -112,14 +119,15 @@ def dev_root() -> Iterator[Path]:
 @pytest.fixture(scope="session")
 def cluster(dev_root: Path) -> Iterator[DevCluster]:
     """A 4-node x 4-GPU dev cluster, up for the whole session."""
-    missing = devcluster.check_prerequisites()
+    prefix = Path(os.environ["SLURM_ELASTIC_SLURM_PREFIX"]) if os.environ.get("SLURM_ELASTIC_SLURM_PREFIX") else None
+    missing = devcluster.check_prerequisites(prefix)
     if missing:
         reason = "dev Slurm cluster unavailable: " + "; ".join(missing)
         if _require():
             pytest.fail(reason + " (SLURM_ELASTIC_REQUIRE_SLURM=1)")
         pytest.skip(reason)
     try:
-        info = devcluster.up(nodes=4, gpus_per_node=4, root=dev_root)
+        info = devcluster.up(nodes=4, gpus_per_node=4, root=dev_root, slurm_prefix=prefix)
     except devcluster.DevClusterError as exc:
         pytest.fail(f"devcluster up failed: {exc}")
     try:

@@ -221,3 +221,67 @@ def test_site_files_never_follow_a_link_at_a_target(site: Path, tmp_path: Path,
     assert main(["install-plugin", "--out", str(site.parent / "lib"), "--site-files", str(site)]) == 2
     assert "slurm-elastic.service exists" in capsys.readouterr().err
     assert not (tmp_path / "elsewhere.service").exists() and not (site.parent / "lib").exists()
+
+
+# --- the release the plugin is built for ----------------------------------------------------------
+
+def _fake_slurm(tmp_path: Path, *, headers: str, ctld: str, answering: str | None) -> Path:
+    """A Slurm prefix: Debian's headers claiming release ``headers``, a ``slurmctld -V`` printing
+    ``ctld``, and an ``scontrol show config`` naming the running ``answering`` release (or failing)."""
+    prefix = tmp_path / "slurm"
+    inc = prefix / "include" / "slurm"
+    inc.mkdir(parents=True)
+    for header in Path("/usr/include/slurm").glob("*.h"):
+        (inc / header.name).write_bytes(header.read_bytes())
+    major, minor, micro = (int(p) for p in headers.split("."))
+    version_h = inc / "slurm_version.h"
+    version_h.write_text(version_h.read_text().replace(
+        "#define SLURM_VERSION_NUMBER 0x160508", f"#define SLURM_VERSION_NUMBER 0x{major:02x}{minor:02x}{micro:02x}"))
+    for folder, name, text in (("sbin", "slurmctld", f"echo 'slurm {ctld}'"),
+                               ("bin", "scontrol", f"echo 'SLURM_VERSION           = {answering}'" if answering
+                                else "echo 'slurm_load_ctl_conf error: Unable to contact slurm controller' >&2; exit 1")):
+        (prefix / folder).mkdir(exist_ok=True)
+        _file(prefix / folder / name, f"#!/bin/sh\n{text}\n", mode=0o755)
+    return prefix
+
+
+needs_headers = pytest.mark.skipif(not Path("/usr/include/slurm/slurm_version.h").exists(),
+                                   reason="Debian's libslurm-dev headers")
+
+
+@needs_headers
+@pytest.mark.parametrize(("answering", "ctld", "running"), [("25.11.7", "22.05.8", "the running slurmctld"),
+                                                           (None, "25.11.7", "the installed")])
+def test_a_plugin_for_another_release_than_the_running_one_is_refused_before_anything_is_built(
+        site: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], answering: str | None, ctld: str,
+        running: str) -> None:
+    prefix = _fake_slurm(tmp_path, headers="22.05.8", ctld=ctld, answering=answering)
+    out = tmp_path / "lib"
+    assert main(["install-plugin", "--out", str(out), "--slurm-prefix", str(prefix),
+                 "--write", str(site / "plugstack.conf")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"the headers in {prefix}/include are Slurm 22.05.8 but {running}" in err
+    assert "is Slurm 25.11.7 (rule: Slurm loads a SPANK plugin only into the major.minor it was built for)" in err
+    assert not out.exists() and not (site / "plugstack.conf").exists()
+
+
+@needs_headers
+def test_the_plugin_is_built_against_the_prefix_headers_of_the_running_release(
+        site: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    prefix = _fake_slurm(tmp_path, headers="25.11.2", ctld="25.11.7", answering="25.11.7")
+    out = tmp_path / "lib"
+    assert main(["install-plugin", "--out", str(out), "--slurm-prefix", str(prefix)]) == 0
+    err = capsys.readouterr().err
+    assert f"built against Slurm 25.11.2 ({prefix}/include), as the running slurmctld runs" in err
+    assert build.header_release(prefix / "include") == (25, 11, 2)
+    # the plugin carries the headers' release: Slurm compares it with its own
+    assert bytes.fromhex("020b19") in (out / "slurm_elastic.so").read_bytes()
+
+
+def test_write_is_refused_when_no_running_slurm_can_be_told(site: Path, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    prefix = _fake_slurm(tmp_path, headers="22.05.8", ctld="22.05.8", answering=None)
+    (prefix / "sbin" / "slurmctld").unlink()
+    assert main(["install-plugin", "--out", str(tmp_path / "lib"), "--slurm-prefix", str(prefix),
+                 "--write", str(site / "plugstack.conf")]) == 2
+    assert "cannot tell which Slurm runs here" in capsys.readouterr().err
