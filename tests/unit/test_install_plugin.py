@@ -237,9 +237,10 @@ def _fake_slurm(tmp_path: Path, *, headers: str, ctld: str, answering: str | Non
     version_h = inc / "slurm_version.h"
     version_h.write_text(version_h.read_text().replace(
         "#define SLURM_VERSION_NUMBER 0x160508", f"#define SLURM_VERSION_NUMBER 0x{major:02x}{minor:02x}{micro:02x}"))
+    no_answer = "echo 'slurm_load_ctl_conf error: Unable to contact slurm controller' >&2; exit 1"
     for folder, name, text in (("sbin", "slurmctld", f"echo 'slurm {ctld}'"),
                                ("bin", "scontrol", f"echo 'SLURM_VERSION           = {answering}'" if answering
-                                else "echo 'slurm_load_ctl_conf error: Unable to contact slurm controller' >&2; exit 1")):
+                                else no_answer)):
         (prefix / folder).mkdir(exist_ok=True)
         _file(prefix / folder / name, f"#!/bin/sh\n{text}\n", mode=0o755)
     return prefix
