@@ -62,11 +62,17 @@ def test_status_and_check_config_commands(cluster: DevCluster, tmp_path: Path,
     job = cluster.sbatch("--elastic=2:4", "--gres=gpu:1", "-N2", "--wrap", "sleep 60")
     cluster.wait_state(job, "RUNNING")
     assert main(["check-config", str(conf)]) == 0
-    assert json.loads(capsys.readouterr().out)["policy_params"] == {"generations": 3}
+    checked = json.loads(capsys.readouterr().out)
+    assert checked["policy_params"] == {"generations": 3}
+    release = cluster.run(["sinfo", "--version"], check=True).stdout.split()[-1]
+    seen = checked["slurm"]
+    assert seen["release"] == release and f"Slurm {release}" in seen["read_through"], seen
     assert main(["daemon", "--config", str(conf), "--once"]) == 0
     capsys.readouterr()
     assert main(["status", "--config", str(conf), "--json"]) == 0
-    rows = {r["job_id"]: r for r in json.loads(capsys.readouterr().out)}
+    out = capsys.readouterr()
+    rows = {r["job_id"]: r for r in json.loads(out.out)}
+    assert "Slurm read through " in out.err and release in out.err
     assert rows[str(job)]["gpus"] == 2 and rows[str(job)]["range"] == "2:4"
     assert rows[str(job)]["planned_gpus"] >= 2
     cluster.cancel_all()
