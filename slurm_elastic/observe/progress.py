@@ -245,7 +245,8 @@ def runtime_of(rows: Sequence[ProgressRow]) -> JobRuntime | None:
 
     Throughput is the mean of the progress windows since the last resize (the current world);
     the last change is the last resize report; the model's name and parameter count are those of the
-    latest report that gives them.
+    latest report that gives them. A job whose last report says its training ended cannot grow: its
+    workers are exiting, and a grow planned for it would only be refused by the actuator.
     """
     rows = [r for r in rows if r.kind != "left"]  # a dropped worker's farewell says nothing of the job now
     if not rows:
@@ -272,6 +273,7 @@ def runtime_of(rows: Sequence[ProgressRow]) -> JobRuntime | None:
         progress=ProgressReport(initial_loss=losses[0] if losses else None,
                                 current_loss=losses[-1] if losses else None,
                                 val_metric=metrics[-1] if metrics else None),
+        can_grow=last.kind != "end",
     )
 
 

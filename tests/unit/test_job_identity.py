@@ -213,6 +213,15 @@ def test_the_runtime_takes_the_model_of_the_latest_report_that_names_one() -> No
     assert unnamed is not None and (unnamed.model, unnamed.params) == (None, None)
 
 
+def test_a_job_whose_training_ended_is_not_offered_growth() -> None:
+    """Its workers are exiting: a grow planned for it would be refused by the actuator (a no-op round
+    that once raced a real-cluster test)."""
+    rows = [ProgressRow(1.0, "progress", 10, 2, 64, 5.0, nodes=1), ProgressRow(2.0, "end", 20, 2, 64, nodes=1)]
+    ended, training = runtime_of(rows), runtime_of(rows[:1])
+    assert ended is not None and training is not None and not ended.can_grow and training.can_grow
+    assert runtime_of([*rows, ProgressRow(3.0, "left", 20, 2, 64)]).can_grow is False  # type: ignore[union-attr]
+
+
 def test_a_job_naming_a_profiled_model_is_planned_with_that_profile_as_its_prior() -> None:
     profiles = shipped_profiles()
     points = _measured(profiles["imagenet"])
