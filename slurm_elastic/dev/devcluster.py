@@ -281,6 +281,7 @@ def up(nodes: int = 4, gpus_per_node: int = 4, root: Path = DEFAULT_ROOT, *, tim
         raise DevClusterError("missing prerequisites:\n  " + "\n  ".join(missing))
     root = root.resolve()
     _check_root(root)
+    _check_same_build(root, slurm_prefix)
     old = load_state(root)
     if any(alive(e) for e in old.get("pids", {}).values()):
         raise DevClusterError(f"a dev cluster is already up under {root}: run `slurm-elastic devcluster down`")
@@ -303,6 +304,7 @@ def _up(node_list: tuple[DevNode, ...], gpus_per_node: int, root: Path, timeout:
 
     for sub in ("bin", "etc", "log", "run", "state", "spool", "dev", "lib", "mysql", "jobs"):
         (root / sub).mkdir(parents=True, exist_ok=True)
+    (root / "etc" / "slurm-build").write_text(f"{prefix or 'debian'}\n")
     (root / "jobs").chmod(0o1777)
     state: dict[str, Any] = {"root": str(root), "nodes": [n.name for n in node_list], "gpus_per_node": gpus_per_node,
                              "pids": {}, "network": {"netns": [], "veths": []},
@@ -386,6 +388,19 @@ def _up(node_list: tuple[DevNode, ...], gpus_per_node: int, root: Path, timeout:
                 "-f", str(etc / "slurm.conf"), "-N", node.name]
         starter.start(f"slurmd:{node.name}", argv, preexec=netns_preexec(node.netns, node.name))
     _wait_idle(root, names, timeout)
+
+
+def _check_same_build(root: Path, prefix: Path | None) -> None:
+    """A root keeps the state of one Slurm build: 25.11 saves its cluster id with the cluster's name,
+    which 22.05 refuses (``CLUSTER NAME MISMATCH``), and no release promises to read another's state."""
+    marker = root / "etc" / "slurm-build"
+    if not marker.exists():
+        return
+    before = marker.read_text(errors="replace").strip()[:4096]
+    now = str(prefix or "debian")
+    if before != now:
+        raise DevClusterError(f"root {root} holds the state of the Slurm build {before!r}, not {now!r} (rule: a "
+                              "root keeps one build's state): choose another --root, or give the same --slurm-prefix")
 
 
 def _check_root(root: Path) -> None:

@@ -146,5 +146,6 @@ def test_down_leaves_nothing_behind(cluster: DevCluster) -> None:
     assert _our_processes(cluster.root) == []
     status = devcluster.status(cluster.root)
     assert not status["up"] and status["daemons"] == {} and status["network"]["netns"] == []
-    devcluster.up(nodes=4, gpus_per_node=4, root=cluster.root)
+    prefix = cluster.info.get("slurm_prefix")  # the same release again (its saved state is that release's)
+    devcluster.up(nodes=4, gpus_per_node=4, root=cluster.root, slurm_prefix=Path(prefix) if prefix else None)
     assert devcluster.status(cluster.root)["up"]

@@ -33,3 +33,28 @@ def test_port_held_by_something_else_says_which_port(tmp_path: Path, monkeypatch
         devcluster._check_ports_free(tmp_path / "mine")
     monkeypatch.setattr(devcluster, "_port_open", lambda addr, port: False)
     devcluster._check_ports_free(tmp_path / "mine")  # all free: no error
+
+
+def test_a_root_keeps_the_state_of_one_slurm_build(tmp_path: Path) -> None:
+    """25.11 saves its cluster id beside the name, which 22.05 refuses at start (found on release-check)."""
+    (tmp_path / "etc").mkdir()
+    devcluster._check_same_build(tmp_path, None)  # a fresh root: any build
+    (tmp_path / "etc" / "slurm-build").write_text("/opt/slurm/25.11.7\n")
+    devcluster._check_same_build(tmp_path, Path("/opt/slurm/25.11.7"))
+    with pytest.raises(devcluster.DevClusterError, match=r"holds the state of the Slurm build '/opt/slurm/25\.11\.7', "
+                                                         r"not 'debian' \(rule: a root keeps one build's state\)"):
+        devcluster._check_same_build(tmp_path, None)
+
+
+def test_a_built_release_supplies_slurms_programs_and_files(tmp_path: Path) -> None:
+    prefix = tmp_path / "slurm"
+    for rel in ("sbin/slurmctld", "bin/squeue", "include/slurm/spank.h", "lib/slurm/job_submit_lua.so"):
+        (prefix / rel).parent.mkdir(parents=True, exist_ok=True)
+        (prefix / rel).write_text("")
+    assert devcluster._find("slurmctld", prefix) == str(prefix / "sbin/slurmctld")
+    assert devcluster._find("squeue", prefix) == str(prefix / "bin/squeue")
+    assert devcluster._find("/usr/include/slurm/spank.h", prefix) == str(prefix / "include/slurm/spank.h")
+    assert devcluster._find("sinfo", prefix) is None  # never Debian's beside a build
+    missing = devcluster.check_prerequisites(prefix)
+    assert any(line.startswith(f"sinfo: not in the Slurm build at {prefix}") for line in missing)
+    assert not any(line.startswith(("slurmctld:", "squeue:")) for line in missing)
