@@ -12,7 +12,8 @@ Subcommands:
 * ``install-plugin`` -- build the ``--elastic`` SPANK plugin and print/write its config lines.
 * ``daemon``    -- the loop beside slurmctld (shadow mode, or acting through ``scontrol``).
 * ``status``    -- elastic jobs: GPUs now and planned, batch, state (like squeue).
-* ``check-config`` -- validate an elastic.toml without starting anything.
+* ``check-config`` -- validate an elastic.toml without starting anything (and say which Slurm it reads).
+* ``completion bash`` -- the bash completion script, made from the parser.
 * ``profile``   -- measure the site's own throughput profiles through Slurm; writes the folder
   ``daemon.profiles`` names.
 * ``report``    -- the center's GPU allocation report from ``sacct`` (HTML, CSV or JSON).
@@ -51,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     handlers = {
         # users
-        "submit": users.cmd_submit, "status": users.cmd_status,
+        "submit": users.cmd_submit, "status": users.cmd_status, "completion": users.cmd_completion,
         # site admins
         "daemon": admins.cmd_daemon, "check-config": admins.cmd_check_config,
         "install-plugin": admins.cmd_install_plugin, "what-if": admins.cmd_what_if, "profile": admins.cmd_profile,

@@ -206,6 +206,10 @@ def build_parser() -> argparse.ArgumentParser:
                             help="run the Slurm release built into DIR by scripts/build-slurm "
                             "(default: Debian's 22.05)")
 
+    comp = command("completion", "print the shell completion script (bash: "
+                   "slurm-elastic completion bash > /etc/bash_completion.d/slurm-elastic)")
+    comp.add_argument("shell", choices=("bash",), help="the shell (bash)")
+
     dm = command("daemon", "run the daemon beside slurmctld")
     dm.add_argument("--config", type=Path, default=Path("/etc/slurm/elastic.toml"),
                     help="the site configuration (default /etc/slurm/elastic.toml)")
@@ -325,7 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 COMMAND_GROUPS = {
-    "users": ("submit", "status"),
+    "users": ("submit", "status", "completion"),
     "site admins": ("daemon", "check-config", "install-plugin", "profile", "what-if"),
     "center managers": ("report",),
     "developers": ("simulate", "reproduce", "bench", "profiles", "plan", "train-drl", "devcluster", "demo"),

@@ -130,3 +130,12 @@ def _range(option: str, key: str, text: str) -> tuple[int, int | None]:
         return read_range(key, text)
     except ContractError as exc:
         raise ConfigError(f"{option}: {exc}") from None
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    """Print the completion script of ``args.shell`` (:mod:`slurm_elastic.cli.completion`)."""
+    from slurm_elastic.cli.completion import bash_completion
+    from slurm_elastic.cli.parser import build_parser
+
+    print(bash_completion(build_parser()), end="")
+    return 0
