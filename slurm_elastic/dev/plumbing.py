@@ -60,6 +60,12 @@ def alive(entry: Mapping[str, int]) -> bool:
     return proc_start(entry["pid"]) == entry["start"]
 
 
+def _shown(argv: Sequence[str]) -> str:
+    """A command line for a message: at most 300 characters (an scancel of thousands of ids is not)."""
+    line = " ".join(argv)
+    return line if len(line) <= 300 else f"{line[:300]}... ({len(argv)} words)"
+
+
 def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None, input_text: str | None = None,
          check: bool = True, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
     """Run one command (argv list, never a shell) and raise :class:`DevClusterError` if it fails."""
@@ -67,8 +73,9 @@ def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None, input_text
         proc = subprocess.run(list(argv), env=dict(env) if env is not None else None, input=input_text,
                               capture_output=True, text=True, check=False, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise DevClusterError(f"{' '.join(argv)}: {exc}") from exc
+        raise DevClusterError(f"{_shown(argv)}: {type(exc).__name__}: no answer within {timeout:g} s"
+                              if isinstance(exc, subprocess.TimeoutExpired) else f"{_shown(argv)}: {exc}") from exc
     if check and proc.returncode != 0:
-        raise DevClusterError(f"{' '.join(argv)} failed (rc {proc.returncode}): "
+        raise DevClusterError(f"{_shown(argv)} failed (rc {proc.returncode}): "
                               f"{(proc.stderr or proc.stdout).strip()[-2000:]}")
     return proc

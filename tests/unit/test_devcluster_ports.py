@@ -58,3 +58,28 @@ def test_a_built_release_supplies_slurms_programs_and_files(tmp_path: Path) -> N
     missing = devcluster.check_prerequisites(prefix)
     assert any(line.startswith(f"sinfo: not in the Slurm build at {prefix}") for line in missing)
     assert not any(line.startswith(("slurmctld:", "squeue:")) for line in missing)
+
+
+def test_down_cancels_thousands_of_jobs_in_chunks_and_never_stops_on_a_slow_scancel(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """2,500 ids in one scancel timed out after 10 s and down() stopped there, leaving the cluster up."""
+    calls: list[list[str]] = []
+
+    def fake_run(argv: list[str], **kw: object) -> object:
+        calls.append(argv)
+        if argv[0] == "squeue":
+            return type("P", (), {"returncode": 0, "stdout": "\n".join(str(i) for i in range(1, 1201))})()
+        if len(calls) == 3:
+            raise plumbing.DevClusterError("scancel ...: TimeoutExpired: no answer within 30 s")
+        return None
+
+    monkeypatch.setattr(devcluster, "_find", lambda program, prefix=None: program)
+    monkeypatch.setattr(devcluster, "run", fake_run)
+    devcluster._cancel_jobs(tmp_path)
+    assert [len(c) - 1 for c in calls[1:]] == [500, 500]  # the third chunk was never reached: the second raised
+    assert "stopping the daemons ends them" in caplog.text
+
+
+def test_a_long_command_line_is_cut_in_messages() -> None:
+    with pytest.raises(plumbing.DevClusterError, match=r"^/nonexistent-program 0 1 2 .*\.\.\. \(3001 words\): "):
+        plumbing.run(["/nonexistent-program", *map(str, range(3000))])
