@@ -6,7 +6,6 @@ import argparse
 import json
 import logging
 import os
-import re
 import shutil
 import sys
 from pathlib import Path
@@ -95,7 +94,7 @@ def _slurm_seen(cfg: Any) -> dict[str, str]:
     """The Slurm the daemon would read with this configuration: its release and JSON dialect (or
     pyslurm), found by reading its nodes and jobs once; or why it cannot be read from here."""
     from slurm_elastic.errors import ElasticError
-    from slurm_elastic.slurm.commands import release_text
+    from slurm_elastic.slurm.dialects import release_text
     from slurm_elastic.slurm.pyslurm_backend import choose_source
 
     try:
@@ -170,7 +169,7 @@ def _check_plugin_release(include: Path, prefix: Path | None, *, writing: bool) 
     fails every ``sbatch``. The running release is the answering slurmctld's (``scontrol show
     config``), else the installed ``slurmctld -V``'s; when neither tells, ``--write`` is refused.
     Returns the note to print once the plugin is built."""
-    from slurm_elastic.slurm.commands import release_text
+    from slurm_elastic.slurm.dialects import release_text
     from slurm_elastic.spank.build import header_release
 
     built = header_release(include)
@@ -193,11 +192,9 @@ def _check_plugin_release(include: Path, prefix: Path | None, *, writing: bool) 
 def _running_release(prefix: Path | None) -> tuple[tuple[int, int, int] | None, str]:
     """The running Slurm's release and where it was read, or ``(None, "")``."""
     from slurm_elastic.errors import ElasticError
-    from slurm_elastic.slurm.commands import controller_release, run_command
+    from slurm_elastic.slurm.commands import controller_release, release_in, run_command, with_slurm_prefix
 
-    env = dict(os.environ)
-    if prefix is not None:
-        env["PATH"] = os.pathsep.join([str(prefix / "bin"), str(prefix / "sbin"), env.get("PATH", "")])
+    env = with_slurm_prefix(os.environ, prefix)
     try:
         return controller_release(lambda argv: run_command(argv, env=env, timeout=15)), "the running slurmctld"
     except ElasticError:
@@ -210,8 +207,8 @@ def _running_release(prefix: Path | None) -> tuple[tuple[int, int, int] | None, 
         text = run_command([str(program), "-V"], env=env, timeout=15)
     except ElasticError:
         return None, ""
-    m = re.search(r"(\d+)\.(\d+)\.(\d+)", text)
-    return ((int(m.group(1)), int(m.group(2)), int(m.group(3))), f"the installed {program}") if m else (None, "")
+    release = release_in(text)
+    return (release, f"the installed {program}") if release is not None else (None, "")
 
 
 def _site_files(folder: Path) -> dict[Path, Path]:

@@ -55,6 +55,8 @@ from slurm_elastic.dev.plumbing import (
 )
 from slurm_elastic.dev.processes import Starter, kill_netns_processes, netns_preexec, stop
 from slurm_elastic.resources import SITE_CONFIGS
+from slurm_elastic.slurm.commands import with_slurm_prefix
+from slurm_elastic.textfiles import read_text
 
 log = logging.getLogger(__name__)
 
@@ -133,11 +135,8 @@ def render(template: str, config_dir: Path = CONFIG_DIR, **values: Any) -> str:
 def slurm_env(root: Path = DEFAULT_ROOT) -> dict[str, str]:
     """The environment for Slurm commands aimed at the dev cluster under ``root``: sets ``SLURM_CONF``,
     and puts the cluster's Slurm build (when it runs one from a prefix) first on ``PATH``."""
-    env = dict(os.environ)
+    env = with_slurm_prefix(os.environ, slurm_prefix_of(root))
     env["SLURM_CONF"] = str(root / "etc" / "slurm.conf")
-    prefix = slurm_prefix_of(root)
-    if prefix is not None:
-        env["PATH"] = os.pathsep.join([str(prefix / "bin"), str(prefix / "sbin"), env.get("PATH", "")])
     return env
 
 
@@ -401,7 +400,8 @@ def _check_same_build(root: Path, prefix: Path | None) -> None:
     marker = root / "etc" / "slurm-build"
     if not marker.exists():
         return
-    before = marker.read_text(errors="replace").strip()[:4096]
+    before = read_text(marker, max_bytes=4096, noun="the root's Slurm build", error=DevClusterError,
+                       kind_rule="a file devcluster up wrote", size_rule="one path").strip()
     now = str(prefix or "debian")
     if before != now:
         raise DevClusterError(f"root {root} holds the state of the Slurm build {before!r}, not {now!r} (rule: a "

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from slurm_elastic.errors import ElasticError
-from slurm_elastic.slurm.dialects import SlurmJsonError, UnsupportedSlurmVersion
+from slurm_elastic.slurm.dialects import SlurmJsonError, UnsupportedSlurmVersion, release_text
 
 log = logging.getLogger(__name__)
 
@@ -64,21 +66,30 @@ def slurm_release(runner: Runner) -> tuple[int, int, int]:
         UnsupportedSlurmVersion: a release this slurm-elastic does not parse.
     """
     text = runner(["sinfo", "--version"]).strip()
-    m = re.search(r"(\d+)\.(\d+)\.(\d+)", text)
-    if not m:
+    release = release_in(text)
+    if release is None:
         raise UnsupportedSlurmVersion(f"sinfo --version printed {text!r}: no Slurm release found")
-    release = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
     if release[:2] not in SUPPORTED_RELEASES:
-        known = ", ".join(f"{a}.{b:02d}" for a, b in SUPPORTED_RELEASES)
+        known = ", ".join(release_text(r) for r in SUPPORTED_RELEASES)
         raise UnsupportedSlurmVersion(
             f"Slurm {release_text(release)} is not supported (its --json output differs); supported: {known}"
         )
     return release
 
 
-def release_text(release: tuple[int, int, int]) -> str:
-    """A release as Slurm writes it: ``(22, 5, 8)`` -> ``22.05.8``."""
-    return f"{release[0]}.{release[1]:02d}.{release[2]}"
+def release_in(text: str) -> tuple[int, int, int] | None:
+    """The first ``MAJOR.MINOR.MICRO`` in a version line (``slurm 22.05.8``, ``slurm-wlm 22.05.8``)."""
+    m = re.search(r"(\d+)\.(\d+)\.(\d+)", text)
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
+
+
+def with_slurm_prefix(env: Mapping[str, str], prefix: Path | None) -> dict[str, str]:
+    """``env`` with the Slurm built into ``prefix`` first on ``PATH`` (its ``bin``, then ``sbin``);
+    ``env`` as it is without a prefix."""
+    out = dict(env)
+    if prefix is not None:
+        out["PATH"] = os.pathsep.join([str(prefix / "bin"), str(prefix / "sbin"), out.get("PATH", "")])
+    return out
 
 
 def controller_release(runner: Runner) -> tuple[int, int, int]:

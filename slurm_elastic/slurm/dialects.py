@@ -121,8 +121,12 @@ class SlurmJsonVersion:
         """``data_parser/v0.0.42 (Slurm 24.11's default) from Slurm 25.11.7``, for status and check-config."""
         m = _DATA_PARSER.match(self.plugin)
         native = DATA_PARSERS.get(int(m.group(1))) if m else "22.05"
-        printed = ".".join(f"{p:02d}" if i == 1 else str(p) for i, p in enumerate(self.release))
-        return f"{self.plugin} (Slurm {native}'s default) from Slurm {printed}"
+        return f"{self.plugin} (Slurm {native}'s default) from Slurm {release_text(self.release)}"
+
+
+def release_text(release: Sequence[int]) -> str:
+    """A release as Slurm writes it: ``(22, 5, 8)`` -> ``22.05.8``, ``(25, 11)`` -> ``25.11``."""
+    return ".".join(f"{v:02d}" if i == 1 else str(v) for i, v in enumerate(release))
 
 
 

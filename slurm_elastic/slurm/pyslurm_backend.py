@@ -40,14 +40,14 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Literal, Protocol, cast
 
 from slurm_elastic.slurm.cli_backend import SlurmCli
 from slurm_elastic.slurm.commands import Runner, SlurmCommandError, run_command, slurm_release
-from slurm_elastic.slurm.dialects import SlurmJsonError
+from slurm_elastic.slurm.dialects import SlurmJsonError, release_text
 from slurm_elastic.slurm.pyslurm_records import PyslurmJob, PyslurmNode, job_record, node_records
 from slurm_elastic.slurm.records import JobRecord, NodeRecord
 
@@ -115,10 +115,6 @@ def _major_minor(text: str, what: str) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
-def _release_str(rel: Sequence[int]) -> str:
-    return ".".join(f"{v:02d}" if i == 1 else str(v) for i, v in enumerate(rel))
-
-
 def pyslurm_release(module: object) -> tuple[int, int]:
     """The Slurm release (major, minor) an imported pyslurm was built for.
 
@@ -139,7 +135,7 @@ def pyslurm_release(module: object) -> tuple[int, int]:
                 or not all(isinstance(v, int) and not isinstance(v, bool) for v in got[:2])):
             raise PyslurmUnavailable(f"pyslurm.slurm_api_version() returned {got!r}, not (major, minor, micro)")
         if (got[0], got[1]) != rel:
-            raise PyslurmUnavailable(f"pyslurm {version} was compiled against Slurm {_release_str(got)} "
+            raise PyslurmUnavailable(f"pyslurm {version} was compiled against Slurm {release_text(got)} "
                                      f"(rule: pyslurm X.Y matches the Slurm it is built against)")
     return rel
 
@@ -147,8 +143,8 @@ def pyslurm_release(module: object) -> tuple[int, int]:
 def _check_pair(pyslurm_rel: tuple[int, int], pyslurm_text: str, slurm: tuple[int, int, int]) -> None:
     if pyslurm_rel != slurm[:2]:
         raise PyslurmUnavailable(
-            f"pyslurm {pyslurm_text} is built for Slurm {_release_str(pyslurm_rel)} but the running Slurm is "
-            f"{_release_str(slurm)} (rule: pyslurm X.Y must equal Slurm's major.minor); use the CLI backend")
+            f"pyslurm {pyslurm_text} is built for Slurm {release_text(pyslurm_rel)} but the running Slurm is "
+            f"{release_text(slurm)} (rule: pyslurm X.Y must equal Slurm's major.minor); use the CLI backend")
 
 
 def load_pyslurm(
@@ -191,9 +187,9 @@ def load_pyslurm(
                                  "host; it builds against that Slurm's headers and libraries)")
     slurm = slurm_release(runner)
     if slurm[:2] not in PYSLURM_RELEASES:
-        known = ", ".join(_release_str(r) for r in PYSLURM_RELEASES)
+        known = ", ".join(release_text(r) for r in PYSLURM_RELEASES)
         raise PyslurmUnavailable(f"the pyslurm backend supports Slurm {known} only, found Slurm "
-                                 f"{_release_str(slurm)}; use the CLI backend")
+                                 f"{release_text(slurm)}; use the CLI backend")
     if dist is not None:
         _check_pair(_major_minor(dist, "installed pyslurm version"), dist, slurm)
     already = "pyslurm" in sys.modules
@@ -255,7 +251,7 @@ class PyslurmSource:
     @property
     def dialect(self) -> str:
         """What the records are read from, for ``status`` and ``check-config``."""
-        return f"pyslurm {getattr(self.api, '__version__', '?')} (Slurm's C API) on Slurm {_release_str(self.release)}"
+        return f"pyslurm {getattr(self.api, '__version__', '?')} (Slurm's C API) on Slurm {release_text(self.release)}"
 
     @classmethod
     def connect(cls, runner: Runner = run_command) -> PyslurmSource:
@@ -316,6 +312,6 @@ def choose_source(
                 raise
             log.info("pyslurm backend unavailable (%s); using the CLI backend", exc)
         else:
-            log.info("using the pyslurm backend (Slurm %s)", _release_str(release))
+            log.info("using the pyslurm backend (Slurm %s)", release_text(release))
             return PyslurmSource(api, release, runner)
     return SlurmCli(runner)

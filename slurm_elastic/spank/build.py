@@ -28,11 +28,11 @@ from pathlib import Path
 
 from slurm_elastic.errors import ElasticError
 from slurm_elastic.resources import JOB_SUBMIT_LUA
+from slurm_elastic.textfiles import read_text
 
 SOURCE = Path(__file__).with_name("slurm_elastic.c")
 PLUGIN_NAME = "slurm_elastic.so"
 DEFAULT_INCLUDE = Path("/usr/include")
-SPANK_HEADER = DEFAULT_INCLUDE / "slurm" / "spank.h"
 
 
 @dataclass(frozen=True)
@@ -96,10 +96,8 @@ def header_release(include_dir: Path = DEFAULT_INCLUDE) -> tuple[int, int, int]:
         PluginBuildError: the file is missing or names no version.
     """
     path = include_dir / "slurm" / "slurm_version.h"
-    try:
-        text = path.read_text(errors="replace")[:65536]
-    except OSError as exc:
-        raise PluginBuildError(f"{path}: {exc.strerror}: not the headers of a Slurm release") from exc
+    text = read_text(path, max_bytes=65536, noun="Slurm's version header", error=PluginBuildError,
+                     kind_rule="the headers of a Slurm release", size_rule="Slurm's slurm_version.h is a few KB")
     m = re.search(r"^#define\s+SLURM_VERSION_NUMBER\s+0x([0-9a-fA-F]+)\s*$", text, re.MULTILINE)
     if m is None:
         raise PluginBuildError(f"{path}: no SLURM_VERSION_NUMBER line")

@@ -42,9 +42,7 @@ SHIPPED = {(23, 2): (39,), (23, 11): (39, 40), (24, 5): (39, 40, 41), (24, 11): 
 
 def main(out: Path, prefix: Path | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="slurm-elastic-rec-", dir="/tmp"))
-    env = devcluster.slurm_env(root)
-    if prefix is not None:
-        env["PATH"] = f"{prefix / 'bin'}:{prefix / 'sbin'}:{env['PATH']}"
+    env: dict[str, str] = {}  # the cluster's, once it is up (its Slurm build first on PATH)
 
     def run(*argv: str) -> str:
         proc = subprocess.run(list(argv), env=env, capture_output=True, text=True, check=True, cwd=root / "jobs")
@@ -64,6 +62,7 @@ def main(out: Path, prefix: Path | None = None) -> int:
             time.sleep(0.3)
 
     with devcluster.running(4, 4, root, slurm_prefix=prefix):
+        env.update(devcluster.slurm_env(root))
         start = run("date", "+%Y-%m-%dT%H:%M:%S").strip()
         e = sbatch("--elastic", "-J", "done", "--wrap", "true")
         wait(e, "COMPLETED")

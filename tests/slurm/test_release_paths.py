@@ -45,16 +45,6 @@ def _records(cluster: DevCluster) -> dict[str, JobRecord]:
     return {j.job_id: j for j in SlurmCli(_runner(cluster)).jobs()}
 
 
-def _wait(cluster: DevCluster, job: int, state: JobState, timeout: float = 30.0) -> JobRecord:
-    deadline = time.monotonic() + timeout
-    while True:
-        rec = _records(cluster).get(str(job))
-        if rec is not None and rec.state is state:
-            return rec
-        assert time.monotonic() < deadline, f"job {job}: {rec.slurm_state if rec else 'gone'}, not {state}"
-        time.sleep(0.3)
-
-
 def _pyslurm(cluster: DevCluster, monkeypatch: pytest.MonkeyPatch) -> Any:
     for key, value in cluster.env.items():
         monkeypatch.setenv(key, value)
@@ -72,8 +62,8 @@ def test_both_backends_read_the_same_cluster(cluster: DevCluster, monkeypatch: p
     rigid = cluster.sbatch("-N2", "--gres=gpu:2", "--wrap", "sleep 120")
     split = cluster.sbatch("-N2", "--gpus=3", "--wrap", "sleep 120")
     held = cluster.sbatch("--elastic=2:8", "--gres=gpu:1", "-N1", "--wrap", "sleep 120")
-    _wait(cluster, rigid, JobState.RUNNING)
-    _wait(cluster, split, JobState.RUNNING)
+    cluster.wait_state(rigid, "RUNNING")
+    cluster.wait_state(split, "RUNNING")
     cli = SlurmCli(_runner(cluster))
     cli_nodes, cli_jobs = cli.read()
     py_nodes, py_jobs = source.read()

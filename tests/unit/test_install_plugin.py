@@ -286,3 +286,21 @@ def test_write_is_refused_when_no_running_slurm_can_be_told(site: Path, tmp_path
     assert main(["install-plugin", "--out", str(tmp_path / "lib"), "--slurm-prefix", str(prefix),
                  "--write", str(site / "plugstack.conf")]) == 2
     assert "cannot tell which Slurm runs here" in capsys.readouterr().err
+
+
+def test_the_version_header_is_read_once_bounded_and_never_from_a_fifo(tmp_path: Path) -> None:
+    inc = tmp_path / "include"
+    (inc / "slurm").mkdir(parents=True)
+    header = inc / "slurm" / "slurm_version.h"
+    os.mkfifo(header)
+    with pytest.raises(build.PluginBuildError, match=r"not a file \(rule: the headers of a Slurm release\)"):
+        build.header_release(inc)
+    header.unlink()
+    header.write_text("#define SLURM_VERSION_NUMBER 0x190b07\n" + "/* */\n" * 20_000)
+    with pytest.raises(build.PluginBuildError, match=r"larger than 65536 bytes"):
+        build.header_release(inc)
+    header.write_text("#define SLURM_VERSION 25.11\n")
+    with pytest.raises(build.PluginBuildError, match=r"no SLURM_VERSION_NUMBER line"):
+        build.header_release(inc)
+    header.write_text("#define SLURM_VERSION_NUMBER 0x190b07\n")
+    assert build.header_release(inc) == (25, 11, 7)

@@ -35,6 +35,7 @@ def test_bench_observe_prints_the_median_of_each_stage(capsys: pytest.CaptureFix
     assert main(["bench", "observe", "--nodes", "16", "--jobs", "60", "--repeat", "2"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["snapshot_jobs"] == 60 and out["left_out"] == 0 and out["elastic_jobs"] > 0
+    assert out["dialect"] == "data_parser/v0.0.44 (Slurm 25.11's default) from Slurm 25.11.7"
     assert set(out["stages_s"]) == {"command", "decode", "records", "snapshot"}
     assert out["observe_s"] > 0 and out["plan_s"] > 0
     assert bench_observe(nodes=4, jobs=0, repeat=1)["snapshot_jobs"] == 0
