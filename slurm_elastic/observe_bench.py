@@ -1,16 +1,21 @@
-"""``slurm-elastic bench observe``: one observation of a large site, and its plan, timed by stage.
+"""``slurm-elastic bench observe``: a large site's rounds of observation, and their plan, timed by stage.
 
 This module owns building a large site's Slurm 25.11 ``sinfo -N --json`` and ``squeue --json``
 documents from the recorded fixtures (each record a copy of a recorded one, renamed and placed, so
-every field Slurm prints is there), and timing what a daemon round does with them: running the
-command (here a runner that hands back the prepared text, so this is our side alone: slurmctld's
-own time to answer is not in it), decoding the JSON, reading the records, building the snapshot
-(:func:`~slurm_elastic.observe.snapshot.snapshot_of`) and planning it with a policy. It reads the
-fixtures and runs nothing else.
+every field Slurm prints is there), and timing what the daemon's observer
+(:class:`~slurm_elastic.observe.view.ClusterView` on the CLI backend) does with them round after
+round: running the command (here a runner that hands back the prepared text, so this is our side
+alone: slurmctld's own time to answer is not in it), decoding the JSON, reading the records,
+building the snapshot, and planning it with a policy. It reads the fixtures and runs nothing else.
 
 The site: ``nodes`` nodes of 4 GPUs in two partitions (``sinfo -N`` lists each node once per
 partition, as 25.11 does); a fifth of the jobs run (each on one node, 1, 2 or 4 GPUs, while GPUs
-are free), the rest wait; half of all jobs are elastic (``slurm-elastic gpus=1:4`` in their AdminComment).
+are free), the rest wait; half of all jobs are elastic (``slurm-elastic gpus=1:4`` in their
+AdminComment). Rounds alternate between two versions of the queue, as a live queue changes: in the
+second, ``churn`` of the jobs have a new comment (a launcher announcing itself: read again, made
+again) and every waiting job a new ``last_sched_evaluation`` and priority (what slurmctld's
+scheduler changes on each pass; no reader reads them). The first round reads everything afresh
+(``first_observe_s``); ``observe_s`` is the median of the others.
 """
 
 from __future__ import annotations
@@ -28,8 +33,7 @@ import numpy as np
 from slurm_elastic import policies
 from slurm_elastic.contract import ELASTIC_TAG
 from slurm_elastic.errors import ConfigError
-from slurm_elastic.observe.snapshot import snapshot_of
-from slurm_elastic.observe.view import ClusterView, gc_paused
+from slurm_elastic.observe.view import ClusterView
 from slurm_elastic.slurm.cli_backend import SlurmCli
 from slurm_elastic.textfiles import read_text
 
@@ -57,9 +61,10 @@ def _num(value: int) -> dict[str, Any]:
     return {"set": True, "infinite": False, "number": value}
 
 
-def site_documents(nodes: int, jobs: int, *, seed: int = 0,
-                   folder: Path = FIXTURES) -> tuple[str, str]:
-    """The ``sinfo -N --json`` and ``squeue --json`` texts of the site (see the module docstring)."""
+def site_documents(nodes: int, jobs: int, *, seed: int = 0, folder: Path = FIXTURES,
+                   churn: float = 0.0) -> tuple[str, str, str]:
+    """The ``sinfo -N --json`` text of the site and two versions of its ``squeue --json`` (the second with
+    ``churn`` of the jobs changed; see the module docstring)."""
     rng = np.random.default_rng(seed)
     sinfo = _fixture("sinfo_N.json", folder)
     squeue = _fixture("squeue.json", folder)
@@ -95,6 +100,14 @@ def site_documents(nodes: int, jobs: int, *, seed: int = 0,
                    comment="", submit_time=_num(1_700_000_000 + i))
         out_jobs.append(job)
     squeue["jobs"] = out_jobs
+    first = json.dumps(squeue)
+    changed = set(rng.choice(jobs, size=round(jobs * churn), replace=False).tolist()) if jobs else set()
+    for i, job in enumerate(out_jobs):
+        if i in changed:
+            job["comment"] = f"changed in round 2 ({i})"
+        if job["job_state"][0] == "PENDING":
+            job.update(last_sched_evaluation=_num(1_700_100_000 + i), priority=_num(1000 + i))
+    second = json.dumps(squeue)
     rows = []
     for name in names:
         gpus = used[name]
@@ -106,71 +119,56 @@ def site_documents(nodes: int, jobs: int, *, seed: int = 0,
             row["node"]["state"] = ["MIXED"] if gpus else ["IDLE"]
             rows.append(row)
     sinfo["sinfo"] = rows
-    return json.dumps(sinfo), json.dumps(squeue)
+    return json.dumps(sinfo), first, second
 
 
-def bench_observe(*, nodes: int, jobs: int, policy: str = "dp", repeat: int = 5, seed: int = 0) -> dict[str, Any]:
-    """Median seconds of the daemon's observation (``ClusterView.observe`` on the CLI backend), of each of
-    its stages (command, decode, records, snapshot) and of the plan."""
-    if nodes < 1 or jobs < 0 or repeat < 1:
-        raise ConfigError(f"bench observe: nodes={nodes}, jobs={jobs}, repeat={repeat}: need nodes >= 1, "
-                          "jobs >= 0, repeat >= 1")
+def bench_observe(*, nodes: int, jobs: int, policy: str = "dp", repeat: int = 5, seed: int = 0,
+                  churn: float = 0.01) -> dict[str, Any]:
+    """Seconds of the daemon's observation (``ClusterView.observe`` on the CLI backend): the first
+    round, the median of ``repeat`` rounds after it, each stage's median, and the plan's median."""
+    if nodes < 1 or jobs < 0 or repeat < 1 or not 0 <= churn <= 1:
+        raise ConfigError(f"bench observe: nodes={nodes}, jobs={jobs}, repeat={repeat}, churn={churn}: need "
+                          "nodes >= 1, jobs >= 0, repeat >= 1, 0 <= churn <= 1")
     from slurm_elastic.wiring import default_profiles
 
     t0 = time.perf_counter()
-    sinfo_text, squeue_text = site_documents(nodes, jobs, seed=seed)
+    sinfo_text, *queues = site_documents(nodes, jobs, seed=seed, churn=churn)
     built_s = time.perf_counter() - t0
-    texts = {"sinfo": sinfo_text, "squeue": squeue_text}
+    turn = [0]
 
     def runner(argv: Sequence[str]) -> str:
         if argv[:2] == ["sinfo", "--version"]:
             return "slurm 25.11.7\n"
-        return texts[argv[0]]
+        return sinfo_text if argv[0] == "sinfo" else queues[turn[0] % 2]
 
     cli = SlurmCli(runner=runner)
-    profiles = default_profiles()
     planner = policies.create(policy)
-    stages: dict[str, list[float]] = {k: [] for k in ("command", "decode", "records", "snapshot", "view", "plan")}
+    view = ClusterView(cli, default_profiles(), lambda: 1_700_100_000.0 + turn[0])
+    stages: dict[str, list[float]] = {k: [] for k in ("command", "decode", "records", "snapshot", "observe", "plan")}
+    first_s = 0.0
     snap = None
-    left_out = 0
-    view = ClusterView(cli, profiles, lambda: 1_700_100_000.0)
-    for i in range(repeat):
+    for turn[0] in range(repeat + 1):
         t = time.perf_counter()
-        view.observe()
-        stages["view"].append(time.perf_counter() - t)
-        with gc_paused():  # as ClusterView.observe reads
-            snap, left_out = _stages(runner, cli._sinfo, profiles, stages)
+        snap = view.observe()
+        took = time.perf_counter() - t
+        if turn[0] == 0:
+            first_s = took
+        else:
+            for key in ("command", "decode", "records"):
+                stages[key].append(cli.timings.get(key, 0.0))
+            stages["snapshot"].append(view.snapshot_s)
+            stages["observe"].append(took)
         t = time.perf_counter()
-        planner.plan(snap, None, np.random.default_rng(seed + i))
+        planner.plan(snap, None, np.random.default_rng(seed + turn[0]))
         stages["plan"].append(time.perf_counter() - t)
-    # the daemon's own reader read every job the stages did
     assert snap is not None and len(view.records) + len(cli.refused) == jobs
     med = {k: round(statistics.median(v), 4) for k, v in stages.items()}
     return {
         "benchmark": "observe", "dialect": cli.dialect, "nodes": nodes,
-        "gpus": nodes * GPUS_PER_NODE, "jobs": jobs, "policy": policy, "repeat": repeat,
-        "snapshot_jobs": len(snap.jobs), "elastic_jobs": len(snap.elastic_jobs()), "left_out": left_out,
-        "json_mib": round((len(sinfo_text) + len(squeue_text)) / 2**20, 1), "build_documents_s": round(built_s, 2),
-        "observe_s": med["view"], "plan_s": med["plan"],
+        "gpus": nodes * GPUS_PER_NODE, "jobs": jobs, "policy": policy, "repeat": repeat, "churn": churn,
+        "snapshot_jobs": len(snap.jobs), "elastic_jobs": len(snap.elastic_jobs()), "left_out": len(view.left_out),
+        "json_mib": round((len(sinfo_text) + len(queues[0])) / 2**20, 1), "build_documents_s": round(built_s, 2),
+        "first_observe_s": round(first_s, 4), "observe_s": med["observe"], "plan_s": med["plan"],
         "stages_s": {k: med[k] for k in ("command", "decode", "records", "snapshot")},
+        "last_round": {"jobs_read_again": cli.job_memo.misses, "jobs_made_again": len(snap.jobs) - view.made.reused},
     }
-
-
-def _stages(runner: Any, sinfo: list[str], profiles: Any, stages: dict[str, list[float]]) -> tuple[Any, int]:
-    """One observation by stage (what ``ClusterView.observe`` does, timed between its steps)."""
-    from slurm_elastic.slurm.records import parse_jobs, parse_nodes
-
-    t0 = time.perf_counter()
-    node_text, job_text = runner(sinfo), runner(["squeue", "--json"])
-    t1 = time.perf_counter()
-    node_doc, job_doc = json.loads(node_text), json.loads(job_text)
-    t2 = time.perf_counter()
-    refused: dict[str, str] = {}
-    node_recs, job_recs = parse_nodes(node_doc, {}), parse_jobs(job_doc, refused)
-    t3 = time.perf_counter()
-    snap = snapshot_of(node_recs, job_recs, now=1_700_100_000.0, profiles=profiles, refused=refused)
-    t4 = time.perf_counter()
-    for key, value in (("command", t1 - t0), ("decode", t2 - t1), ("records", t3 - t2), ("snapshot", t4 - t3)):
-        stages[key].append(value)
-    return snap, len(refused)
-

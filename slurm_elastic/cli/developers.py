@@ -209,7 +209,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
         policies.validate(args.policy, {})
         print(json.dumps(bench_observe(nodes=args.nodes, jobs=args.jobs, policy=args.policy, repeat=args.repeat,
-                                       seed=args.seed), indent=2))
+                                       seed=args.seed, churn=args.churn), indent=2))
         return 0
     if args.bench == "learn":
         from slurm_elastic.learn_bench import bench_learn

@@ -165,13 +165,16 @@ def build_parser() -> argparse.ArgumentParser:
                     "the daemon's default model)")
     bn.add_argument("--sizes", default="1,2", help="comma-separated GPU counts the job reported at (default 1,2)")
     bn.add_argument("--json", action="store_true", help="print JSON (the default)")
-    bo = bsub.add_parser("observe", help="one observation of a large 25.11 site (JSON built from the recorded "
-                         "fixtures) and its plan, timed by stage: decode, records, snapshot, plan")
+    bo = bsub.add_parser("observe", help="rounds of observation of a large 25.11 site (JSON built from the "
+                         "recorded fixtures) and their plans, timed by stage: decode, records, snapshot, plan")
     bo.add_argument("--nodes", type=int_in(1, 100_000), default=10_000, help="nodes of 4 GPUs (default 10000)")
     bo.add_argument("--jobs", type=int_in(0, 1_000_000), default=50_000, help="jobs in the queue (default 50000)")
     bo.add_argument("--policy", default="dp", help="the policy that plans the snapshot (default dp)")
-    bo.add_argument("--repeat", type=_repeat, default=5, help="timed observations; medians are printed (default 5)")
+    bo.add_argument("--repeat", type=_repeat, default=5,
+                    help="timed rounds after the first; medians are printed (default 5)")
     bo.add_argument("--seed", type=_seed, default=0, help="seed of the jobs' sizes and kinds (default 0)")
+    bo.add_argument("--churn", type=float_in(0.0, 1.0), default=0.01,
+                    help="share of the jobs changed between two rounds, 0..1 (default 0.01)")
     bo.add_argument("--json", action="store_true", help="print JSON (the default)")
     bs = bsub.add_parser("simulate", help="wall time of a simulation of a Philly-like trace")
     bs.add_argument("--jobs", type=int_in(1, 1_000_000), default=10_000,

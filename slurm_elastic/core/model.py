@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import NewType
 
 from slurm_elastic.errors import SnapshotError
@@ -255,6 +255,15 @@ class Job:
              and sum(in_blocks.values()) < max(1, self.placement.num_gpus),
              f"release blocks {self.release_blocks} must be GPUs it holds, never all of them")
 
+    def ran_for(self, run_time: float) -> Job:
+        """This job having run ``run_time`` seconds (no rule involves the run time, so none is checked again:
+        an observer brings an unchanged running job to the snapshot's instant this way)."""
+        job = object.__new__(Job)
+        for name in _JOB_FIELDS:
+            object.__setattr__(job, name, getattr(self, name))
+        object.__setattr__(job, "run_time", float(run_time))
+        return job
+
     @property
     def num_gpus(self) -> int:
         """GPUs held now."""
@@ -303,6 +312,9 @@ class Job:
         """Pending or preempted."""
         return self.state in (JobState.PENDING, JobState.PREEMPTED)
 
+
+
+_JOB_FIELDS = tuple(f.name for f in fields(Job))
 
 @dataclass(frozen=True, slots=True)
 class InFlightResize:

@@ -163,5 +163,5 @@ def place(snapshot: ClusterSnapshot, counts: Mapping[JobId, int]) -> dict[JobId,
         ):
             out[j] = now  # unchanged: keep the very same value
         else:
-            out[j] = Placement.of((n, g) for n, gs in per_node.items() for g in gs)
+            out[j] = Placement(tuple((n, tuple(sorted(gs))) for n, gs in sorted(per_node.items()) if gs))
     return out

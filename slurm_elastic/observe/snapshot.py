@@ -2,9 +2,10 @@
 
 This module owns the one function every observer ends in, :func:`snapshot_of` (records of the managed
 partitions, satellites folded into their jobs, the launchers' runtimes, then :func:`build_snapshot`
-with the model defaults), the change key the daemon polls (:func:`fingerprint`), and
-:func:`fold`, which makes a job and its satellite allocations one job. Pure: no command, no file,
-no clock (``now`` is passed in).
+with the model defaults), the change key the daemon polls (:func:`fingerprint`),
+:func:`fold`, which makes a job and its satellite allocations one job, and :class:`SnapshotMemo`,
+the jobs of the last snapshot an observer keeps so that an unchanged one is not made again.
+Pure: no command, no file, no clock (``now`` is passed in).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import math
 import re
 from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from slurm_elastic.contract import ElasticRequest, parse_elastic_request
 from slurm_elastic.core.model import ClusterSnapshot, Job, JobState, Node, NodeName, Placement
@@ -28,12 +29,44 @@ from slurm_elastic_predictor.progress import BetaProgressModel
 from slurm_elastic_predictor.throughput import ThroughputModel
 
 
+@dataclass(frozen=True, slots=True)
+class _Made:
+    """One job of a snapshot and what it was made from beside the clock."""
+
+    record: JobRecord
+    total_gpus: int
+    profiles: Mapping[str, ThroughputModel]
+    default_model: str
+    slots: tuple[tuple[str, int], ...]
+    job: Job | None
+
+
+@dataclass
+class SnapshotMemo:
+    """The jobs of an observer's last snapshot, each with what it was made from.
+
+    A job without a runtime in the store is made from its record, the GPUs it holds on the managed
+    nodes, the cluster's GPU count, the profiles and the default model, and from the clock only
+    through its run time (a running job's is ``now`` minus its start). While its record is the same
+    object (the reader's :class:`~slurm_elastic.slurm.read_memo.ReadMemo` hands back the record it
+    made last read when Slurm printed the same) and the rest is unchanged, the job made last time
+    is the job, its run time brought to ``now``. Every rule that involves other jobs or the nodes
+    (a GPU held twice, an index beyond its node's GPUs, a node that does not read) is checked
+    again every snapshot. Holds the last snapshot's jobs only.
+    """
+
+    jobs: dict[str, _Made] = field(default_factory=dict)
+    reused: int = 0
+    """Jobs of the last snapshot taken from here."""
+
+
 def snapshot_of(nodes: Sequence[NodeRecord], jobs: Sequence[JobRecord], *, now: float,
                 profiles: Mapping[str, ThroughputModel], partitions: Sequence[str] = (),
                 default_model: str = "cifar10", satellites: Mapping[str, str] | None = None,
                 runtimes: Mapping[str, JobRuntime] | None = None,
                 refused: dict[str, str] | None = None, unreadable_nodes: Collection[str] = (),
-                progress_model: BetaProgressModel | None = None) -> ClusterSnapshot:
+                progress_model: BetaProgressModel | None = None,
+                memo: SnapshotMemo | None = None) -> ClusterSnapshot:
     """The snapshot of one observation (either backend).
 
     Args:
@@ -49,13 +82,14 @@ def snapshot_of(nodes: Sequence[NodeRecord], jobs: Sequence[JobRecord], *, now: 
         unreadable_nodes: as :func:`build_snapshot`'s.
         progress_model: the ONES progress model learned from the site's finished jobs
             (:class:`~slurm_elastic.observe.history.ProgressLearner`), ``None``: priors.
+        memo: as :func:`build_snapshot`'s.
     """
     wanted = set(partitions)
     managed_nodes = [n for n in nodes if not wanted or wanted & set(n.partitions)]
     managed = in_partitions(jobs, partitions)
     snap = build_snapshot(managed_nodes, fold(managed, satellites or {}), now=now, profiles=profiles,
                           default_model=default_model, progress=runtimes, refused=refused,
-                          unreadable_nodes=unreadable_nodes)
+                          unreadable_nodes=unreadable_nodes, memo=memo)
     return replace(snap, progress_model=progress_model) if progress_model is not None else snap
 
 
@@ -120,6 +154,7 @@ def build_snapshot(
     progress: Mapping[str, JobRuntime] | None = None,
     refused: dict[str, str] | None = None,
     unreadable_nodes: Collection[str] = (),
+    memo: SnapshotMemo | None = None,
 ) -> ClusterSnapshot:
     """Turn parsed nodes and jobs into the core's :class:`ClusterSnapshot` (pure).
 
@@ -163,6 +198,9 @@ def build_snapshot(
         unreadable_nodes: nodes whose record Slurm printed oddly (left out of ``nodes``): an
             elastic job running on one is left out too (what it holds there is unknown, so it is
             neither resized nor counted at a smaller size); a rigid job keeps its GPUs elsewhere.
+        memo: the jobs of the caller's last snapshot (:class:`SnapshotMemo`): a job whose inputs
+            are unchanged is taken from there; replaced by this snapshot's. ``None``: every job is
+            made afresh (the same snapshot, slower).
 
     Raises:
         ContractError: a malformed elastic AdminComment.
@@ -176,20 +214,34 @@ def build_snapshot(
     total_gpus = sum(node_gpus.values())
     held: dict[str, dict[int, str]] = {}  # node -> GPU -> the job holding it
     out_jobs: list[Job] = []
+    last = memo.jobs if memo is not None else {}
+    kept: dict[str, _Made] = {}
+    reused = 0
     for rec in jobs:
         if rec.state is JobState.FINISHED:
             continue
+        runtime = progress.get(rec.job_id)
+        prior = last.get(rec.job_id) if runtime is None else None
+        if prior is not None and not (prior.record is rec and prior.total_gpus == total_gpus
+                                      and prior.profiles is profiles and prior.default_model == default_model):
+            prior = None
+        slots: list[tuple[str, int]] = []
         try:
             job = _job_of(rec, node_gpus, held, now=now, total_gpus=total_gpus, profiles=profiles,
-                          default_model=default_model, runtime=progress.get(rec.job_id),
-                          unreadable=unreadable_nodes, fitted=fitted)
+                          default_model=default_model, runtime=runtime, unreadable=unreadable_nodes,
+                          fitted=fitted, slots=slots, prior=prior)
         except (ElasticError, ValueError) as exc:
             if refused is None:
                 raise
             refused[rec.job_id] = str(exc)
             continue
+        reused += prior is not None and prior.slots == tuple(slots)
+        if memo is not None and runtime is None and (rec.state is not JobState.RUNNING or rec.start_time):
+            kept[rec.job_id] = _Made(rec, total_gpus, profiles, default_model, tuple(slots), job)
         if job is not None:
             out_jobs.append(job)
+    if memo is not None:
+        memo.jobs, memo.reused = kept, reused
     out_nodes = []
     for n in sorted(nodes, key=lambda r: r.name):
         gpus = tuple(range(n.gpus))
@@ -202,10 +254,10 @@ def build_snapshot(
 def _job_of(rec: JobRecord, node_gpus: Mapping[NodeName, int], held: dict[str, dict[int, str]], *, now: float,
             total_gpus: int, profiles: Mapping[str, ThroughputModel], default_model: str,
             runtime: JobRuntime | None, unreadable: Collection[str] = (),
-            fitted: dict[str, ThroughputModel]) -> Job | None:
-    """One job of the snapshot (``None``: a rigid job without GPUs here); its GPUs are added to ``held``."""
+            fitted: dict[str, ThroughputModel], slots: list[tuple[str, int]], prior: _Made | None = None) -> Job | None:
+    """One job of the snapshot (``None``: a rigid job without GPUs here); its GPUs are added to ``held``
+    and ``slots``. ``prior``: the job made from the same inputs last snapshot (see :class:`SnapshotMemo`)."""
     running = rec.state is JobState.RUNNING
-    slots: list[tuple[str, int]] = []
     if running:
         for node, idx in rec.gpus:
             if node not in node_gpus:
@@ -220,18 +272,33 @@ def _job_of(rec: JobRecord, node_gpus: Mapping[NodeName, int], held: dict[str, d
         raise SnapshotError(f"job {rec.job_id}: GPU {', '.join(twice)} (rule: a GPU is held by one job)")
     for held_node, g in slots:
         held.setdefault(held_node, {})[g] = rec.job_id
+    if prior is not None and prior.slots == tuple(slots):
+        job = prior.job
+        if job is None or not running:
+            return job
+        if job.elastic:
+            _check_readable(rec, unreadable)
+        return job.ran_for(max(0.0, now - float(rec.start_time or 0)))
     request = parse_elastic_request(rec.admin_comment, job_id=rec.job_id)
     if request is None:
         return _rigid_job(rec, slots, running, now)
-    odd = sorted({*rec.nodes, *(n for n, _ in rec.gpus)} & set(unreadable)) if running else []
-    if odd:
-        raise SnapshotError(f"job {rec.job_id}: runs on node {','.join(odd)}, whose record Slurm printed oddly "
-                            "(rule: a job is planned from nodes that read; it is left out until they do)")
+    if running:
+        _check_readable(rec, unreadable)
     return _elastic_job(rec, request, slots, running, now=now, total_gpus=total_gpus, profiles=profiles,
                         default_model=default_model, runtime=runtime, fitted=fitted)
 
 
+def _check_readable(rec: JobRecord, unreadable: Collection[str]) -> None:
+    """A running elastic job is planned only from nodes whose records read."""
+    odd = sorted({*rec.nodes, *(n for n, _ in rec.gpus)} & set(unreadable)) if unreadable else []
+    if odd:
+        raise SnapshotError(f"job {rec.job_id}: runs on node {','.join(odd)}, whose record Slurm printed oddly "
+                            "(rule: a job is planned from nodes that read; it is left out until they do)")
+
+
 def _id_key(job_id: str) -> tuple[int, str]:
+    if job_id.isascii() and job_id.isdigit():
+        return int(job_id), job_id
     head = re.match(r"^\d+", job_id)
     return (int(head.group(0)) if head else 0, job_id)
 

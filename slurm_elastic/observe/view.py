@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
@@ -24,7 +25,7 @@ from slurm_elastic.observe.bounds import limits_of
 from slurm_elastic.observe.history import ProgressLearner
 from slurm_elastic.observe.inflight import owed_by_store
 from slurm_elastic.observe.progress import ingest, join_checked, runtimes
-from slurm_elastic.observe.snapshot import fingerprint, in_partitions, snapshot_of
+from slurm_elastic.observe.snapshot import SnapshotMemo, fingerprint, in_partitions, snapshot_of
 from slurm_elastic.slurm.records import JobRecord, NodeRecord
 from slurm_elastic.store import Store
 from slurm_elastic_predictor.progress import BetaProgressModel
@@ -118,6 +119,10 @@ class ClusterView:
     learner: ProgressLearner | None = None
     """The progress model learned from the store's finished jobs (made from ``store`` at the first
     observation: it refits and keeps the model only when the view ``writes_store``)."""
+    made: SnapshotMemo = field(default_factory=SnapshotMemo)
+    """The jobs of the last snapshot (an unchanged one is not made again)."""
+    snapshot_s: float = 0.0
+    """Seconds the last observation spent building its snapshot from the records (``bench observe``)."""
 
     def _progress_model(self) -> BetaProgressModel | None:
         if self.store is None:
@@ -190,13 +195,15 @@ class ClusterView:
         self._nodes_left_out(self.source.refused_nodes)
         store = self.store
         refused: dict[str, str] = {}
+        t = time.perf_counter()
         snap = snapshot_of(nodes, jobs, now=self.clock(), profiles=self.profiles, partitions=self.partitions,
                            default_model=self.default_model,
                            satellites=store.satellites() if store is not None else None,
                            runtimes=join_checked(runtimes(store, managed), managed) if store is not None else None,
                            refused=refused,
                            unreadable_nodes=self.nodes_left_out,
-                           progress_model=self._progress_model())
+                           progress_model=self._progress_model(), memo=self.made)
+        self.snapshot_s = time.perf_counter() - t
         self._quarantine(refused)
         self.left_out = {**self.source.refused, **refused}
         owed = owed_by_store(store, self.records, snap) if store is not None else ()

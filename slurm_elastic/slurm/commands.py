@@ -2,7 +2,7 @@
 
 This module owns :func:`run_command` (the one place a Slurm command is started; the actuator and
 the readers get it injected as a ``runner`` so the unit tests can feed recorded output),
-:func:`slurm_release` and :func:`run_json`. Which commands change Slurm is
+:func:`slurm_release` and :func:`run_json` (:func:`decode_json`). Which commands change Slurm is
 :mod:`slurm_elastic.slurm.actions`' business alone; the readers are
 :mod:`slurm_elastic.slurm.cli_backend` and :mod:`slurm_elastic.slurm.pyslurm_backend`.
 
@@ -108,13 +108,17 @@ def controller_release(runner: Runner) -> tuple[int, int, int]:
 
 
 def run_json(runner: Runner, argv: Sequence[str]) -> dict[str, Any]:
-    """Run a ``--json`` Slurm command and return the parsed top-level object.
+    """Run a ``--json`` Slurm command and return the parsed top-level object (see :func:`decode_json`)."""
+    return decode_json(runner(argv), argv)
+
+
+def decode_json(text: str, argv: Sequence[str]) -> dict[str, Any]:
+    """The top-level object ``argv`` printed as ``text``.
 
     Raises:
         SlurmJsonError: the output is not a JSON object (nested past Python's recursion limit, or
             holding an integer of more than 4300 digits, included).
     """
-    text = runner(argv)
     try:
         doc = json.loads(text)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError

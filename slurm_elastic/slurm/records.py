@@ -48,6 +48,19 @@ from slurm_elastic.slurm.hostlist import (
     parse_gres_detail,
     parse_tres_gpus,
 )
+from slurm_elastic.slurm.read_memo import ReadMemo, memoised
+
+JOB_KEYS = ("job_id", "array_job_id", "array_task_id", "array_task_string", "het_job_id", "het_job_offset",
+            "job_state", "restart_cnt", "nodes", "gres_detail", "tres_per_node", "tres_per_job", "tres_per_task",
+            "node_count", "batch_host", "name", "user_name", "account", "partition", "submit_time", "start_time",
+            "resize_time", "tasks", "admin_comment", "comment", "current_working_directory")
+"""Every key of a job record :func:`parse_jobs` reads, in any dialect (what
+:mod:`~slurm_elastic.slurm.listing_json` keeps of ``squeue --json``)."""
+NODE_KEYS = ("name", "state", "state_flags", "gres", "gres_used", "partitions", "reason")
+"""Every key of a node record :func:`parse_nodes` reads (22.05's ``sinfo``, ``scontrol show node``)."""
+SINFO_ROW_KEYS = ("nodes", "node", "gres", "partition.name", "reason")
+"""Every key of a ``sinfo -N --json`` row :func:`parse_nodes` reads (23.02 on); of the partition
+(1.5 kB of its settings per row) only its name."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +235,8 @@ class AccountingRecord:
     admin_comment: str
 
 
-def parse_nodes(doc: Mapping[str, Any], refused: dict[str, str] | None = None) -> list[NodeRecord]:
+def parse_nodes(doc: Mapping[str, Any], refused: dict[str, str] | None = None,
+                memo: ReadMemo[NodeRecord] | None = None) -> list[NodeRecord]:
     """Read nodes from ``sinfo --json`` (22.05), ``sinfo -N --json`` or ``scontrol show node --json`` (25.11).
 
     25.11's ``sinfo -N`` lists a node once per partition; the records are merged (partitions united)
@@ -237,6 +251,8 @@ def parse_nodes(doc: Mapping[str, Any], refused: dict[str, str] | None = None) -
             another record of the same node is left out and its reason stored here under the
             node's name (``record <i>`` when even the name is unreadable), so one odd record never
             hides the other nodes; when ``None``, it raises.
+        memo: the records of the reader's last read, by raw record (an unchanged record is not read
+            again); ``None``: every record is read.
 
     Returns:
         Nodes sorted by name.
@@ -262,6 +278,12 @@ def parse_nodes(doc: Mapping[str, Any], refused: dict[str, str] | None = None) -
     else:
         rows = _list_of_objects(doc["sinfo"], "sinfo", where)
         read = _sinfo_row
+    with memoised(memo, (kind, version), read, _place) as read_row:
+        return _merged_nodes(rows, read_row, kind, refused)
+
+
+def _merged_nodes(rows: list[Mapping[str, Any]], read: Callable[[Mapping[str, Any], int], NodeRecord],
+                  kind: DocKind, refused: dict[str, str] | None) -> list[NodeRecord]:
     merged: dict[str, NodeRecord] = {}
     odd: dict[str, str] = {}
     for i, row in enumerate(rows):
@@ -389,7 +411,8 @@ def _sinfo_row(r: Mapping[str, Any], i: int) -> NodeRecord:
 # Jobs
 
 
-def parse_jobs(doc: Mapping[str, Any], refused: dict[str, str] | None = None) -> list[JobRecord]:
+def parse_jobs(doc: Mapping[str, Any], refused: dict[str, str] | None = None,
+               memo: ReadMemo[JobRecord] | None = None) -> list[JobRecord]:
     """Read jobs from ``squeue --json`` (22.05 or 25.11) or ``scontrol show job --json`` (25.11).
 
     Args:
@@ -397,6 +420,7 @@ def parse_jobs(doc: Mapping[str, Any], refused: dict[str, str] | None = None) ->
         refused: when given, a job record that does not parse is left out and its reason stored
             here under the job's id (``record <i>`` when even the id is unreadable), so one odd
             record never hides the others; when ``None``, it raises.
+        memo: as :func:`parse_nodes`'.
 
     Returns:
         Jobs in document order.
@@ -411,17 +435,34 @@ def parse_jobs(doc: Mapping[str, Any], refused: dict[str, str] | None = None) ->
     version = detect_version(doc, kind)
     check_errors(doc, kind)
     jobs = _list_of_objects(require(doc, "jobs", Where(kind, "document")), "jobs", Where(kind, "document"))
-    if refused is None:
-        return [_job(j, kind, version) for j in jobs]
+    with memoised(memo, (kind, version), lambda j, _i: _job(j, kind, version), _job_key) as read:
+        if refused is None:
+            return [read(j, i) for i, j in enumerate(jobs)]
+        return _jobs_read(jobs, read, kind, refused)
+
+
+def _jobs_read(jobs: list[Mapping[str, Any]], read: Callable[[Mapping[str, Any], int], JobRecord], kind: DocKind,
+               refused: dict[str, str]) -> list[JobRecord]:
     out = []
     for i, j in enumerate(jobs):
         try:
-            out.append(_job(j, kind, version))
+            out.append(read(j, i))
         except (SlurmJsonError, ValueError, TypeError, LookupError, AttributeError) as exc:
             raw = _raw_id(j)
             refused[raw if raw != "?" else f"record {i}"] = (
                 str(exc) if isinstance(exc, SlurmJsonError) else f"{kind.value}: job {raw}: {exc!r}")
     return out
+
+
+def _place(_row: Mapping[str, Any], i: int) -> int:
+    """A node row's memo key: its place (nodes are listed in the same order every time)."""
+    return i
+
+
+def _job_key(j: Mapping[str, Any], i: int) -> str | int:
+    """A job row's memo key: its raw job id (jobs come and go, so their places shift), else its place."""
+    raw = _raw_id(j)
+    return i if raw == "?" else raw
 
 
 def _raw_id(j: Mapping[str, Any]) -> str:

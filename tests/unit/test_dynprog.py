@@ -9,7 +9,7 @@ import pytest
 
 from slurm_elastic import policies
 from slurm_elastic.core.constraints import validate_plan
-from slurm_elastic.core.dynprog import DpMemo, DynamicProgramPlanner, solve
+from slurm_elastic.core.dynprog import DpMemo, DynamicProgramPlanner, solve, solve_concave, solve_table
 from slurm_elastic.core.model import JobId, Node, NodeName, NodeState
 from slurm_elastic.errors import ConfigError
 from slurm_elastic.testing import make_job, make_nodes, make_snapshot
@@ -85,3 +85,55 @@ def test_bad_parameters_are_refused() -> None:
         DynamicProgramPlanner(mode="maybe")
     with pytest.raises(ConfigError, match=r"dp\.kmax = 0"):
         DynamicProgramPlanner(kmax=0)
+
+
+def _concave(rng: np.random.Generator, kmax: int) -> np.ndarray:
+    """Scaling factors concave over one interval of feasible sizes (gains never rise; some may be < 0)."""
+    v = np.full(kmax + 1, NEG)
+    lo = int(rng.integers(1, kmax + 1))
+    hi = int(rng.integers(lo, kmax + 1))
+    gains = np.sort(rng.normal(0.5, 0.6, hi - lo))[::-1]
+    v[lo] = rng.uniform(0.5, 1.5)
+    v[lo + 1 : hi + 1] = v[lo] + np.cumsum(gains)
+    return v
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_concave_path_reaches_the_tables_optimum(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    shared = [_concave(rng, 6) for _ in range(3)]
+    values = [shared[int(rng.integers(3))] if rng.random() < 0.5 else _concave(rng, 8) for _ in range(12)]
+    total = int(rng.integers(1, 40))
+    table_best, _ = solve_table(values, total)
+    fast = solve_concave(values, total)
+    assert fast is not None
+    best, ks = fast
+    if not np.isfinite(table_best):
+        assert (best, ks) == (NEG, [])
+        return
+    assert best == pytest.approx(table_best, abs=1e-9)
+    assert sum(ks) <= total and all(np.isfinite(v[k]) for v, k in zip(values, ks, strict=True))
+    assert sum(float(v[k]) for v, k in zip(values, ks, strict=True)) == pytest.approx(best, abs=1e-9)
+
+
+def test_factors_that_are_not_concave_go_to_the_table() -> None:
+    bumpy = np.array([NEG, 1.0, 1.2, 2.5])  # the third GPU gains more than the second
+    gappy = np.array([NEG, 1.0, NEG, 2.0])  # feasible sizes are not one interval
+    for v in (bumpy, gappy):
+        assert solve_concave([v, np.array([NEG, 1.0, 1.5])], 4) is None
+        assert solve([v], 3) == solve_table([v], 3)
+
+
+def test_a_large_queue_of_concave_jobs_is_planned_without_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """25,000 elastic jobs on 28,000 GPUs made a 25,000 x 28,000 table (5.6 GB, 12 s): concave factors
+    (the shipped profiles' shape) are solved greedily, to the same optimum."""
+    import slurm_elastic.core.dynprog as dynprog
+
+    def no_table(values: list[np.ndarray], total: int) -> tuple[float, list[int]]:
+        raise AssertionError(f"the table was built for {len(values)} jobs x {total} GPUs")
+
+    snap = make_snapshot(make_nodes(8, 4), [make_job(f"{i}", max_gpus=4, submit_time=float(i)) for i in range(40)])
+    expected = DynamicProgramPlanner().plan(snap, None, np.random.default_rng(0)).plan
+    monkeypatch.setattr(dynprog, "solve_table", no_table)
+    plan = DynamicProgramPlanner().plan(snap, None, np.random.default_rng(0)).plan
+    assert plan.score == pytest.approx(expected.score) and sum(j.num_gpus for j in plan.jobs) == 32

@@ -19,7 +19,7 @@ from slurm_elastic.testing import shipped_profiles
 
 
 def test_the_site_is_the_recorded_records_renamed_and_placed() -> None:
-    sinfo, squeue = site_documents(12, 40, seed=3)
+    sinfo, squeue, _ = site_documents(12, 40, seed=3)
     nodes = parse_nodes(json.loads(sinfo))
     jobs = parse_jobs(json.loads(squeue))
     assert len(nodes) == 12 and all(n.gpus == 4 and n.partitions == ("gpu", "urgent") for n in nodes)
@@ -55,7 +55,7 @@ class _Source:
 
     def __init__(self) -> None:
         self.enabled_during_read: list[bool] = []
-        sinfo, squeue = site_documents(4, 6)
+        sinfo, squeue, _ = site_documents(4, 6)
         self.texts = {"sinfo": sinfo, "squeue": squeue}
         self.cli = SlurmCli(self._runner)
 
