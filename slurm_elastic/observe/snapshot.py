@@ -225,6 +225,12 @@ def build_snapshot(
         if prior is not None and not (prior.record is rec and prior.total_gpus == total_gpus
                                       and prior.profiles is profiles and prior.default_model == default_model):
             prior = None
+        if prior is not None and rec.state is not JobState.RUNNING:  # a waiting job: nothing to check again
+            reused += 1
+            kept[rec.job_id] = prior
+            if prior.job is not None:
+                out_jobs.append(prior.job)
+            continue
         slots: list[tuple[str, int]] = []
         try:
             job = _job_of(rec, node_gpus, held, now=now, total_gpus=total_gpus, profiles=profiles,

@@ -10,7 +10,8 @@ is scanned, without being built; ``bench observe`` gives the figures), and hands
 read-only mapping (:class:`ListedRecord`) that reads like the dict ``json`` makes, so the readers,
 their rules and their error messages are the same for both decoders. Two listed records compare
 equal when their kept keys and values do (compared by msgspec without building a dict), which
-:class:`~slurm_elastic.slurm.read_memo.ReadMemo` relies on.
+:class:`~slurm_elastic.slurm.read_memo.ReadMemo` relies on; a record it has to read is read as a
+plain dict (:meth:`ListedRecord.plain`).
 
 A document msgspec will not decode but Python's ``json`` reads (a lone UTF-16 surrogate escape a
 user put in a comment, a number beyond 64 bits, a listing whose shape is wrong) is decoded by
@@ -28,23 +29,37 @@ from typing import Any
 import msgspec
 
 from slurm_elastic.slurm.commands import decode_json
-from slurm_elastic.slurm.records import JOB_KEYS, NODE_KEYS, SINFO_ROW_KEYS
+from slurm_elastic.slurm.records import JOB_KEYS, JOB_NUMBER_KEYS, NODE_KEYS, SINFO_ROW_KEYS
 
 _TOP_KEYS = ("meta", "errors", "warnings")
 _LISTS = (("jobs", JOB_KEYS), ("nodes", NODE_KEYS), ("sinfo", SINFO_ROW_KEYS))
 
 
-def _record_type(name: str, keys: Sequence[str]) -> type[msgspec.Struct]:
+class _Number(msgspec.Struct, gc=False):
+    """A number as data_parser prints it (the reader checks each key)."""
+
+    set: Any = msgspec.UNSET
+    infinite: Any = msgspec.UNSET
+    number: Any = msgspec.UNSET
+
+
+def _record_type(name: str, keys: Sequence[str], numbers: frozenset[str] = frozenset()) -> type[msgspec.Struct]:
     """A record keeping ``keys``; ``a.b`` keeps only ``b`` of the object under ``a`` (which must then
-    be an object, or the whole document is decoded by ``json``)."""
+    be an object, or the whole document is decoded by ``json``); a key of ``numbers`` must be an
+    integer, null or ``{set, infinite, number}`` (else, likewise)."""
     nested: dict[str, list[str]] = {}
     for key in keys:
         head, _, rest = key.partition(".")
         nested.setdefault(head, [])
         if rest:
             nested[head].append(rest)
-    return msgspec.defstruct(name, [(head, _record_type(f"{name}_{head}", sub) if sub else Any, msgspec.UNSET)
-                                    for head, sub in nested.items()])
+
+    def kind(head: str, sub: list[str]) -> Any:
+        if sub:
+            return _record_type(f"{name}_{head}", sub)
+        return int | _Number | None if head in numbers else Any
+
+    return msgspec.defstruct(name, [(head, kind(head, sub), msgspec.UNSET) for head, sub in nested.items()], gc=False)
 
 
 @cache
@@ -52,8 +67,19 @@ def _decoder() -> msgspec.json.Decoder[Any]:
     """One decoder for every listing: the top keys, and each list of records with its kept keys."""
     fields: list[tuple[str, Any, Any]] = [(k, Any, msgspec.UNSET) for k in _TOP_KEYS]
     for key, keys in _LISTS:
-        fields.append((key, list[_record_type(f"Listed_{key}", keys)], msgspec.UNSET))  # type: ignore[misc]
-    return msgspec.json.Decoder(msgspec.defstruct("Listing", fields))
+        record = _record_type(f"Listed_{key}", keys, JOB_NUMBER_KEYS if key == "jobs" else frozenset())
+        fields.append((key, list[record], msgspec.UNSET))  # type: ignore[valid-type]
+    return msgspec.json.Decoder(msgspec.defstruct("Listing", fields, gc=False))
+
+
+def _plain(record: msgspec.Struct) -> dict[str, Any]:
+    """A record as the dict ``json`` makes of it (the keys kept and printed; inner records likewise)."""
+    out = {}
+    for key in record.__struct_fields__:
+        value = getattr(record, key)
+        if value is not msgspec.UNSET:
+            out[key] = _plain(value) if isinstance(value, msgspec.Struct) else value
+    return out
 
 
 class ListedRecord(Mapping[str, Any]):
@@ -69,7 +95,17 @@ class ListedRecord(Mapping[str, Any]):
         value = getattr(self._record, key) if key in self._keys else msgspec.UNSET
         if value is msgspec.UNSET:
             raise KeyError(key)
-        return ListedRecord(value, frozenset(value.__struct_fields__)) if isinstance(value, msgspec.Struct) else value
+        return _plain(value) if isinstance(value, msgspec.Struct) else value
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and key in self._keys and getattr(self._record, key) is not msgspec.UNSET
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """``self[key]``, else ``default`` (as a dict's, without raising inside)."""
+        value = getattr(self._record, key) if key in self._keys else msgspec.UNSET
+        if value is msgspec.UNSET:
+            return default
+        return _plain(value) if isinstance(value, msgspec.Struct) else value
 
     def __iter__(self) -> Iterator[str]:
         return (k for k in self._record.__struct_fields__ if getattr(self._record, k) is not msgspec.UNSET)
@@ -82,6 +118,10 @@ class ListedRecord(Mapping[str, Any]):
         return isinstance(other, ListedRecord) and self._record == other._record
 
     __hash__ = None  # type: ignore[assignment]
+
+    def plain(self) -> dict[str, Any]:
+        """The record as the dict ``json`` makes of it (what a reader reads fastest)."""
+        return _plain(self._record)
 
 
 def decode_listing(text: str, argv: Sequence[str]) -> dict[str, Any]:

@@ -9,8 +9,8 @@ compared, so a change of any of them is a miss and is read again (equality is Py
 one dialect a value keeps its JSON type, and a change of dialect empties the memo). It holds the
 records of the last read only: each read replaces them, so a finished job's record is let go one
 read after it leaves the queue and nothing older is ever held. A record that does not read is not
-kept (its error is raised again, with the record's place in this document). Pure: no command, no
-file, no clock.
+kept (its error is raised again, with the record's place in this document). A record read afresh
+is read as a plain dict when it can give one (:func:`plain`). Pure: no command, no file, no clock.
 """
 
 from __future__ import annotations
@@ -23,6 +23,13 @@ from typing import Any, Generic, TypeVar
 R = TypeVar("R")
 RowReader = Callable[[Mapping[str, Any], int], R]
 RowKey = Callable[[Mapping[str, Any], int], Hashable]
+
+
+def plain(row: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The row as a dict when it can give one (a :class:`~slurm_elastic.slurm.listing_json.ListedRecord`
+    reads through Python calls, a dict in C), else the row."""
+    as_dict = getattr(row, "plain", None)
+    return as_dict() if callable(as_dict) else row
 
 
 @dataclass
@@ -57,7 +64,7 @@ class ReadMemo(Generic[R]):
                 got = prior[1]
                 self.hits += 1
             else:
-                got = read(row, i)
+                got = read(plain(row), i)
                 self.misses += 1
             kept[k] = (row, got)
             return got
@@ -71,7 +78,7 @@ def memoised(memo: ReadMemo[R] | None, dialect: Hashable, read: RowReader[R],
              key: RowKey) -> Iterator[RowReader[R]]:
     """``memo.reading(dialect, read, key)``, or ``read`` itself when there is no memo."""
     if memo is None:
-        yield read
+        yield lambda row, i: read(plain(row), i)
         return
     with memo.reading(dialect, read, key) as read_row:
         yield read_row

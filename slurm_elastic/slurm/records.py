@@ -56,11 +56,14 @@ JOB_KEYS = ("job_id", "array_job_id", "array_task_id", "array_task_string", "het
             "resize_time", "tasks", "admin_comment", "comment", "current_working_directory")
 """Every key of a job record :func:`parse_jobs` reads, in any dialect (what
 :mod:`~slurm_elastic.slurm.listing_json` keeps of ``squeue --json``)."""
+JOB_NUMBER_KEYS = frozenset(("job_id", "array_job_id", "array_task_id", "het_job_id", "het_job_offset", "restart_cnt",
+                             "node_count", "submit_time", "start_time", "resize_time", "tasks"))
+"""The keys of :data:`JOB_KEYS` read as numbers: a plain integer, null, or ``{set, infinite, number}``."""
 NODE_KEYS = ("name", "state", "state_flags", "gres", "gres_used", "partitions", "reason")
 """Every key of a node record :func:`parse_nodes` reads (22.05's ``sinfo``, ``scontrol show node``)."""
-SINFO_ROW_KEYS = ("nodes", "node", "gres", "partition.name", "reason")
-"""Every key of a ``sinfo -N --json`` row :func:`parse_nodes` reads (23.02 on); of the partition
-(1.5 kB of its settings per row) only its name."""
+SINFO_ROW_KEYS = ("nodes.nodes", "node.state", "gres.total", "gres.used", "partition.name", "reason.description")
+"""Every key of a ``sinfo -N --json`` row :func:`parse_nodes` reads (23.02 on), inner keys after a dot
+(of the partition, 1.5 kB of its settings per row, only its name)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -467,6 +470,8 @@ def _job_key(j: Mapping[str, Any], i: int) -> str | int:
 
 def _raw_id(j: Mapping[str, Any]) -> str:
     raw = j.get("job_id")
+    if type(raw) is int:
+        return str(raw)
     if isinstance(raw, Mapping):
         raw = raw.get("number")
     return str(raw) if isinstance(raw, int) else "?"
