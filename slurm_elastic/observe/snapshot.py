@@ -116,6 +116,8 @@ def fold(records: Sequence[JobRecord], satellites: Mapping[str, str]) -> list[Jo
     GPUs count as busy until the daemon cancels it; a pending satellite is left out (the grow is
     still on its way).
     """
+    if not satellites:  # only running launcher jobs change
+        return [_folded(r, []) if r.state is JobState.RUNNING and COMMENT_KEY in r.comment else r for r in records]
     by_id: dict[str, JobRecord] = {r.job_id: r for r in records}
     extra: dict[str, list[JobRecord]] = defaultdict(list)
     out = []
