@@ -380,6 +380,8 @@ class ClusterSnapshot:
             raise SnapshotError(f"arrival rate {self.arrival_rate} must be >= 0 jobs/s")
         known = {n.name: set(n.gpus) for n in self.nodes}
         held: set[tuple[NodeName, int]] = set()
+        # Every model named is profiled (the usual case, checked at once), or each job is checked in order.
+        profiled = {j.model for j in self.jobs if j.elastic and j.model} <= self.profiles.keys()
         for job in self.jobs:
             for node, gpus in job.placement.slots:
                 if node not in known or not set(gpus) <= known[node]:
@@ -388,7 +390,7 @@ class ClusterSnapshot:
                     if (node, g) in held:
                         raise SnapshotError(f"GPU {node}:{g} is held by two jobs")
                     held.add((node, g))
-            if job.elastic and job.is_active and job.model and job.model not in self.profiles:
+            if not profiled and job.elastic and job.is_active and job.model and job.model not in self.profiles:
                 raise SnapshotError(f"job {job.job_id}: no throughput profile named {job.model!r}")
         # Derived views, computed once: planners, placement and validation all ask for them.
         elastic = tuple(j for j in self.jobs if j.elastic and j.is_active)

@@ -101,6 +101,9 @@ def place(snapshot: ClusterSnapshot, counts: Mapping[JobId, int]) -> dict[JobId,
         k = wanted.get(job.job_id, 0)
         if not k:
             continue
+        if not job.placement.slots:  # a waiting job holds nothing to keep or shrink
+            held[job.job_id] = {}
+            continue
         per_node: dict[NodeName, list[int]] = {}
         for node, gpus in job.placement.slots:
             keep = [g for g in gpus if (node, g) in sched]
@@ -126,13 +129,15 @@ def place(snapshot: ClusterSnapshot, counts: Mapping[JobId, int]) -> dict[JobId,
         if nd.state is NodeState.UP:
             free[nd.name] = [g for g in nd.gpus if (nd.name, g) in sched and (nd.name, g) not in taken]
     pool = _FreePool(free, width)
-    need = {j: wanted[j] - sum(len(g) for g in held.get(j, {}).values()) for j in wanted}
+    need = {j: wanted[j] - sum(map(len, held.get(j, {}).values())) for j in wanted}
     if sum(n for n in need.values() if n > 0) > pool.total:
         raise InvalidPlanError(
             (f"planned {sum(wanted.values())} GPUs but only {len(sched)} are schedulable",)
         )
     # Grow in place first: free GPUs on nodes the job already uses.
     for job_id, per_node in held.items():
+        if not per_node:
+            continue
         for node in sorted(per_node, key=lambda n: -len(per_node[n])):
             if need[job_id] <= 0:
                 break

@@ -8,10 +8,10 @@ the same text into typed records that keep only the keys listed in
 :data:`~slurm_elastic.slurm.records.SINFO_ROW_KEYS` (every other key of a record is skipped as it
 is scanned, without being built; ``bench observe`` gives the figures), and hands each on as a
 read-only mapping (:class:`ListedRecord`) that reads like the dict ``json`` makes, so the readers,
-their rules and their error messages are the same for both decoders. Two listed records compare
-equal when their kept keys and values do (compared by msgspec without building a dict), which
-:class:`~slurm_elastic.slurm.read_memo.ReadMemo` relies on; a record it has to read is read as a
-plain dict (:meth:`ListedRecord.plain`).
+their rules and their error messages are the same for both decoders. The decoded records are
+frozen and hashable (:meth:`ListedRecord.memo_key`): :class:`~slurm_elastic.slurm.read_memo.ReadMemo`
+finds last read's record by it with one dictionary lookup in C; a record it has to read is read as
+a plain dict (:meth:`ListedRecord.plain`).
 
 A document msgspec will not decode but Python's ``json`` reads (a lone UTF-16 surrogate escape a
 user put in a comment, a number beyond 64 bits, a listing whose shape is wrong) is decoded by
@@ -29,37 +29,38 @@ from typing import Any
 import msgspec
 
 from slurm_elastic.slurm.commands import decode_json
-from slurm_elastic.slurm.records import JOB_KEYS, JOB_NUMBER_KEYS, NODE_KEYS, SINFO_ROW_KEYS
+from slurm_elastic.slurm.records import JOB_KEYS, NODE_KEYS, SINFO_ROW_KEYS
 
 _TOP_KEYS = ("meta", "errors", "warnings")
 _LISTS = (("jobs", JOB_KEYS), ("nodes", NODE_KEYS), ("sinfo", SINFO_ROW_KEYS))
 
 
-class _Number(msgspec.Struct, gc=False):
+class _Number(msgspec.Struct, frozen=True, gc=False, forbid_unknown_fields=True):
     """A number as data_parser prints it (the reader checks each key)."""
 
-    set: Any = msgspec.UNSET
-    infinite: Any = msgspec.UNSET
-    number: Any = msgspec.UNSET
+    set: bool | None | msgspec.UnsetType = msgspec.UNSET
+    infinite: bool | None | msgspec.UnsetType = msgspec.UNSET
+    number: int | None | msgspec.UnsetType = msgspec.UNSET
 
 
-def _record_type(name: str, keys: Sequence[str], numbers: frozenset[str] = frozenset()) -> type[msgspec.Struct]:
-    """A record keeping ``keys``; ``a.b`` keeps only ``b`` of the object under ``a`` (which must then
-    be an object, or the whole document is decoded by ``json``); a key of ``numbers`` must be an
-    integer, null or ``{set, infinite, number}`` (else, likewise)."""
+_Leaf = str | int | _Number | tuple[str | None, ...] | None
+"""What a kept key holds: a string, a number (plain or data_parser's), a list of strings, or null;
+anything else (a boolean, a float, another object) sends the whole document to ``json``."""
+
+
+def _record_type(name: str, keys: Sequence[str]) -> type[msgspec.Struct]:
+    """A record keeping ``keys`` (each a :data:`_Leaf`); ``a.b`` keeps only ``b`` of the object under
+    ``a``. Records are frozen and hashable, and never tracked by the cyclic collector (they hold no
+    cycle)."""
     nested: dict[str, list[str]] = {}
     for key in keys:
         head, _, rest = key.partition(".")
         nested.setdefault(head, [])
         if rest:
             nested[head].append(rest)
-
-    def kind(head: str, sub: list[str]) -> Any:
-        if sub:
-            return _record_type(f"{name}_{head}", sub)
-        return int | _Number | None if head in numbers else Any
-
-    return msgspec.defstruct(name, [(head, kind(head, sub), msgspec.UNSET) for head, sub in nested.items()], gc=False)
+    fields = [(head, (_record_type(f"{name}_{head}", sub) if sub else _Leaf) | msgspec.UnsetType, msgspec.UNSET)
+              for head, sub in nested.items()]
+    return msgspec.defstruct(name, fields, frozen=True, gc=False)
 
 
 @cache
@@ -67,19 +68,16 @@ def _decoder() -> msgspec.json.Decoder[Any]:
     """One decoder for every listing: the top keys, and each list of records with its kept keys."""
     fields: list[tuple[str, Any, Any]] = [(k, Any, msgspec.UNSET) for k in _TOP_KEYS]
     for key, keys in _LISTS:
-        record = _record_type(f"Listed_{key}", keys, JOB_NUMBER_KEYS if key == "jobs" else frozenset())
-        fields.append((key, list[record], msgspec.UNSET))  # type: ignore[valid-type]
+        record: Any = _record_type(f"Listed_{key}", keys)
+        fields.append((key, list[record], msgspec.UNSET))
     return msgspec.json.Decoder(msgspec.defstruct("Listing", fields, gc=False))
 
 
-def _plain(record: msgspec.Struct) -> dict[str, Any]:
-    """A record as the dict ``json`` makes of it (the keys kept and printed; inner records likewise)."""
-    out = {}
-    for key in record.__struct_fields__:
-        value = getattr(record, key)
-        if value is not msgspec.UNSET:
-            out[key] = _plain(value) if isinstance(value, msgspec.Struct) else value
-    return out
+def _as_json(value: Any) -> Any:
+    """A kept value as ``json`` gives it: a record as a dict of the keys it has, a tuple as a list."""
+    if isinstance(value, msgspec.Struct):
+        return {k: _as_json(v) for k in value.__struct_fields__ if (v := getattr(value, k)) is not msgspec.UNSET}
+    return list(value) if isinstance(value, tuple) else value
 
 
 class ListedRecord(Mapping[str, Any]):
@@ -95,7 +93,7 @@ class ListedRecord(Mapping[str, Any]):
         value = getattr(self._record, key) if key in self._keys else msgspec.UNSET
         if value is msgspec.UNSET:
             raise KeyError(key)
-        return _plain(value) if isinstance(value, msgspec.Struct) else value
+        return _as_json(value)
 
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and key in self._keys and getattr(self._record, key) is not msgspec.UNSET
@@ -103,9 +101,7 @@ class ListedRecord(Mapping[str, Any]):
     def get(self, key: str, default: Any = None) -> Any:
         """``self[key]``, else ``default`` (as a dict's, without raising inside)."""
         value = getattr(self._record, key) if key in self._keys else msgspec.UNSET
-        if value is msgspec.UNSET:
-            return default
-        return _plain(value) if isinstance(value, msgspec.Struct) else value
+        return default if value is msgspec.UNSET else _as_json(value)
 
     def __iter__(self) -> Iterator[str]:
         return (k for k in self._record.__struct_fields__ if getattr(self._record, k) is not msgspec.UNSET)
@@ -121,7 +117,12 @@ class ListedRecord(Mapping[str, Any]):
 
     def plain(self) -> dict[str, Any]:
         """The record as the dict ``json`` makes of it (what a reader reads fastest)."""
-        return _plain(self._record)
+        return _as_json(self._record)  # type: ignore[no-any-return]
+
+    def memo_key(self) -> msgspec.Struct:
+        """The decoded record itself: hashable, and equal exactly when the kept keys and values are
+        (hashed and compared in C)."""
+        return self._record
 
 
 def decode_listing(text: str, argv: Sequence[str]) -> dict[str, Any]:

@@ -3,14 +3,17 @@
 This module owns :class:`ReadMemo`. A daemon reads the whole queue every round, and in a large
 queue nearly every record is the one it read last round; reading it again (its ids, state,
 hostlist, GRES and TRES strings, each checked) costs more than the rest of the round. The memo
-finds each raw record's last version by a key the reader gives (a job's id, a row's place) and
-takes the record made from it when the two are equal: every key and value the reader reads is
-compared, so a change of any of them is a miss and is read again (equality is Python's: within
-one dialect a value keeps its JSON type, and a change of dialect empties the memo). It holds the
+looks each raw record up by its key (:meth:`~slurm_elastic.slurm.listing_json.ListedRecord.memo_key`:
+the decoded record itself, hashable, equal exactly when every kept key and value is) and takes
+the record made from the equal one last time: a change of any value the reader reads is a miss
+and is read again (equality is Python's: within one dialect a value keeps its JSON type, and a
+change of dialect empties the memo). A hit keeps last read's raw record and lets this read's go
+at once, so what one round decodes of unchanged jobs never outlives it. The memo holds the
 records of the last read only: each read replaces them, so a finished job's record is let go one
-read after it leaves the queue and nothing older is ever held. A record that does not read is not
-kept (its error is raised again, with the record's place in this document). A record read afresh
-is read as a plain dict when it can give one (:func:`plain`). Pure: no command, no file, no clock.
+read after it leaves the queue and nothing older is ever held. A record that does not read is
+not kept (its error is raised again, with the record's place in this document), nor is one
+without a key (a dict from Python's ``json``: read every time). A record read afresh is read as
+a plain dict when it can give one (:func:`plain`). Pure: no command, no file, no clock.
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ from typing import Any, Generic, TypeVar
 
 R = TypeVar("R")
 RowReader = Callable[[Mapping[str, Any], int], R]
-RowKey = Callable[[Mapping[str, Any], int], Hashable]
 
 
 def plain(row: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -30,6 +32,12 @@ def plain(row: Mapping[str, Any]) -> Mapping[str, Any]:
     reads through Python calls, a dict in C), else the row."""
     as_dict = getattr(row, "plain", None)
     return as_dict() if callable(as_dict) else row
+
+
+def memo_key(row: Mapping[str, Any]) -> Hashable | None:
+    """The row's key in a :class:`ReadMemo` (``None``: a row without one)."""
+    key = getattr(row, "memo_key", None)
+    return key() if callable(key) else None
 
 
 @dataclass
@@ -44,41 +52,40 @@ class ReadMemo(Generic[R]):
     hits: int = 0
     misses: int = 0
     _dialect: Hashable = None
-    _kept: dict[Hashable, tuple[Mapping[str, Any], R]] = field(default_factory=dict, repr=False)
+    _kept: dict[Hashable, tuple[Hashable, R]] = field(default_factory=dict, repr=False)
 
     @contextmanager
-    def reading(self, dialect: Hashable, read: RowReader[R], key: RowKey) -> Iterator[RowReader[R]]:
-        """A reader for one document of ``dialect``: each row from the memo (its ``key`` found, and
-        equal to the row kept under it) or read with ``read``.
+    def reading(self, dialect: Hashable, read: RowReader[R]) -> Iterator[RowReader[R]]:
+        """A reader for one document of ``dialect``: each row from the memo, or read with ``read``.
 
         The memo keeps exactly the rows read through it during the ``with`` block; it is emptied if
         the block raises (the next read starts afresh)."""
         last = self._kept if dialect == self._dialect else {}
-        kept: dict[Hashable, tuple[Mapping[str, Any], R]] = {}
+        kept: dict[Hashable, tuple[Hashable, R]] = {}
         self._kept, self._dialect, self.hits, self.misses = {}, dialect, 0, 0
 
         def read_row(row: Mapping[str, Any], i: int) -> R:
-            k = key(row, i)
-            prior = last.get(k)
-            if prior is not None and prior[0] == row:
-                got = prior[1]
-                self.hits += 1
-            else:
+            key = memo_key(row)
+            entry = last.get(key) if key is not None else None
+            if entry is None:
                 got = read(plain(row), i)
                 self.misses += 1
-            kept[k] = (row, got)
-            return got
+                if key is not None:
+                    kept[key] = (key, got)
+                return got
+            self.hits += 1
+            kept[entry[0]] = entry  # last read's raw record stays; this read's goes with its document
+            return entry[1]
 
         yield read_row
         self._kept = kept
 
 
 @contextmanager
-def memoised(memo: ReadMemo[R] | None, dialect: Hashable, read: RowReader[R],
-             key: RowKey) -> Iterator[RowReader[R]]:
-    """``memo.reading(dialect, read, key)``, or ``read`` itself when there is no memo."""
+def memoised(memo: ReadMemo[R] | None, dialect: Hashable, read: RowReader[R]) -> Iterator[RowReader[R]]:
+    """``memo.reading(dialect, read)``, or ``read`` (of each row as a plain dict) when there is no memo."""
     if memo is None:
         yield lambda row, i: read(plain(row), i)
         return
-    with memo.reading(dialect, read, key) as read_row:
+    with memo.reading(dialect, read) as read_row:
         yield read_row

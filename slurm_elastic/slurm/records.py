@@ -56,9 +56,6 @@ JOB_KEYS = ("job_id", "array_job_id", "array_task_id", "array_task_string", "het
             "resize_time", "tasks", "admin_comment", "comment", "current_working_directory")
 """Every key of a job record :func:`parse_jobs` reads, in any dialect (what
 :mod:`~slurm_elastic.slurm.listing_json` keeps of ``squeue --json``)."""
-JOB_NUMBER_KEYS = frozenset(("job_id", "array_job_id", "array_task_id", "het_job_id", "het_job_offset", "restart_cnt",
-                             "node_count", "submit_time", "start_time", "resize_time", "tasks"))
-"""The keys of :data:`JOB_KEYS` read as numbers: a plain integer, null, or ``{set, infinite, number}``."""
 NODE_KEYS = ("name", "state", "state_flags", "gres", "gres_used", "partitions", "reason")
 """Every key of a node record :func:`parse_nodes` reads (22.05's ``sinfo``, ``scontrol show node``)."""
 SINFO_ROW_KEYS = ("nodes.nodes", "node.state", "gres.total", "gres.used", "partition.name", "reason.description")
@@ -281,7 +278,7 @@ def parse_nodes(doc: Mapping[str, Any], refused: dict[str, str] | None = None,
     else:
         rows = _list_of_objects(doc["sinfo"], "sinfo", where)
         read = _sinfo_row
-    with memoised(memo, (kind, version), read, _place) as read_row:
+    with memoised(memo, (kind, version), read) as read_row:
         return _merged_nodes(rows, read_row, kind, refused)
 
 
@@ -438,7 +435,7 @@ def parse_jobs(doc: Mapping[str, Any], refused: dict[str, str] | None = None,
     version = detect_version(doc, kind)
     check_errors(doc, kind)
     jobs = _list_of_objects(require(doc, "jobs", Where(kind, "document")), "jobs", Where(kind, "document"))
-    with memoised(memo, (kind, version), lambda j, _i: _job(j, kind, version), _job_key) as read:
+    with memoised(memo, (kind, version), lambda j, _i: _job(j, kind, version)) as read:
         if refused is None:
             return [read(j, i) for i, j in enumerate(jobs)]
         return _jobs_read(jobs, read, kind, refused)
@@ -455,17 +452,6 @@ def _jobs_read(jobs: list[Mapping[str, Any]], read: Callable[[Mapping[str, Any],
             refused[raw if raw != "?" else f"record {i}"] = (
                 str(exc) if isinstance(exc, SlurmJsonError) else f"{kind.value}: job {raw}: {exc!r}")
     return out
-
-
-def _place(_row: Mapping[str, Any], i: int) -> int:
-    """A node row's memo key: its place (nodes are listed in the same order every time)."""
-    return i
-
-
-def _job_key(j: Mapping[str, Any], i: int) -> str | int:
-    """A job row's memo key: its raw job id (jobs come and go, so their places shift), else its place."""
-    raw = _raw_id(j)
-    return i if raw == "?" else raw
 
 
 def _raw_id(j: Mapping[str, Any]) -> str:
