@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from slurm_elastic import policies
+from slurm_elastic.collector import gc_paused
 from slurm_elastic.config import Config
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import ClusterSnapshot, InFlightResize, JobId
@@ -147,7 +148,8 @@ class Daemon:
     def round(self) -> RoundRecord:
         """Run one round now and record it."""
         t0 = time.perf_counter()
-        rec = run_round(self, self.planner, self.act, self.memo, self.rng)
+        with gc_paused():  # the collector runs after the round's decisions, not in the middle of them
+            rec = run_round(self, self.planner, self.act, self.memo, self.rng)
         started = {o.action.job_id for o in rec.outcomes if o.ok and o.action.kind is ActionKind.START}
         for line in self.act.lease(rec.snapshot, started):
             log.warning("%s", line)

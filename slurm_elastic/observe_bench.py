@@ -15,12 +15,16 @@ AdminComment). Rounds alternate between two versions of the queue, as a live que
 second, ``churn`` of the jobs have a new comment (a launcher announcing itself: read again, made
 again) and every waiting job a new ``last_sched_evaluation`` and priority (what slurmctld's
 scheduler changes on each pass; no reader reads them). The first round reads everything afresh
-(``first_observe_s``); ``observe_s`` is the median of the others.
+(``first_observe_s``); ``observe_s`` is the median of the others. Each round observes and plans
+as the daemon's does, the garbage collector paused (:func:`~slurm_elastic.collector.gc_paused`),
+and is followed by a full collection, timed apart (``collector_s``): the most the collector does
+between two rounds.
 """
 
 from __future__ import annotations
 
 import copy
+import gc
 import json
 import statistics
 import time
@@ -31,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from slurm_elastic import policies
+from slurm_elastic.collector import gc_paused
 from slurm_elastic.contract import ELASTIC_TAG
 from slurm_elastic.errors import ConfigError
 from slurm_elastic.observe.view import ClusterView
@@ -144,13 +149,18 @@ def bench_observe(*, nodes: int, jobs: int, policy: str = "dp", repeat: int = 5,
     cli = SlurmCli(runner=runner)
     planner = policies.create(policy)
     view = ClusterView(cli, default_profiles(), lambda: 1_700_100_000.0 + turn[0])
-    stages: dict[str, list[float]] = {k: [] for k in ("command", "decode", "records", "snapshot", "observe", "plan")}
+    stages: dict[str, list[float]] = {k: [] for k in ("command", "decode", "records", "snapshot", "observe", "plan",
+                                                       "collector")}
     first_s = 0.0
     snap = None
     for turn[0] in range(repeat + 1):
-        t = time.perf_counter()
-        snap = view.observe()
-        took = time.perf_counter() - t
+        with gc_paused():  # as the daemon runs a round: observe and plan with the collector paused
+            t = time.perf_counter()
+            snap = view.observe()
+            took = time.perf_counter() - t
+            t = time.perf_counter()
+            planner.plan(snap, None, np.random.default_rng(seed + turn[0]))
+            stages["plan"].append(time.perf_counter() - t)
         if turn[0] == 0:
             first_s = took
         else:
@@ -159,8 +169,8 @@ def bench_observe(*, nodes: int, jobs: int, policy: str = "dp", repeat: int = 5,
             stages["snapshot"].append(view.snapshot_s)
             stages["observe"].append(took)
         t = time.perf_counter()
-        planner.plan(snap, None, np.random.default_rng(seed + turn[0]))
-        stages["plan"].append(time.perf_counter() - t)
+        gc.collect()  # what the collector does between rounds, at most: a full collection
+        stages["collector"].append(time.perf_counter() - t)
     assert snap is not None and len(view.records) + len(cli.refused) == jobs
     med = {k: round(statistics.median(v), 4) for k, v in stages.items()}
     return {
@@ -169,6 +179,7 @@ def bench_observe(*, nodes: int, jobs: int, policy: str = "dp", repeat: int = 5,
         "snapshot_jobs": len(snap.jobs), "elastic_jobs": len(snap.elastic_jobs()), "left_out": len(view.left_out),
         "json_mib": round((len(sinfo_text) + len(queues[0])) / 2**20, 1), "build_documents_s": round(built_s, 2),
         "first_observe_s": round(first_s, 4), "observe_s": med["observe"], "plan_s": med["plan"],
+        "collector_s": med["collector"],
         "stages_s": {k: med[k] for k in ("command", "decode", "records", "snapshot")},
         "last_round": {"jobs_read_again": cli.job_memo.misses, "jobs_made_again": len(snap.jobs) - view.made.reused},
     }

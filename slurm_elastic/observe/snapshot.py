@@ -31,12 +31,10 @@ from slurm_elastic_predictor.throughput import ThroughputModel
 
 @dataclass(frozen=True, slots=True)
 class _Made:
-    """One job of a snapshot and what it was made from beside the clock."""
+    """One job of a snapshot and what it was made from beside the clock (and the inputs of the
+    whole snapshot, :attr:`SnapshotMemo.inputs`)."""
 
     record: JobRecord
-    total_gpus: int
-    profiles: Mapping[str, ThroughputModel]
-    default_model: str
     slots: tuple[tuple[str, int], ...]
     job: Job | None
 
@@ -56,6 +54,8 @@ class SnapshotMemo:
     """
 
     jobs: dict[str, _Made] = field(default_factory=dict)
+    inputs: tuple[int, Mapping[str, ThroughputModel], str] | None = None
+    """The cluster's GPU count, the profiles and the default model the jobs were made with."""
     reused: int = 0
     """Jobs of the last snapshot taken from here."""
 
@@ -216,18 +216,21 @@ def build_snapshot(
     total_gpus = sum(node_gpus.values())
     held: dict[str, dict[int, str]] = {}  # node -> GPU -> the job holding it
     out_jobs: list[Job] = []
-    last = memo.jobs if memo is not None else {}
+    inputs = memo.inputs if memo is not None else None
+    same = inputs is not None and inputs[0] == total_gpus and inputs[1] is profiles and inputs[2] == default_model
+    last = memo.jobs if memo is not None and same else {}
     kept: dict[str, _Made] = {}
     reused = 0
+    finished, running = JobState.FINISHED, JobState.RUNNING
     for rec in jobs:
-        if rec.state is JobState.FINISHED:
+        state = rec.state
+        if state is finished:
             continue
-        runtime = progress.get(rec.job_id)
+        runtime = progress.get(rec.job_id) if progress else None
         prior = last.get(rec.job_id) if runtime is None else None
-        if prior is not None and not (prior.record is rec and prior.total_gpus == total_gpus
-                                      and prior.profiles is profiles and prior.default_model == default_model):
+        if prior is not None and prior.record is not rec:
             prior = None
-        if prior is not None and rec.state is not JobState.RUNNING:  # a waiting job: nothing to check again
+        if prior is not None and state is not running:  # a waiting job: nothing to check again
             reused += 1
             kept[rec.job_id] = prior
             if prior.job is not None:
@@ -245,11 +248,11 @@ def build_snapshot(
             continue
         reused += prior is not None and prior.slots == tuple(slots)
         if memo is not None and runtime is None and (rec.state is not JobState.RUNNING or rec.start_time):
-            kept[rec.job_id] = _Made(rec, total_gpus, profiles, default_model, tuple(slots), job)
+            kept[rec.job_id] = _Made(rec, tuple(slots), job)
         if job is not None:
             out_jobs.append(job)
     if memo is not None:
-        memo.jobs, memo.reused = kept, reused
+        memo.jobs, memo.inputs, memo.reused = kept, (total_gpus, profiles, default_model), reused
     out_nodes = []
     for n in sorted(nodes, key=lambda r: r.name):
         gpus = tuple(range(n.gpus))

@@ -12,14 +12,13 @@ the reason (:attr:`ClusterView.left_out` names the jobs left out now).
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from slurm_elastic.collector import gc_paused
 from slurm_elastic.core.model import ClusterSnapshot
 from slurm_elastic.observe.bounds import limits_of
 from slurm_elastic.observe.history import ProgressLearner
@@ -32,25 +31,6 @@ from slurm_elastic_predictor.progress import BetaProgressModel
 from slurm_elastic_predictor.throughput import ThroughputModel
 
 log = logging.getLogger(__name__)
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector for one observation, then restore it as it was.
-
-    Decoding Slurm's JSON and building the records allocates millions of objects that form no
-    cycles; each allocation burst triggers collections that walk the whole young-and-old heap, which
-    doubled a 50,000-job observation (``bench observe``: JSON decode 8.1 s -> 2.8 s, snapshot 1.6 s ->
-    1.0 s with the collector paused). Reference counting still frees everything; the collector runs
-    again after.
-    """
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 class RecordSource(Protocol):
@@ -175,10 +155,12 @@ class ClusterView:
         self.nodes_left_out = dict(reasons)
 
     def poll(self) -> object:
-        """Read the queue and the jobs' new reports; return a key that changes when the queue does."""
-        jobs = self.source.jobs()
-        self._jobs_read(jobs)
-        return fingerprint(jobs)
+        """Read the queue and the jobs' new reports; return a key that changes when the queue does
+        (the collector paused, as :meth:`observe`)."""
+        with gc_paused():
+            jobs = self.source.jobs()
+            self._jobs_read(jobs)
+            return fingerprint(jobs)
 
     def observe(self) -> ClusterSnapshot:
         """The snapshot now: managed nodes, their jobs (satellites folded in), what launchers reported,

@@ -9,8 +9,8 @@ the same text into typed records that keep only the keys listed in
 is scanned, without being built; ``bench observe`` gives the figures), and hands each on as a
 read-only mapping (:class:`ListedRecord`) that reads like the dict ``json`` makes, so the readers,
 their rules and their error messages are the same for both decoders. The decoded records are
-frozen and hashable (:meth:`ListedRecord.memo_key`): :class:`~slurm_elastic.slurm.read_memo.ReadMemo`
-finds last read's record by it with one dictionary lookup in C; a record it has to read is read as
+frozen and hashable: :class:`~slurm_elastic.slurm.read_memo.ReadMemo` finds last read's equal
+record with one dictionary lookup in C; a record it has to read is read as
 a plain dict (:meth:`ListedRecord.plain`).
 
 A document msgspec will not decode but Python's ``json`` reads (a lone UTF-16 surrogate escape a
@@ -48,6 +48,48 @@ _Leaf = str | int | _Number | tuple[str | None, ...] | None
 anything else (a boolean, a float, another object) sends the whole document to ``json``."""
 
 
+@cache
+def _fields_of(kind: type[msgspec.Struct]) -> frozenset[str]:
+    return frozenset(kind.__struct_fields__)
+
+
+class ListedRecord(msgspec.Struct, frozen=True, gc=False):
+    """One record of a listing, with the keys it has of those kept, read like the dict ``json`` makes
+    (a key Slurm did not print is absent; an inner record reads as a dict, a list of strings as a
+    list). It is also its own key in :class:`~slurm_elastic.slurm.read_memo.ReadMemo`: hashable, and
+    equal to another exactly when their kept keys and values are (hashed and compared in C)."""
+
+    def __getitem__(self, key: str) -> Any:
+        value = getattr(self, key) if key in _fields_of(type(self)) else msgspec.UNSET
+        if value is msgspec.UNSET:
+            raise KeyError(key)
+        return _as_json(value)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and key in _fields_of(type(self)) and getattr(self, key) is not msgspec.UNSET
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """``self[key]``, else ``default`` (as a dict's)."""
+        value = getattr(self, key) if key in _fields_of(type(self)) else msgspec.UNSET
+        return default if value is msgspec.UNSET else _as_json(value)
+
+    def __iter__(self) -> Iterator[str]:
+        return (k for k in self.__struct_fields__ if getattr(self, k) is not msgspec.UNSET)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def keys(self) -> Any:
+        return list(self)
+
+    def plain(self) -> dict[str, Any]:
+        """The record as the dict ``json`` makes of it (what a reader reads fastest)."""
+        return _as_json(self)  # type: ignore[no-any-return]
+
+
+Mapping.register(ListedRecord)  # read as a mapping by the readers' checks
+
+
 def _record_type(name: str, keys: Sequence[str]) -> type[msgspec.Struct]:
     """A record keeping ``keys`` (each a :data:`_Leaf`); ``a.b`` keeps only ``b`` of the object under
     ``a``. Records are frozen and hashable, and never tracked by the cyclic collector (they hold no
@@ -60,7 +102,7 @@ def _record_type(name: str, keys: Sequence[str]) -> type[msgspec.Struct]:
             nested[head].append(rest)
     fields = [(head, (_record_type(f"{name}_{head}", sub) if sub else _Leaf) | msgspec.UnsetType, msgspec.UNSET)
               for head, sub in nested.items()]
-    return msgspec.defstruct(name, fields, frozen=True, gc=False)
+    return msgspec.defstruct(name, fields, bases=(ListedRecord,), frozen=True, gc=False)
 
 
 @cache
@@ -80,51 +122,6 @@ def _as_json(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
-class ListedRecord(Mapping[str, Any]):
-    """One record of a listing, with the keys it has of those kept (a key Slurm did not print is
-    absent, as in the dict ``json`` makes)."""
-
-    __slots__ = ("_keys", "_record")
-
-    def __init__(self, record: msgspec.Struct, keys: frozenset[str]) -> None:
-        self._record, self._keys = record, keys
-
-    def __getitem__(self, key: str) -> Any:
-        value = getattr(self._record, key) if key in self._keys else msgspec.UNSET
-        if value is msgspec.UNSET:
-            raise KeyError(key)
-        return _as_json(value)
-
-    def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and key in self._keys and getattr(self._record, key) is not msgspec.UNSET
-
-    def get(self, key: str, default: Any = None) -> Any:
-        """``self[key]``, else ``default`` (as a dict's, without raising inside)."""
-        value = getattr(self._record, key) if key in self._keys else msgspec.UNSET
-        return default if value is msgspec.UNSET else _as_json(value)
-
-    def __iter__(self) -> Iterator[str]:
-        return (k for k in self._record.__struct_fields__ if getattr(self._record, k) is not msgspec.UNSET)
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-    def __eq__(self, other: object) -> bool:
-        """Equal kept keys and values (a record that is not a listed one is not equal)."""
-        return isinstance(other, ListedRecord) and self._record == other._record
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def plain(self) -> dict[str, Any]:
-        """The record as the dict ``json`` makes of it (what a reader reads fastest)."""
-        return _as_json(self._record)  # type: ignore[no-any-return]
-
-    def memo_key(self) -> msgspec.Struct:
-        """The decoded record itself: hashable, and equal exactly when the kept keys and values are
-        (hashed and compared in C)."""
-        return self._record
-
-
 def decode_listing(text: str, argv: Sequence[str]) -> dict[str, Any]:
     """The listing ``argv`` printed, with only the keys the records read (see the module docstring).
 
@@ -137,9 +134,8 @@ def decode_listing(text: str, argv: Sequence[str]) -> dict[str, Any]:
     except (msgspec.DecodeError, RecursionError):  # ValidationError is a DecodeError
         return decode_json(text, argv)
     out: dict[str, Any] = {k: getattr(doc, k) for k in _TOP_KEYS if getattr(doc, k) is not msgspec.UNSET}
-    for key, keys in _LISTS:
+    for key, _ in _LISTS:
         records = getattr(doc, key)
         if records is not msgspec.UNSET:
-            kept = frozenset(k.partition(".")[0] for k in keys)
-            out[key] = [ListedRecord(r, kept) for r in records]
+            out[key] = records
     return out

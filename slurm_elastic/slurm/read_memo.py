@@ -3,16 +3,16 @@
 This module owns :class:`ReadMemo`. A daemon reads the whole queue every round, and in a large
 queue nearly every record is the one it read last round; reading it again (its ids, state,
 hostlist, GRES and TRES strings, each checked) costs more than the rest of the round. The memo
-looks each raw record up by its key (:meth:`~slurm_elastic.slurm.listing_json.ListedRecord.memo_key`:
-the decoded record itself, hashable, equal exactly when every kept key and value is) and takes
-the record made from the equal one last time: a change of any value the reader reads is a miss
+looks each raw record up by itself (a :class:`~slurm_elastic.slurm.listing_json.ListedRecord` is
+hashable, and equal to another exactly when every kept key and value is) and takes the record
+made from the equal one last time: a change of any value the reader reads is a miss
 and is read again (equality is Python's: within one dialect a value keeps its JSON type, and a
 change of dialect empties the memo). A hit keeps last read's raw record and lets this read's go
 at once, so what one round decodes of unchanged jobs never outlives it. The memo holds the
 records of the last read only: each read replaces them, so a finished job's record is let go one
 read after it leaves the queue and nothing older is ever held. A record that does not read is
 not kept (its error is raised again, with the record's place in this document), nor is one
-without a key (a dict from Python's ``json``: read every time). A record read afresh is read as
+that is not hashable (a dict from Python's ``json``: read every time). A record read afresh is read as
 a plain dict when it can give one (:func:`plain`). Pure: no command, no file, no clock.
 """
 
@@ -34,15 +34,9 @@ def plain(row: Mapping[str, Any]) -> Mapping[str, Any]:
     return as_dict() if callable(as_dict) else row
 
 
-def memo_key(row: Mapping[str, Any]) -> Hashable | None:
-    """The row's key in a :class:`ReadMemo` (``None``: a row without one)."""
-    key = getattr(row, "memo_key", None)
-    return key() if callable(key) else None
-
-
 @dataclass
 class ReadMemo(Generic[R]):
-    """The records of the last read, by the key of their raw record (see the module docstring).
+    """The records of the last read, by their raw record (see the module docstring).
 
     Attributes:
         hits: records of the last read taken from the memo.
@@ -65,13 +59,15 @@ class ReadMemo(Generic[R]):
         self._kept, self._dialect, self.hits, self.misses = {}, dialect, 0, 0
 
         def read_row(row: Mapping[str, Any], i: int) -> R:
-            key = memo_key(row)
-            entry = last.get(key) if key is not None else None
+            try:
+                entry = last.get(row)
+            except TypeError:  # a dict from Python's json: no key, read every time
+                self.misses += 1
+                return read(row, i)
             if entry is None:
                 got = read(plain(row), i)
                 self.misses += 1
-                if key is not None:
-                    kept[key] = (key, got)
+                kept[row] = (row, got)
                 return got
             self.hits += 1
             kept[entry[0]] = entry  # last read's raw record stays; this read's goes with its document

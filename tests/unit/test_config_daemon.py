@@ -242,3 +242,23 @@ def test_the_backend_is_chosen_by_the_configuration_or_the_flag(monkeypatch: pyt
     with pytest.raises(SystemExit) as bad:
         main(["status", "--config", str(conf), "--backend", "rest"])
     assert bad.value.code == 2
+
+
+def test_a_round_observes_and_plans_with_the_collector_paused(tmp_path: Path) -> None:
+    """At 50,000 jobs a full collection took 0.29 s inside every round's plan (issue 18, part 5):
+    the daemon pauses the collector for the round and restores it after."""
+    import gc
+
+    seen: list[bool] = []
+
+    class Watching(FakeObserver):
+        def observe(self) -> ClusterSnapshot:
+            seen.append(gc.isenabled())
+            return super().observe()
+
+    d = _daemon(tmp_path, Watching(make_snapshot(make_nodes(2), [make_job("1", max_gpus=8)])), [], [0.0])
+    plan = d.planner.plan
+    d.planner.plan = lambda *a: (seen.append(gc.isenabled()), plan(*a))[1]  # type: ignore[method-assign]
+    assert gc.isenabled()
+    d.round()
+    assert seen == [False, False] and gc.isenabled()

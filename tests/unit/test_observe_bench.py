@@ -19,7 +19,9 @@ from slurm_elastic.testing import shipped_profiles
 
 
 def test_the_site_is_the_recorded_records_renamed_and_placed() -> None:
-    sinfo, squeue, _ = site_documents(12, 40, seed=3)
+    sinfo, squeue, changed = site_documents(12, 40, seed=3, churn=0.1)
+    first, second = parse_jobs(json.loads(squeue)), parse_jobs(json.loads(changed))
+    assert sum(a != b for a, b in zip(first, second, strict=True)) == 4  # a tenth have a new comment
     nodes = parse_nodes(json.loads(sinfo))
     jobs = parse_jobs(json.loads(squeue))
     assert len(nodes) == 12 and all(n.gpus == 4 and n.partitions == ("gpu", "urgent") for n in nodes)
@@ -37,11 +39,13 @@ def test_bench_observe_prints_the_median_of_each_stage(capsys: pytest.CaptureFix
     assert out["snapshot_jobs"] == 60 and out["left_out"] == 0 and out["elastic_jobs"] > 0
     assert out["dialect"] == "data_parser/v0.0.44 (Slurm 25.11's default) from Slurm 25.11.7"
     assert set(out["stages_s"]) == {"command", "decode", "records", "snapshot"}
-    assert out["observe_s"] > 0 and out["plan_s"] > 0
+    assert out["observe_s"] > 0 and out["plan_s"] > 0 and out["first_observe_s"] > 0 and out["collector_s"] >= 0
+    assert out["last_round"] == {"jobs_read_again": 1, "jobs_made_again": 1}  # 1% of 60 jobs changed
     assert bench_observe(nodes=4, jobs=0, repeat=1)["snapshot_jobs"] == 0
 
 
-@pytest.mark.parametrize("argv", [["--nodes", "0"], ["--jobs", "-1"], ["--repeat", "0"], ["--policy", "nope"]])
+@pytest.mark.parametrize("argv", [["--nodes", "0"], ["--jobs", "-1"], ["--repeat", "0"], ["--policy", "nope"],
+                                  ["--churn", "1.5"]])
 def test_bench_observe_refuses_bad_values(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     try:
         code = main(["bench", "observe", *argv])
