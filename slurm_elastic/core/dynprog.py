@@ -142,9 +142,9 @@ def solve_concave(values: list[NDArray[np.float64]], total: int) -> tuple[float,
     best = float(sum(float(values[j][base[j]]) for j in range(len(values))))
     if not values:
         return best, []
-    flat = np.concatenate(gains) if gains else np.empty(0)
+    flat = np.concatenate(gains)
     owner = np.repeat(np.arange(len(values)), [len(g) for g in gains])
-    step = np.concatenate([np.arange(len(g)) for g in gains]) if gains else np.empty(0, dtype=np.int64)
+    step = np.concatenate([np.arange(len(g)) for g in gains])
     useful = flat > 0
     flat, owner, step = flat[useful], owner[useful], step[useful]
     order = np.lexsort((step, owner, -flat))[: total - int(base.sum())]
@@ -252,12 +252,13 @@ class DynamicProgramPlanner:
                 cached = m.tables.get(key)
                 tables[key] = cached if cached is not None else _table(job, snapshot, kmax, self.fixed)
             batch_of[job.job_id] = tables[key][1]
-            if (*key, job.min_gpus) not in cut:
+            shaped = (*key, job.min_gpus)
+            if shaped not in cut:
                 v = tables[key][0].copy()
                 v[: job.min_gpus] = NEG
                 ok = np.flatnonzero(np.isfinite(v))
-                cut[(*key, job.min_gpus)] = v, int(ok[0]) if len(ok) else total + 1
-            vals[job.job_id], kmin[job.job_id] = cut[(*key, job.min_gpus)]
+                cut[shaped] = v, int(ok[0]) if len(ok) else total + 1
+            vals[job.job_id], kmin[job.job_id] = cut[shaped]
         executing = [j for j in snapshot.elastic_jobs() if j.state is JobState.RUNNING]
         waiting = [j for j in snapshot.elastic_jobs() if j.is_waiting]
         reasons: dict[JobId, str] = {}

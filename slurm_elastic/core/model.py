@@ -105,16 +105,15 @@ class Placement:
     @classmethod
     def of(cls, gpus: Iterable[tuple[str, int]]) -> Placement:
         """Build a placement from ``(node, gpu_index)`` pairs."""
-        per_node: dict[str, list[int]] = {}
+        per_node: dict[NodeName, list[int]] = {}
         for node, gpu in gpus:
-            per_node.setdefault(node, []).append(gpu)
-        return cls(
-            tuple(
-                (NodeName(node), tuple(sorted(idx)))
-                for node, idx in sorted(per_node.items())
-                if idx
-            )
-        )
+            per_node.setdefault(NodeName(node), []).append(gpu)
+        return cls.of_nodes(per_node)
+
+    @classmethod
+    def of_nodes(cls, per_node: Mapping[NodeName, Iterable[int]]) -> Placement:
+        """Build a placement from each node's GPU indices (nodes without any are left out)."""
+        return cls(tuple((node, tuple(sorted(idx))) for node, idx in sorted(per_node.items()) if idx))
 
     @property
     def num_gpus(self) -> int:
@@ -313,8 +312,8 @@ class Job:
         return self.state in (JobState.PENDING, JobState.PREEMPTED)
 
 
-
 _JOB_FIELDS = tuple(f.name for f in fields(Job))
+
 
 @dataclass(frozen=True, slots=True)
 class InFlightResize:

@@ -168,5 +168,5 @@ def place(snapshot: ClusterSnapshot, counts: Mapping[JobId, int]) -> dict[JobId,
         ):
             out[j] = now  # unchanged: keep the very same value
         else:
-            out[j] = Placement(tuple((n, tuple(sorted(gs))) for n, gs in sorted(per_node.items()) if gs))
+            out[j] = Placement.of_nodes(per_node)
     return out

@@ -32,7 +32,8 @@ from slurm_elastic_predictor.throughput import ThroughputModel
 @dataclass(frozen=True, slots=True)
 class _Made:
     """One job of a snapshot and what it was made from beside the clock (and the inputs of the
-    whole snapshot, :attr:`SnapshotMemo.inputs`)."""
+    whole snapshot, :attr:`SnapshotMemo.inputs`); a running job's run time is brought to each
+    snapshot's instant when it is reused."""
 
     record: JobRecord
     slots: tuple[tuple[str, int], ...]
@@ -230,25 +231,24 @@ def build_snapshot(
         prior = last.get(rec.job_id) if runtime is None else None
         if prior is not None and prior.record is not rec:
             prior = None
-        if prior is not None and state is not running:  # a waiting job: nothing to check again
-            reused += 1
-            kept[rec.job_id] = prior
-            if prior.job is not None:
-                out_jobs.append(prior.job)
-            continue
-        slots: list[tuple[str, int]] = []
         try:
-            job = _job_of(rec, node_gpus, held, now=now, total_gpus=total_gpus, profiles=profiles,
-                          default_model=default_model, runtime=runtime, unreadable=unreadable_nodes,
-                          fitted=fitted, slots=slots, prior=prior)
+            slots = _claimed(rec, node_gpus, held)
+            if prior is not None and prior.slots == slots:
+                job = _reused(prior.job, rec, now=now, unreadable=unreadable_nodes)
+            else:
+                prior = None
+                job = _job_of(rec, slots, now=now, total_gpus=total_gpus, profiles=profiles,
+                              default_model=default_model, runtime=runtime, unreadable=unreadable_nodes,
+                              fitted=fitted)
         except (ElasticError, ValueError) as exc:
             if refused is None:
                 raise
             refused[rec.job_id] = str(exc)
             continue
-        reused += prior is not None and prior.slots == tuple(slots)
-        if memo is not None and runtime is None and (rec.state is not JobState.RUNNING or rec.start_time):
-            kept[rec.job_id] = _Made(rec, tuple(slots), job)
+        reused += prior is not None
+        if memo is not None and runtime is None and (state is not running or rec.start_time):
+            # a reused job's entry stays as it was: only its run time moved
+            kept[rec.job_id] = prior if prior is not None else _Made(rec, slots, job)
         if job is not None:
             out_jobs.append(job)
     if memo is not None:
@@ -262,34 +262,44 @@ def build_snapshot(
     return ClusterSnapshot(now=now, nodes=tuple(out_nodes), jobs=tuple(out_jobs), profiles={**profiles, **fitted})
 
 
-def _job_of(rec: JobRecord, node_gpus: Mapping[NodeName, int], held: dict[str, dict[int, str]], *, now: float,
-            total_gpus: int, profiles: Mapping[str, ThroughputModel], default_model: str,
-            runtime: JobRuntime | None, unreadable: Collection[str] = (),
-            fitted: dict[str, ThroughputModel], slots: list[tuple[str, int]], prior: _Made | None = None) -> Job | None:
-    """One job of the snapshot (``None``: a rigid job without GPUs here); its GPUs are added to ``held``
-    and ``slots``. ``prior``: the job made from the same inputs last snapshot (see :class:`SnapshotMemo`)."""
-    running = rec.state is JobState.RUNNING
-    if running:
-        for node, idx in rec.gpus:
-            if node not in node_gpus:
-                continue
-            bad = [g for g in idx if g >= node_gpus[node]]
-            if bad:
-                raise SlurmJsonError(f"{DocKind.SQUEUE.value}: job {rec.job_id}: key 'gres_detail': GPU "
-                                     f"indices {bad} on node {node} beyond its {node_gpus[node]} GPUs")
-            slots.extend((node, g) for g in idx)
+def _claimed(rec: JobRecord, node_gpus: Mapping[NodeName, int],
+             held: dict[str, dict[int, str]]) -> tuple[tuple[str, int], ...]:
+    """The GPUs a running job holds on the managed nodes, checked against their nodes and the jobs
+    before it, and added to ``held`` (``()`` for a job that does not run)."""
+    if rec.state is not JobState.RUNNING:
+        return ()
+    slots: list[tuple[str, int]] = []
+    for node, idx in rec.gpus:
+        if node not in node_gpus:
+            continue
+        bad = [g for g in idx if g >= node_gpus[node]]
+        if bad:
+            raise SlurmJsonError(f"{DocKind.SQUEUE.value}: job {rec.job_id}: key 'gres_detail': GPU "
+                                 f"indices {bad} on node {node} beyond its {node_gpus[node]} GPUs")
+        slots.extend((node, g) for g in idx)
     twice = [f"{n}:{g} (held by job {held[n][g]})" for n, g in slots if g in held.get(n, {})]
     if twice:
         raise SnapshotError(f"job {rec.job_id}: GPU {', '.join(twice)} (rule: a GPU is held by one job)")
     for held_node, g in slots:
         held.setdefault(held_node, {})[g] = rec.job_id
-    if prior is not None and prior.slots == tuple(slots):
-        job = prior.job
-        if job is None or not running:
-            return job
-        if job.elastic:
-            _check_readable(rec, unreadable)
-        return job.ran_for(max(0.0, now - float(rec.start_time or 0)))
+    return tuple(slots)
+
+
+def _reused(job: Job | None, rec: JobRecord, *, now: float, unreadable: Collection[str]) -> Job | None:
+    """The job made last snapshot from the same record and GPUs (:class:`SnapshotMemo`), at ``now``."""
+    if job is None or rec.state is not JobState.RUNNING:
+        return job
+    if job.elastic:
+        _check_readable(rec, unreadable)
+    return job.ran_for(max(0.0, now - float(rec.start_time or 0)))
+
+
+def _job_of(rec: JobRecord, slots: tuple[tuple[str, int], ...], *, now: float, total_gpus: int,
+            profiles: Mapping[str, ThroughputModel], default_model: str, runtime: JobRuntime | None,
+            unreadable: Collection[str] = (), fitted: dict[str, ThroughputModel]) -> Job | None:
+    """One job of the snapshot, holding ``slots`` (:func:`_claimed`); ``None``: a rigid job without
+    GPUs here."""
+    running = rec.state is JobState.RUNNING
     request = parse_elastic_request(rec.admin_comment, job_id=rec.job_id)
     if request is None:
         return _rigid_job(rec, slots, running, now)
@@ -314,7 +324,7 @@ def _id_key(job_id: str) -> tuple[int, str]:
     return (int(head.group(0)) if head else 0, job_id)
 
 
-def _rigid_job(rec: JobRecord, slots: list[tuple[str, int]], running: bool, now: float) -> Job | None:
+def _rigid_job(rec: JobRecord, slots: Sequence[tuple[str, int]], running: bool, now: float) -> Job | None:
     k = len(slots) if running else rec.requested_gpus
     if k < 1:
         return None
@@ -328,7 +338,7 @@ def _rigid_job(rec: JobRecord, slots: list[tuple[str, int]], running: bool, now:
     )
 
 
-def _elastic_job(rec: JobRecord, req: ElasticRequest, slots: list[tuple[str, int]], running: bool, *,
+def _elastic_job(rec: JobRecord, req: ElasticRequest, slots: Sequence[tuple[str, int]], running: bool, *,
                  now: float, total_gpus: int, profiles: Mapping[str, ThroughputModel], default_model: str,
                  runtime: JobRuntime | None, fitted: dict[str, ThroughputModel]) -> Job:
     if running and not slots:
@@ -409,7 +419,7 @@ def job_throughput_model(job_id: str, named: str | None, measured: Sequence[Step
 
 
 def _release_blocks(blocks: tuple[tuple[NodeName, int], ...] | None,
-                    slots: list[tuple[str, int]]) -> tuple[tuple[NodeName, int], ...] | None:
+                    slots: Sequence[tuple[str, int]]) -> tuple[tuple[NodeName, int], ...] | None:
     """The blocks on the managed nodes (GPUs elsewhere are not the planner's to free)."""
     if blocks is None:
         return None
