@@ -57,6 +57,10 @@ def test_what_msgspec_refuses_and_json_reads_is_read_by_json_whole() -> None:
     assert _parse(lean, "squeue") == _parse(decode_json(text, ["squeue", "--json"]), "squeue")
     records, refused = _parse(lean, "squeue")
     assert len(records) + len(refused) == len(doc["jobs"]) and len(records) >= len(doc["jobs"]) - 1
+    for odd in ('"restart_cnt": 0', '"restart_cnt": true', '"restart_cnt": 1.5', '"restart_cnt": ' + "9" * 30,
+                '"restart_cnt": {"set": true, "x": 1}'):
+        text = json.dumps(doc).replace('"restart_cnt": 0', odd, 1)  # one job's number: junk, or beyond 64 bits
+        assert _parse(decode_listing(text, ["squeue"]), "squeue") == _parse(decode_json(text, ["squeue"]), "squeue")
     for bad in ('{"jobs": 3, "meta": {}}', "[1, 2]", "{", '{"jobs": [1]}'):
         with pytest.raises(SlurmJsonError) as lean_error:
             parse_jobs(decode_listing(bad, ["squeue", "--json"]))
