@@ -2,27 +2,46 @@
 
 It never imports the controller package ``slurm_elastic``; its contract with the controller is the
 set of ``SLURM_ELASTIC_*`` environment variables (:mod:`.env`) and the authenticated order channel
-(:mod:`.orders`, which the controller imports to sign orders and check reports). The user API follows
-Horovod Elastic: hand the model, optimizer, dataset and a loss function to :func:`run`, which trains until
-the job is done, this worker is dropped by a resize, or it is declared lost::
+(:mod:`.orders`, which the controller imports to sign orders and check reports).
+
+Two ways in. Around the user's own loop (:mod:`.user_loop`): :func:`init` returns the worker's
+elastic world, which wraps the model, serves the data and marks step boundaries::
+
+    world = init()
+    model = world.wrap(model)
+    loader = world.loader(dataset, batch_size=64, num_workers=2)
+    world.register(model=model, optimizer=opt)
+    for epoch in world.epochs(10):
+        for x, y in loader:
+            ...  # the user's step
+            world.step(loss)
+
+Or, following Horovod Elastic, hand the model, optimizer, dataset and a loss function to :func:`run`,
+which owns the loop and trains until the job is done, this worker is dropped by a resize, or it is
+declared lost::
 
     job = ElasticJob(model=model, optimizer=opt, dataset=TensorBatchDataset(x, y), loss_fn=loss,
                      model_name="resnet18")  # optional: rank 0's reports name the model (and count its parameters)
     result = run(job)
 
-torch is imported only by :mod:`.torch_backend`, lazily, when :func:`run` starts.
+torch is imported only by :mod:`.torch_backend`, :mod:`.grad_reducer` and :mod:`.user_loop`, lazily,
+when :func:`init` or :func:`run` is called.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from .agent import Agent, AgentResult, AgentState, ElasticJob, make_order_source
+from .agent import Agent, AgentResult, AgentState, ElasticJob, make_order_source, stop_on_sigterm
 from .env import EnvError, LauncherEnv, ScalingMode
 from .orders import Order, OrderRejectedError
 from .sampler import ElasticSampler, SamplerState
 from .state import TrainingState
+
+if TYPE_CHECKING:
+    from .user_loop import ElasticWorld
 
 __version__ = "0.1.0"
 
@@ -38,8 +57,25 @@ __all__ = [
     "SamplerState",
     "ScalingMode",
     "TrainingState",
+    "init",
     "run",
 ]
+
+
+def init(environ: Mapping[str, str] | None = None, *, lr_reference_workers: int | None = None) -> ElasticWorld:
+    """This worker's elastic world, for a script that keeps its own training loop (:mod:`.user_loop`).
+
+    Args:
+        environ: the ``SLURM_ELASTIC_*`` variables; ``os.environ`` when None.
+        lr_reference_workers: the number of workers the script's LR was tuned for (exo scales the LR
+            with the global batch relative to it); None: the initial world's size.
+
+    Raises:
+        EnvError: if a variable is missing or invalid.
+    """
+    from .user_loop import init as init_world  # torch is imported here, when the script starts
+
+    return init_world(environ, lr_reference_workers=lr_reference_workers)
 
 
 def run(job: ElasticJob, environ: Mapping[str, str] | None = None) -> AgentResult:
@@ -60,5 +96,8 @@ def run(job: ElasticJob, environ: Mapping[str, str] | None = None) -> AgentResul
 
     env = LauncherEnv.from_mapping(os.environ if environ is None else environ)
     store = make_store(env.store_host, env.store_port, env.store_serve, timeout_s=max(60.0, env.group_timeout_s))
-    backend = TorchBackend(SignedStore(store, env.job_id, env.secret), env.group_timeout_s, env.socket_ifname)
-    return Agent(env, backend, job, make_order_source(env, backend)).run()
+    backend = TorchBackend(SignedStore(store, env.job_id, env.secret), env.group_timeout_s, env.socket_ifname,
+                           env.dist_backend)
+    agent = Agent(env, backend, job, make_order_source(env, backend))
+    stop_on_sigterm(agent)
+    return agent.run()

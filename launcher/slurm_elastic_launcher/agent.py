@@ -25,7 +25,9 @@ import enum
 import json
 import logging
 import math
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -157,11 +159,37 @@ class StoreOrderSource:
         kv.store_set(control.order_key(order.seq), order.to_json())
 
 
+def stop_on_sigterm(agent: Agent) -> None:
+    """Make SIGTERM (Slurm's preemption and time-limit signal) a stop at the next step boundary
+    with a checkpoint (:meth:`Agent.request_stop`); only the main thread can set a handler."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda _signum, _frame: agent.request_stop())
+
+
 def make_order_source(env: LauncherEnv, kv: KeyValue) -> OrderSource:
     """The order source named by ``SLURM_ELASTIC_ORDERS``."""
     if env.orders.startswith("file:"):
         return FileOrderSource(env.orders.removeprefix("file:"))
     return StoreOrderSource(kv)
+
+
+@dataclass(frozen=True, slots=True)
+class StepPlan:
+    """One worker's part of one step, fixed at its start.
+
+    Attributes:
+        world: workers in the step.
+        local: the per-worker batch.
+        control: this worker's control words (:attr:`Agent.CONTROL_WORDS`).
+        indices: this worker's sample ids (may be empty near an epoch's end).
+        n_global: samples of the step over all workers.
+    """
+
+    world: int
+    local: int
+    control: list[int]
+    indices: list[int]
+    n_global: int
 
 
 # -- interrupts ----------------------------------------------------------------------------------
@@ -226,8 +254,12 @@ class Backend(KeyValue, Protocol):
     def recv_object(self, src: int) -> Any:
         """Receive a small object from ``src``."""
 
-    def reduce_step(self, model: Any, n_global: int, control: Sequence[int], rank: int) -> list[int]:
-        """All-reduce gradients (÷ n_global), buffers and control words; the summed control words."""
+    def arm(self, model: Any, weight: float) -> None:
+        """Average the gradients of the model's next backward pass over the group, each times ``weight``
+        (overlapped with backward; a rank with no backward this step takes part with zeros)."""
+
+    def reduce_step(self, model: Any, control: Sequence[int], rank: int) -> list[int]:
+        """Finish the armed gradient reduction, share rank 0's buffers, sum the control words."""
 
     def save(self, tree: Any, path: str) -> None:
         """Write a checkpoint."""
@@ -340,7 +372,7 @@ class Agent:
         ValueError: ``job.model_name`` breaks its rule (the message names the value and the rule).
     """
 
-    CONTROL_WORDS = 3  # [resize seq, stop seq, reserved]
+    CONTROL_WORDS = 3  # [resize seq, stop seq, ranks asked to stop (SIGTERM)]
 
     def __init__(
         self,
@@ -366,7 +398,9 @@ class Agent:
         self._parsed: dict[str, Order | None] = {}
         self._refused: dict[str, int] = {}  # control key -> hash of the payload last refused (logged once)
         self._generations: list[str] = []
-        self._log = open(env.event_log, "a", buffering=1) if env.event_log else None  # noqa: SIM115
+        self.stop_requested = False
+        self.reference_workers: int | None = None
+        self._log: Any = open(env.event_log, "a", buffering=1) if env.event_log else None  # noqa: SIM115
         if job.loss_reduction not in ("sum", "mean"):
             raise ValueError(f"ElasticJob.loss_reduction={job.loss_reduction!r}: must be 'sum' or 'mean'")
         model_name = job.model_name or env.model or None
@@ -376,8 +410,20 @@ class Agent:
         self._reporter = Reporter(env.reports, env.job_id, env.secret, env.report_every_s, model=model_name,
                                   params=parameter_count(job.model)) if env.reports else None
 
+    def request_stop(self) -> None:
+        """Stop at the next step boundary, as a stop order would: rank 0 writes the checkpoint
+        (``SLURM_ELASTIC_CHECKPOINT``) and every worker ends DONE. Safe from a signal handler: it
+        only sets a flag, which the next step's control words carry to every rank."""
+        self.stop_requested = True
+
     # -- helpers ---------------------------------------------------------------------------------
-    def _event(self, ev: str, **fields: Any) -> None:
+    @property
+    def reporter(self) -> Reporter | None:
+        """Rank 0's progress reporter (None without ``SLURM_ELASTIC_REPORTS``)."""
+        return self._reporter
+
+    def event(self, ev: str, **fields: Any) -> None:
+        """One line in the event log (``SLURM_ELASTIC_EVENT_LOG``), if there is one."""
         if self._log is not None:
             rec = {"ev": ev, "t": self.clock(), "worker": self.me, "gen": self.generation, "rank": self.rank}
             rec.update(fields)
@@ -401,7 +447,7 @@ class Agent:
                     self._parsed[raw] = Order.parse(raw, self.env.job_id, self.env.secret)
                 except OrderRejectedError as exc:
                     log.warning("%s: refused order: %s", self.me, exc)
-                    self._event("refused", reason=str(exc))
+                    self.event("refused", reason=str(exc))
                     self._parsed[raw] = None
             order = self._parsed[raw]
             if order is not None:
@@ -427,7 +473,7 @@ class Agent:
                     self._refused.clear()
                 self._refused[key] = hash(raw)
                 log.warning("%s: refused store key %r: %s", self.me, key, exc)
-                self._event("refused", key=key, reason=str(exc))
+                self.event("refused", key=key, reason=str(exc))
             return None
 
     def _wait_control(self, key: str, check: Callable[[str], _T], timeout_s: float) -> _T | None:
@@ -489,50 +535,96 @@ class Agent:
             self._start()
             while self.status is AgentState.TRAINING:
                 if self.sampler.state.epoch >= self.env.epochs:
-                    self._finish(None)
+                    self.finish(None)
                     break
                 interrupt = self._step()
                 if interrupt is not None:
-                    self._handle(interrupt)
+                    self.handle(interrupt)
         finally:
-            self.backend.leave()
-            self._event("exit", state=self.status.value, step=self.extra.get("step", 0))
-            if self._log is not None:
-                self._log.close()
+            self.close()
+        return self.result()
+
+    def result(self) -> AgentResult:
+        """How this worker stands (DONE, LEFT or FAILED once it has ended)."""
         return AgentResult(self.status, int(self.extra.get("step", 0)), self.sampler.state.epoch, self._generations)
+
+    def close(self) -> None:
+        """Leave the group and close the event log (idempotent)."""
+        self.backend.leave()
+        if self._log is not None:
+            self.event("exit", state=self.status.value, step=self.extra.get("step", 0))
+            self._log.close()
+            self._log = None
 
     def _start(self) -> None:
         if self.env.join:
-            self._transition(AgentState.JOINING)
-            order = self._find_my_order()
+            order = self.await_order()
             self._warm_up()
-            self.backend.store_set(control.ready_key(order.seq, self.me), control.ready_payload())
-            self._transition(AgentState.WAITING)
-            go = self._wait_control(control.go_key(order.seq),
-                                    lambda p: control.read_go(p, order.seq, self.env.job_id, self.env.secret),
-                                    self.env.join_timeout_s)
-            if go is None:
-                raise TimeoutError(f"{self.me}: no go for order {order.seq} within {self.env.join_timeout_s} s")
-            self._form(f"o{order.seq}", go.order.workers, plan=transfer_plan(go.members, go.order.workers))
-            self._apply_policy(go.order.local_batch)
-            # no commit yet: the first step's commit is this worker's first rollback point (see _recover)
+            self.join(order)
         else:
-            self.extra.update(
-                step=0,
-                applied_seq=0,
-                lr_scale=1.0,
-                local_target=self.env.local_batch,
-                global_target=self.env.local_batch * len(self.env.workers),
-                global_batch0=self.env.local_batch * len(self.env.workers),
-                local_batch=self.env.local_batch,
-            )
-            if self.env.resume:
-                self.state.apply(self.backend.load(self.env.resume))
-            gen = f"resume{self.extra['applied_seq']}.{self.extra['step']}" if self.env.resume else "o0"
-            self._form(gen, self.env.workers, sync_src=0)
-            self._apply_policy()
-            self.state.commit()
+            self.start_world()
+
+    def start_world(self) -> None:
+        """An initial worker: load the checkpoint to resume from, if any, form the first world, sync
+        rank 0's state to all, commit → TRAINING.
+
+        The LR is the script's at :attr:`reference_workers` workers (the initial world when None) and
+        follows the global batch from there (exo).
+        """
+        workers = len(self.env.workers)
+        reference = self.reference_workers or workers
+        self.extra.update(
+            step=0,
+            applied_seq=0,
+            lr_scale=1.0,
+            local_target=self.env.local_batch,
+            global_target=self.env.local_batch * workers,
+            global_batch0=self.env.local_batch * reference,
+            local_batch=self.env.local_batch,
+        )
+        resume = self.resume_path()
+        if resume:
+            self.state.apply(self.backend.load(resume))
+            self.event("resumed_from", path=resume)
+        gen = f"resume{self.extra['applied_seq']}.{self.extra['step']}" if resume else "o0"
+        self._form(gen, self.env.workers, sync_src=0)
+        self._apply_policy()
+        self.state.commit()
         self._transition(AgentState.TRAINING)
+
+    def await_order(self) -> Order:
+        """A joiner: the order naming this worker (JOINING); its warm-up pass comes next."""
+        self._transition(AgentState.JOINING)
+        return self._find_my_order()
+
+    def join(self, order: Order) -> None:
+        """A joiner, warmed up: say ready, wait for the go, form the new world and receive the state
+        (WAITING → FORMING → SYNCING → TRAINING).
+
+        Raises:
+            TimeoutError: no go within the join timeout.
+        """
+        self.backend.store_set(control.ready_key(order.seq, self.me), control.ready_payload())
+        self._transition(AgentState.WAITING)
+        go = self._wait_control(control.go_key(order.seq),
+                                lambda p: control.read_go(p, order.seq, self.env.job_id, self.env.secret),
+                                self.env.join_timeout_s)
+        if go is None:
+            raise TimeoutError(f"{self.me}: no go for order {order.seq} within {self.env.join_timeout_s} s")
+        self._form(f"o{order.seq}", go.order.workers, plan=transfer_plan(go.members, go.order.workers))
+        self._apply_policy(go.order.local_batch)
+        # no commit yet: the first step's commit is this worker's first rollback point (see _recover)
+        self._transition(AgentState.TRAINING)
+
+    def resume_path(self) -> str:
+        """The checkpoint a starting job loads: ``SLURM_ELASTIC_RESUME``, else its own stop checkpoint
+        (``SLURM_ELASTIC_CHECKPOINT``) when one was written, so a requeued job goes on where it
+        stopped; empty for a fresh start."""
+        if self.env.resume:
+            return self.env.resume
+        if self.env.checkpoint and Path(f"{self.env.checkpoint}.mac").is_file():
+            return self.env.checkpoint
+        return ""
 
     def _find_my_order(self) -> Order:
         deadline = time.monotonic() + self.env.join_timeout_s
@@ -560,7 +652,7 @@ class Agent:
         t0 = time.perf_counter()
         self.job.loss_fn(self.job.model, self.job.dataset.batch(list(range(n)))).backward()
         self.job.optimizer.zero_grad(set_to_none=True)
-        self._event("warmed", samples=n, s=round(time.perf_counter() - t0, 4))
+        self.event("warmed", samples=n, s=round(time.perf_counter() - t0, 4))
 
     def _form(
         self,
@@ -608,7 +700,7 @@ class Agent:
                                   "form_s": round(t1 - t0, 4), "sync_s": round(t2 - t1, 4)}
         if self.env.log_indices:
             fields["digest"] = self.backend.digest(self.job.model)
-        self._event("formed", **fields)
+        self.event("formed", **fields)
 
     def _decide(self) -> list[int]:
         """Rank 0: the control words of this step (resize/stop seq, once joiners are ready)."""
@@ -635,48 +727,64 @@ class Agent:
             words[0] = order.seq
         return words
 
-    def _step(self) -> Interrupt | None:
+    def begin_step(self) -> StepPlan:
+        """This worker's part of the next step: its sample ids, the step's size, and the control words
+        (rank 0 decides; every rank adds whether a stop was asked of it, :meth:`request_stop`)."""
         world, local = len(self.members), int(self.extra["local_batch"])
         control = self._decide() if self.rank == 0 else [0] * self.CONTROL_WORDS
+        control[2] = int(self.stop_requested)
         indices = self.sampler.indices(world, self.rank, local)
-        n_global = self.sampler.step_size(world, local)
+        return StepPlan(world, local, control, indices, self.sampler.step_size(world, local))
+
+    def _step(self) -> Interrupt | None:
+        plan = self.begin_step()
         self.job.optimizer.zero_grad(set_to_none=True)
-        for micro in self._micro_batches(indices):
+        micro_batches = self._micro_batches(plan.indices)
+        for k, micro in enumerate(micro_batches):
+            if k == len(micro_batches) - 1:  # earlier micro-batches accumulate locally; the last one reduces
+                self.backend.arm(self.job.model, 1.0 / plan.n_global)
             loss = self.job.loss_fn(self.job.model, self.job.dataset.batch(micro))
             if self.job.loss_reduction == "mean":
                 loss = loss * len(micro)
             loss.backward()
             if self._reporter is not None and self.rank == 0:
                 self._reporter.add_loss(float(loss.detach()), len(micro))
+        if not micro_batches:  # no samples here this step: the rank still takes part, with zero gradients
+            self.backend.arm(self.job.model, 1.0 / plan.n_global)
         try:
-            decided = self.backend.reduce_step(self.job.model, n_global, control, self.rank)
+            decided = self.backend.reduce_step(self.job.model, plan.control, self.rank)
         except PeerLostError as exc:
             return WorkerLost(str(exc))
         self.job.optimizer.step()
         if self.job.scheduler is not None:
             self.job.scheduler.step()  # type: ignore[attr-defined]
+        return self.end_step(plan, decided)
+
+    def end_step(self, plan: StepPlan, decided: Sequence[int]) -> Interrupt | None:
+        """Account a step whose gradients were reduced and applied: advance the sampler, count, log,
+        commit, report; the interrupt the step's control words carry."""
         epoch, consumed = self.sampler.state.epoch, self.sampler.state.consumed
-        self.sampler.advance(world, local)
+        self.sampler.advance(plan.world, plan.local)
         if self.sampler.state.epoch > epoch and self.rank == 0:
             self._evaluate(epoch)
         self.extra["step"] = int(self.extra["step"]) + 1
-        self.extra["samples"] = int(self.extra.get("samples", 0)) + n_global
+        self.extra["samples"] = int(self.extra.get("samples", 0)) + plan.n_global
         fields: dict[str, Any] = {
             "step": self.extra["step"],
-            "world": world,
-            "n": n_global,
-            "local": local,
+            "world": plan.world,
+            "n": plan.n_global,
+            "local": plan.local,
             "epoch": epoch,
             "consumed": consumed,
         }
         if self.env.log_indices:
-            fields["indices"] = indices
-        self._event("step", **fields)
+            fields["indices"] = plan.indices
+        self.event("step", **fields)
         if int(self.extra["step"]) % self.env.commit_every == 0:
             self.state.commit()
         if self._reporter is not None and self.rank == 0 and self._reporter.due(self.clock()):
             self._report("progress")
-        if decided[1]:
+        if decided[1] or decided[2]:
             return Stop(decided[1])
         if decided[0]:
             return Resize(decided[0])
@@ -688,7 +796,7 @@ class Agent:
             return
         t0 = time.perf_counter()
         metric = float(self.job.evaluate(self.job.model))
-        self._event("evaluated", epoch=epoch, metric=metric, s=round(time.perf_counter() - t0, 4))
+        self.event("evaluated", epoch=epoch, metric=metric, s=round(time.perf_counter() - t0, 4))
         if self._reporter is not None:
             self._reporter.metric = metric
 
@@ -724,7 +832,7 @@ class Agent:
         except OSError as exc:
             log.warning("%s: left report not written: %s", self.me, exc)
 
-    def _handle(self, interrupt: Interrupt) -> None:
+    def handle(self, interrupt: Interrupt) -> None:
         match interrupt:
             case Resize(seq):
                 try:
@@ -732,24 +840,24 @@ class Agent:
                 except PeerLostError as exc:  # a peer died while the worlds switched: re-form as for a step
                     self._recover(str(exc))
             case Stop(seq):
-                self._finish(seq)
+                self.finish(seq or None)  # 0: a stop asked of a rank (SIGTERM), not an order
             case WorkerLost(error):
                 self._recover(error)
 
-    def _finish(self, seq: int | None) -> None:
-        self._event("stop", seq=seq or 0)
+    def finish(self, seq: int | None) -> None:
+        self.event("stop", seq=seq or 0)
         if seq is not None:
             self.extra["applied_seq"] = seq
         if self.rank == 0 and self.env.checkpoint:
             self.backend.save(self.state.capture(), self.env.checkpoint)
-            self._event("checkpoint", path=self.env.checkpoint)
+            self.event("checkpoint", path=self.env.checkpoint)
         self._report("end")
         self._transition(AgentState.DONE)
 
     def _switch(self, seq: int) -> None:
         t0 = self.clock()
         self._transition(AgentState.SWITCHING)
-        self._event("switch", seq=seq)
+        self.event("switch", seq=seq)
         if self.rank == 0:
             pending = self._pending
             if pending is None or pending.seq != seq:  # the control words were not rank 0's: re-form
@@ -766,7 +874,7 @@ class Agent:
             self._leave_job()
             return
         if tuple(order.workers) == old:  # the same world (a new batch size only): the group stays
-            self._event("rebatched", seq=seq, local_batch=order.local_batch)
+            self.event("rebatched", seq=seq, local_batch=order.local_batch)
         elif all(w in old for w in order.workers):  # shrink: the stayers narrow the group they are in
             self._form(f"o{seq}", order.workers, within=[old.index(w) for w in order.workers])
         else:
@@ -776,7 +884,7 @@ class Agent:
         self._apply_policy(order.local_batch)
         # No commit here: the last one (taken at the end of the step that announced this switch when
         # commit_every is 1) stays the rollback point; applied_seq survives a rollback (see _recover).
-        self._event("resumed", go_s=round(t_go - t0, 4), form_s=round(t_formed - t_go, 4))
+        self.event("resumed", go_s=round(t_go - t0, 4), form_s=round(t_formed - t_go, 4))
         self._report("resize", self.clock() - t0)
         self._say(f"order {seq}: {len(old)} -> {len(self.members)} workers ({','.join(self.members)}), per-GPU "
                   f"batch {self.extra['local_batch']}, paused {self.clock() - t0:.2f} s at sample "
@@ -838,7 +946,7 @@ class Agent:
             return
         self._apply_policy()
         self.state.commit()
-        self._event("recovered", world=len(survivors), since=self.clock() - t0)
+        self.event("recovered", world=len(survivors), since=self.clock() - t0)
         self._report("resize", self.clock() - t0, lost=[w for w in before if w not in survivors])
         self._say(f"lost {','.join(w for w in before if w not in survivors)}: {len(survivors)} workers "
                   f"({','.join(survivors)}) went on after {self.clock() - t0:.2f} s from the last commit")

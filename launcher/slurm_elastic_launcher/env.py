@@ -37,6 +37,9 @@ Variables (name, type, default, rule):
 * ``SLURM_ELASTIC_MODEL`` (str, empty): the model's name, sent in rank 0's reports (``model``) so the
   daemon plans the job with that model's throughput profile; 1 to 64 of ``A-Z a-z 0-9 _ . -``
   (:data:`.orders.MODEL_NAME`). ``ElasticJob.model_name``, when the training script gives one, wins.
+* ``SLURM_ELASTIC_DIST_BACKEND`` (``auto``, ``gloo`` or ``nccl``, ``auto``): the collectives' library;
+  ``auto`` is NCCL when CUDA is available, else gloo. ``gloo`` on a GPU moves CUDA tensors through
+  the host: the way two workers can share one GPU, which NCCL refuses.
 """
 
 from __future__ import annotations
@@ -121,6 +124,7 @@ class LauncherEnv:
     reports: str = ""
     report_every_s: float = 2.0
     model: str = ""
+    dist_backend: str = "auto"
 
     @classmethod
     def from_mapping(cls, environ: Mapping[str, str]) -> LauncherEnv:
@@ -160,6 +164,9 @@ class LauncherEnv:
         model = p.get("MODEL", "")
         if model and not MODEL_NAME.fullmatch(model):
             raise EnvError(f"{PREFIX}MODEL={model[:80]!r}: must be empty or {MODEL_NAME_RULE}")
+        dist_backend = p.get("DIST_BACKEND", "auto")
+        if dist_backend not in ("auto", "gloo", "nccl"):
+            raise EnvError(f"{PREFIX}DIST_BACKEND={dist_backend[:80]!r}: must be 'auto', 'gloo' or 'nccl'")
         return cls(
             job_id=p.required("JOB_ID"),
             secret=secret.encode(),
@@ -186,6 +193,7 @@ class LauncherEnv:
             reports=p.get("REPORTS", ""),
             report_every_s=p.number("REPORT_EVERY_S", float, 2.0, lambda v: v > 0, "a number > 0"),
             model=model,
+            dist_backend=dist_backend,
         )
 
 

@@ -150,6 +150,11 @@ class TrainingState:
         ops: tensor operations of the framework.
         extra: small counters owned by the caller (global step, applied order, LR scale);
             committed, restored and synced with the rest, kept by reference.
+
+    Attributes:
+        carried: more of the user's state, by name: objects with ``state_dict``/``load_state_dict``
+            (an AMP ``GradScaler``, the user's trainer) or plain dicts (their counters, kept by
+            reference and refilled in place); committed, restored and synced with the rest.
     """
 
     def __init__(
@@ -167,6 +172,7 @@ class TrainingState:
         self.sampler = sampler
         self.ops = ops
         self.extra: dict[str, Any] = extra if extra is not None else {}
+        self.carried: dict[str, Any] = {}
         self._committed: Any = None
 
     def capture(self, *, rng: bool = True) -> dict[str, Any]:
@@ -179,6 +185,8 @@ class TrainingState:
             "sampler": (s.seed, s.epoch, s.consumed),
             "extra": dict(self.extra),
         }
+        if self.carried:
+            tree["carried"] = {k: dict(v) if isinstance(v, dict) else v.state_dict() for k, v in self.carried.items()}
         if rng:
             tree["rng"] = self.ops.get_rng_state()
         return tree
@@ -193,6 +201,13 @@ class TrainingState:
         self.sampler.state = SamplerState(int(seed), int(epoch), int(consumed))
         self.extra.clear()
         self.extra.update(tree["extra"])
+        for name, value in (tree.get("carried") or {}).items():
+            target = self.carried.get(name)
+            if isinstance(target, dict):
+                target.clear()
+                target.update(value)
+            elif target is not None:
+                target.load_state_dict(value)
         if "rng" in tree:
             self.ops.set_rng_state(tree["rng"])
 

@@ -1,8 +1,10 @@
-"""torch.distributed backend of the agent: the only launcher module importing torch.
+"""torch.distributed backend of the agent (with :mod:`.grad_reducer` and :mod:`.user_loop`, the only
+launcher modules importing torch).
 
 It owns process groups (gloo on CPU, NCCL when CUDA is available), the job's long-lived TCPStore behind
-:class:`SignedStore` and the per-generation ``PrefixStore``, the per-step gradient all-reduce (one flat
-buffer per dtype, with the BatchNorm buffers of rank 0 and the agent's control words folded in), the
+:class:`SignedStore` and the per-generation ``PrefixStore``, the per-step collectives (the gradients
+reduced in buckets while backward runs, :mod:`.grad_reducer`; then rank 0's BatchNorm buffers and the
+agent's control words), the
 tensor operations of the state sync, checkpoints and RNG. Group timeouts are short
 (``SLURM_ELASTIC_GROUP_TIMEOUT_S``) so a dead or hung peer surfaces as
 :class:`~slurm_elastic_launcher.agent.PeerLostError` within seconds. It decides nothing about resizes:
@@ -36,6 +38,7 @@ from torch._C._distributed_c10d import PrefixStore, Store, TCPStore
 from torch.utils.data import default_collate
 
 from .agent import PeerLostError
+from .grad_reducer import GradReducer
 from .orders import VALUE_MAC_LEN, ValueRejectedError, check_value_mac, open_value, sign_value, value_hmac
 from .state import SkeletonError, TensorOps, TensorSpec, decode_skeleton, encode_skeleton
 
@@ -268,11 +271,13 @@ class TorchBackend:
         store: the job's TCPStore, signed with the job's secret.
         group_timeout_s: collective timeout, seconds.
         socket_ifname: interface for gloo/NCCL, or empty to keep the environment's choice.
+        dist_backend: ``auto`` (NCCL with CUDA, else gloo), ``gloo`` or ``nccl``.
     """
 
     CONTROL_WORDS = 3
 
-    def __init__(self, store: SignedStore, group_timeout_s: float, socket_ifname: str = "") -> None:
+    def __init__(self, store: SignedStore, group_timeout_s: float, socket_ifname: str = "",
+                 dist_backend: str = "auto") -> None:
         self.store = store
         # a rendezvous value that never verifies then fails as fast as a dead peer does
         store.set_timeout(dt.timedelta(seconds=group_timeout_s))
@@ -284,7 +289,10 @@ class TorchBackend:
         self.cuda = torch.cuda.is_available()
         self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if self.cuda else torch.device("cpu")
         self.ops: TensorOps = TorchOps(self.device)
+        self.dist_backend = ("nccl" if self.cuda else "gloo") if dist_backend == "auto" else dist_backend
         self.group: Any = None  # the current group: None is the whole world, else a group narrowed from it
+        self._reducer: GradReducer | None = None
+        self._reduced_model: Any = None
 
     # -- groups ---------------------------------------------------------------------------------
     def form(self, generation: str, rank: int, world_size: int) -> None:
@@ -300,10 +308,11 @@ class TorchBackend:
         kwargs: dict[str, Any] = {}
         if self.cuda:
             torch.cuda.set_device(self.device)
+        if self.dist_backend == "nccl":
             kwargs["device_id"] = self.device
         try:
             dist.init_process_group(
-                "nccl" if self.cuda else "gloo",
+                self.dist_backend,
                 store=prefix,
                 rank=rank,
                 world_size=world_size,
@@ -432,17 +441,28 @@ class TorchBackend:
             log.warning("refused state %r: %s", key, exc)
             raise PeerLostError(f"refused state {key!r}: {exc}") from None
 
-    def reduce_step(self, model: torch.nn.Module, n_global: int, control: Sequence[int], rank: int) -> list[int]:
-        """Sum gradients over ranks and divide by the global sample count; share rank 0's buffers.
+    def arm(self, model: torch.nn.Module, weight: float) -> None:
+        """Average the gradients of ``model``'s next backward pass over the current group, overlapped
+        with it (:class:`.grad_reducer.GradReducer`, made for the model on first use); each gradient
+        is multiplied by ``weight`` before the sum."""
+        self.reducer(model).arm(weight)
 
-        Ranks without samples contribute zero gradients. ``control`` words are summed (rank 0 writes
-        them, others pass zeros), so every rank leaves the step with the same decision.
+    def reducer(self, model: torch.nn.Module) -> GradReducer:
+        """The gradient reducer hooked on ``model`` (one model at a time)."""
+        if self._reducer is None or self._reduced_model is not model:
+            if self._reducer is not None:
+                self._reducer.remove()
+            self._reducer = GradReducer(model.parameters(), lambda: self.group)
+            self._reduced_model = model
+        return self._reducer
 
-        Args:
-            model: the model, after ``backward`` of the summed loss.
-            n_global: samples of the step over all ranks (≥ 1).
-            control: the agent's control words for this step.
-            rank: this rank.
+    def reduce_step(self, model: torch.nn.Module, control: Sequence[int], rank: int) -> list[int]:
+        """Finish the step's collectives: the armed gradient reduction, rank 0's buffers, the control words.
+
+        The gradients were reduced while backward ran (:meth:`arm`); a rank that ran no backward this
+        step takes part with zero gradients here. The buffers (BatchNorm statistics) of rank 0 are
+        shared with all, as DDP's broadcast does. ``control`` words are summed (rank 0 writes the
+        decision, every rank its stop request), so every rank leaves the step with the same decision.
 
         Returns:
             The summed control words.
@@ -450,12 +470,14 @@ class TorchBackend:
         Raises:
             PeerLostError: if a peer died or hung past the group timeout.
         """
-        params = [p for p in model.parameters() if p.requires_grad]
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        reducer = self.reducer(model)
+        reducer.complete()
+        if reducer.failure is not None:
+            raise PeerLostError(reducer.failure)
         bufs = list(model.buffers())
         contrib = bufs if rank == 0 else [torch.zeros_like(b) for b in bufs]
         ctrl = torch.tensor(list(control), dtype=torch.int64, device=self.device)
-        tensors = [*grads, *contrib, ctrl]
+        tensors = [*contrib, ctrl]
         specs = [self.ops.spec(t) for t in tensors]
         packed = self.ops.pack(tensors)
         try:
@@ -464,10 +486,8 @@ class TorchBackend:
         except (RuntimeError, dist.DistError) as exc:
             raise PeerLostError(f"all_reduce failed: {exc}") from exc
         out = self.ops.unpack(packed, specs)
-        for p, g in zip(params, out[: len(params)], strict=True):
-            p.grad = g.div_(n_global)
         with torch.no_grad():
-            for b, nb in zip(bufs, out[len(params) : -1], strict=True):
+            for b, nb in zip(bufs, out[:-1], strict=True):
                 b.copy_(nb)
         return [int(v) for v in out[-1].tolist()]
 

@@ -32,8 +32,10 @@ def free_port() -> int:
 class FakeJob:
     """One elastic job: the store, worker processes (the example), and signed orders."""
 
-    def __init__(self, tmp: Path, model: str = "cnn", dataset_size: int = 512, **env: str) -> None:
+    def __init__(self, tmp: Path, model: str = "cnn", dataset_size: int = 512, script: list[str] | None = None,
+                 **env: str) -> None:
         self.tmp = tmp
+        self.script = script or [str(EXAMPLE), "--model", model, "--dataset-size", str(dataset_size)]
         self.model = model
         self.dataset_size = dataset_size
         self.port = free_port()
@@ -66,7 +68,7 @@ class FakeJob:
         )
         with open(self.tmp / f"{worker}.out", "ab") as out:
             proc = subprocess.Popen(
-                [sys.executable, str(EXAMPLE), "--model", self.model, "--dataset-size", str(self.dataset_size)],
+                [sys.executable, *self.script],
                 env=full, stdout=out, stderr=subprocess.STDOUT,
             )
         self.procs[worker] = proc

@@ -1,0 +1,120 @@
+"""A typical DistributedDataParallel training script: the "before" of the porting guide.
+
+It trains a small CNN on a dataset stored on disk, one ``.npy`` file per sample
+(``ROOT/<class>/<n>.npy``, written by ``make_npy_data``), read by ``DataLoader`` worker processes,
+with its own ``Trainer``, gradient clipping, an LR schedule and a checkpoint each epoch. Start it
+with ``torchrun`` (or ``srun`` setting ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``).
+``train_elastic.py`` is the same script ported to the launcher; ``docs/launcher.md`` shows the diff.
+"""
+
+import argparse
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F  # noqa: N812
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: N817
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+
+class NpyFolder(Dataset):
+    """Samples stored one per file: ``ROOT/<class>/<n>.npy``; the class is the folder's index."""
+
+    def __init__(self, root):
+        classes = sorted(p.name for p in Path(root).iterdir() if p.is_dir())
+        self.files = [(f, c) for c, name in enumerate(classes) for f in sorted((Path(root) / name).glob("*.npy"))]
+
+    def __len__(self):
+        return len(self.files)
+
+    def __getitem__(self, i):
+        path, label = self.files[i]
+        return torch.from_numpy(np.load(path)), label
+
+
+class Net(nn.Module):
+    def __init__(self, classes=10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(16)
+        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
+        self.head = nn.Linear(32, classes)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
+        return self.head(F.adaptive_avg_pool2d(F.relu(self.conv2(x)), 1).flatten(1))
+
+
+class Trainer:
+    def __init__(self, model, optimizer, device):
+        self.model, self.optimizer, self.device = model, optimizer, device
+        self.steps = 0
+
+    def train_step(self, x, y):
+        x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(self.model(x), y)
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.model.parameters(), 5.0)
+        self.optimizer.step()
+        self.steps += 1
+        return loss.detach()
+
+    def state_dict(self):
+        return {"steps": self.steps}
+
+    def load_state_dict(self, state):
+        self.steps = state["steps"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--checkpoint", default="")
+    args = ap.parse_args()
+
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    rank = dist.get_rank()
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+    torch.manual_seed(0)
+    model = DDP(Net().to(device))
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+    trainer = Trainer(model, optimizer, device)
+    dataset = NpyFolder(args.data)
+    sampler = DistributedSampler(dataset, shuffle=True, seed=0)
+    loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, num_workers=args.workers,
+                        pin_memory=torch.cuda.is_available())
+    start_epoch = 0
+    if args.checkpoint and os.path.exists(args.checkpoint):
+        state = torch.load(args.checkpoint, map_location=device)
+        model.module.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        trainer.load_state_dict(state["trainer"])
+        start_epoch = state["epoch"] + 1
+
+    for epoch in range(start_epoch, args.epochs):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            loss = trainer.train_step(x, y)
+            if rank == 0 and trainer.steps % 20 == 0:
+                print(f"epoch {epoch} step {trainer.steps} loss {loss.item():.3f}", flush=True)
+        scheduler.step()
+        if rank == 0 and args.checkpoint:
+            torch.save({"model": model.module.state_dict(), "optimizer": optimizer.state_dict(),
+                        "scheduler": scheduler.state_dict(), "trainer": trainer.state_dict(), "epoch": epoch},
+                       args.checkpoint)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

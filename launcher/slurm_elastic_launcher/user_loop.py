@@ -1,0 +1,495 @@
+"""The elastic API around the user's own training loop: the script keeps its loop, adds a few lines.
+
+This module owns :class:`ElasticWorld` (what :func:`slurm_elastic_launcher.init` returns), the model
+wrapper :class:`ElasticDataParallel` and the loader :class:`ElasticLoader`. The user keeps their model,
+optimizer, ``Dataset``, ``DataLoader`` arguments, loop and step logic::
+
+    world = slurm_elastic_launcher.init()                  # instead of dist.init_process_group()
+    model = world.wrap(model.to(world.device))             # instead of DistributedDataParallel(model)
+    loader = world.loader(dataset, batch_size=64, num_workers=2, pin_memory=True)  # instead of the
+                                                           # DistributedSampler and the DataLoader
+    world.register(model=model, optimizer=opt, scheduler=sched, scaler=scaler, counters=counters)
+    for epoch in world.epochs(args.epochs):                # instead of range(start_epoch, args.epochs)
+        for x, y in loader:
+            ...                                            # the user's step: forward, loss (the batch's
+            optimizer.step()                               # mean, as DDP expects), backward, clipping,
+            world.step(loss)                               # AMP, ...; then a step boundary
+
+The agent (:mod:`.agent`) still owns the protocol: orders, the switch of worlds, the state transfer,
+the commits, the recovery of a lost worker and the exact sample accounting. Here the user's loop drives
+it: :meth:`ElasticWorld.step` ends a step (the buffers and control words are shared, the sampler
+advances, a resize happens if one was announced) and starts the next (its sample ids, its gradient
+weight). The loader serves this worker's samples of each step from the elastic sampler through a real
+``DataLoader`` (worker processes, ``pin_memory``, ``collate_fn``), and starts again from the sampler's
+position after every change of the world; its worker processes persist across resizes.
+
+A joiner's warm-up pass is the user's own first step, run on the first samples of the dataset with no
+collective while the old workers train on; the state it then receives replaces whatever that step did.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import os
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.utils.data import DataLoader
+
+from .agent import (
+    Agent,
+    AgentResult,
+    AgentState,
+    ElasticJob,
+    Order,
+    PeerLostError,
+    Resize,
+    StepPlan,
+    WorkerLost,
+    make_order_source,
+    stop_on_sigterm,
+)
+from .env import LauncherEnv
+from .sampler import ElasticSampler, SamplerState
+from .torch_backend import SignedStore, TorchBackend, make_store
+
+
+class ElasticDataParallel(nn.Module):
+    """The user's model with its gradients averaged over the current world (DDP's interface).
+
+    ``module`` is the user's model; the wrapper's forward is the model's. The gradients are reduced in
+    buckets while backward runs (:mod:`.grad_reducer`).
+    """
+
+    def __init__(self, module: nn.Module, world: ElasticWorld) -> None:
+        super().__init__()
+        self.module = module
+        self._world = world
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """The wrapped model's forward."""
+        return self.module(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Backward passes inside accumulate gradients locally, unreduced (as DDP's ``no_sync``); the
+        first backward after it reduces the accumulated gradients."""
+        reducer = self._world.backend.reducer(self.module)
+        reducer.paused = True
+        try:
+            yield
+        finally:
+            reducer.paused = False
+
+
+class _StepBatches:
+    """Batch sampler of an :class:`ElasticLoader`: this worker's sample ids of each step from a start.
+
+    It walks a private copy of the elastic sampler from :meth:`reset`'s position to the epoch's end
+    (a ``DataLoader`` prefetches, so it runs ahead of training) and records each step's position in
+    :attr:`positions` for the loader to match batches with steps. A worker with no sample in a step
+    (near an epoch's end) gets the step's first sample as padding: its gradient weight is 0.
+    """
+
+    def __init__(self, size: int, drop_last: bool) -> None:
+        self.size = size
+        self.drop_last = drop_last
+        self.start = SamplerState(0)
+        self.world = self.rank = self.local = 1
+        self.warm_up = 0  # > 0: one batch of that many first samples (a joiner's warm-up)
+        self.positions: collections.deque[tuple[int, int]] = collections.deque()
+
+    def reset(self, start: SamplerState, world: int, rank: int, local: int, warm_up: int = 0) -> None:
+        self.start, self.world, self.rank, self.local, self.warm_up = start, world, rank, local, warm_up
+        self.positions.clear()
+
+    def __iter__(self) -> Iterator[list[int]]:
+        if self.warm_up:
+            self.positions.append((-1, -1))
+            yield list(range(self.warm_up))
+            return
+        sampler = ElasticSampler(self.size, self.start)
+        epoch = self.start.epoch
+        while sampler.state.epoch == epoch:
+            if self.drop_last and sampler.step_size(self.world, self.local) < self.world * self.local:
+                return
+            ids = sampler.indices(self.world, self.rank, self.local) or sampler.indices(self.world, 0, self.local)[:1]
+            self.positions.append((sampler.state.epoch, sampler.state.consumed))
+            yield ids
+            sampler.advance(self.world, self.local)
+
+
+class ElasticLoader:
+    """A ``DataLoader`` over the user's ``Dataset`` that serves this worker's samples of each step.
+
+    Iterating it yields the batches of the rest of the current epoch, one per step; after a change of
+    the world it goes on from the sampler's position with the new world and batch, so across resizes
+    no sample is lost or repeated. ``drop_last`` drops an epoch's last step when it is smaller than a
+    full one (counted in the event log, as DDP's sampler would drop it).
+    """
+
+    def __init__(self, world: ElasticWorld, dataset: Any, batch_size: int, drop_last: bool,
+                 loader_kwargs: Mapping[str, Any]) -> None:
+        self.world = world
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+        self._batches = _StepBatches(len(dataset), drop_last)
+        kwargs = dict(loader_kwargs)
+        if kwargs.get("num_workers", 0) > 0:
+            kwargs.setdefault("persistent_workers", True)  # a resize restarts the iteration, not the workers
+        self._loader = DataLoader(dataset, batch_sampler=self._batches, **kwargs)
+
+    def __len__(self) -> int:
+        """Steps left in the current epoch at the current world and batch (before training: a whole
+        epoch at the initial world)."""
+        agent = self.world.agent
+        if agent is None or not agent.members:
+            left, world, local = len(self.dataset), max(1, len(self.world.env.workers)), self.batch_size
+        else:
+            state, world, local = agent.sampler.state, len(agent.members), int(agent.extra["local_batch"])
+            left = len(self.dataset) - state.consumed
+        return left // (world * local) if self.drop_last else -(-left // (world * local))
+
+    def __iter__(self) -> Iterator[Any]:
+        world = self.world
+        world.start()
+        epoch: int | None = None
+        while world.training:
+            agent = world.require_agent()
+            version = world.version
+            if world.joining is not None:
+                if epoch is not None:
+                    return
+                epoch = -1
+                self._batches.reset(agent.sampler.state, 1, 0, 1,
+                                    warm_up=min(len(self.dataset), agent.env.local_batch, agent.env.max_local_batch))
+            else:
+                state = agent.sampler.state
+                if epoch is None or epoch == -1:
+                    epoch = state.epoch
+                if state.epoch != epoch:
+                    return
+                self._batches.reset(state, len(agent.members), agent.rank, int(agent.extra["local_batch"]))
+            served = False
+            for batch in self._loader:
+                served = True
+                world.delivered = (self._batches.positions.popleft(), version)
+                yield batch
+                if world.version != version or not world.training:
+                    break
+            if not served and self.drop_last and world.version == version and world.joining is None:
+                world.drop_tail(epoch)
+
+
+class ElasticWorld:
+    """This worker's place in the job's elastic world, driven by the user's loop (module docstring).
+
+    Made by :func:`init`. Attributes read at any time: :attr:`rank`, :attr:`size`, :attr:`group` (pass
+    it to collectives of your own), :attr:`device`, :attr:`epoch`, :attr:`batch_size` (this worker's
+    batch now), :attr:`is_main`, :attr:`result` (how this worker ended, once it has).
+
+    Args:
+        env: the parsed ``SLURM_ELASTIC_*`` variables.
+        backend: the torch.distributed backend on the job's store.
+        lr_reference_workers: the number of workers the script's LR was tuned for (exo scales the LR
+            with the global batch relative to that); None: the initial world's size.
+    """
+
+    def __init__(self, env: LauncherEnv, backend: TorchBackend, lr_reference_workers: int | None = None) -> None:
+        if lr_reference_workers is not None and lr_reference_workers < 1:
+            raise ValueError(f"lr_reference_workers={lr_reference_workers}: must be ≥ 1 or None")
+        self.env = env
+        self.backend = backend
+        self.lr_reference_workers = lr_reference_workers
+        self.agent: Agent | None = None
+        self.joining: Order | None = None
+        self.version = 0  # bumped at every change of the world: the loader starts again
+        self.delivered: tuple[tuple[int, int], int] | None = None
+        self._model: nn.Module | None = None
+        self._loader: ElasticLoader | None = None
+        self._registered: dict[str, Any] = {}
+        self._callbacks: list[Callable[[ElasticWorld], None]] = []
+        self._plan: StepPlan | None = None
+
+    # -- what the script calls once ---------------------------------------------------------------
+    def wrap(self, model: nn.Module) -> ElasticDataParallel:
+        """The model with its gradients averaged over the current world (use it as DDP's)."""
+        self.backend.reducer(model)
+        self._model = model
+        return ElasticDataParallel(model, self)
+
+    def loader(self, dataset: Any, batch_size: int, *, drop_last: bool = False, **loader_kwargs: Any) -> ElasticLoader:
+        """An elastic loader over ``dataset`` (a map-style ``Dataset``: ``len`` and ``dataset[i]``).
+
+        Args:
+            dataset: the user's dataset; every worker, joiners included, must build the same one.
+            batch_size: this worker's batch at the start (the daemon's orders may change it; exo
+                keeps it per worker, endo keeps the global batch).
+            drop_last: drop an epoch's last, smaller step.
+            loader_kwargs: the rest of the ``DataLoader`` arguments (``num_workers``, ``pin_memory``,
+                ``collate_fn``, ``prefetch_factor``, ``worker_init_fn``, ...); not ``sampler``,
+                ``batch_sampler`` or ``shuffle``: the elastic sampler owns the order.
+
+        Raises:
+            ValueError: a bad batch size, an argument the elastic sampler owns, or a second loader.
+        """
+        if batch_size < 1:
+            raise ValueError(f"batch_size={batch_size}: must be ≥ 1")
+        owned = sorted({"sampler", "batch_sampler", "shuffle", "batch_size"} & set(loader_kwargs))
+        if owned:
+            raise ValueError(f"world.loader(..., {', '.join(owned)}=...): the elastic sampler owns the order "
+                             "and the batches; leave them out")
+        if self._loader is not None:
+            raise ValueError("world.loader() was called before: one elastic loader per job")
+        self._loader = ElasticLoader(self, dataset, batch_size, drop_last, loader_kwargs)
+        return self._loader
+
+    def register(self, *, model: nn.Module, optimizer: Any, scheduler: Any = None, model_name: str | None = None,
+                 **carried: Any) -> None:
+        """The state a resize carries to joiners, a lost worker rolls back and a checkpoint holds.
+
+        Args:
+            model: the model (wrapped or not).
+            optimizer: its optimizer (its LR follows the exo/endo rule at each resize).
+            scheduler: the LR scheduler, or None.
+            model_name: the model's name for the daemon's throughput profiles (see :class:`.ElasticJob`).
+            carried: more state by name: objects with ``state_dict``/``load_state_dict`` (an AMP
+                ``GradScaler``, a trainer) or dicts of the user's counters (refilled in place).
+
+        Raises:
+            TypeError: a carried value that is neither.
+            RuntimeError: called after training started.
+        """
+        if self.agent is not None:
+            raise RuntimeError("world.register() after training started: register before world.epochs()")
+        for name, obj in carried.items():
+            if not isinstance(obj, dict) and not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")):
+                raise TypeError(f"world.register({name}=<{type(obj).__name__}>): must have state_dict and "
+                                "load_state_dict, or be a dict")
+        inner = model.module if isinstance(model, ElasticDataParallel) else model
+        self._registered = {"model": inner, "optimizer": optimizer, "scheduler": scheduler,
+                            "model_name": model_name, "carried": carried}
+
+    def on_resize(self, callback: Callable[[ElasticWorld], None]) -> None:
+        """Call ``callback(world)`` after every change of the world, once the exo/endo rule has set the
+        new batch and LR (a callback may set its own)."""
+        self._callbacks.append(callback)
+
+    # -- the loop -----------------------------------------------------------------------------------
+    def epochs(self, n: int, start: int = 0) -> Iterator[int]:
+        """The epochs left of ``n``, from where the job is (a resumed or joining worker starts mid-way).
+
+        Ends early when the job stops (an order, SIGTERM: a checkpoint is written), this worker is
+        dropped, or it is declared lost (see :attr:`result`).
+
+        Args:
+            n: the epochs to train.
+            start: the first epoch of a fresh start (a script that resumed from a checkpoint of its
+                own passes its start epoch); a job resuming from the launcher's own checkpoint goes on
+                where that stopped instead.
+        """
+        if not 0 <= start < n:
+            raise ValueError(f"epochs({n}, start={start}): must have 0 ≤ start < n")
+        self.start(start)
+        try:
+            while self.training:
+                agent = self.require_agent()
+                if self.joining is None and agent.sampler.state.epoch >= n:
+                    agent.finish(None)
+                    break
+                yield agent.sampler.state.epoch if self.joining is None else 0
+        finally:
+            self.close()
+
+    def start(self, first_epoch: int = 0) -> None:
+        """Join the job's world (done by the first :meth:`epochs` or loader iteration; idempotent).
+
+        Raises:
+            RuntimeError: :meth:`register` or :meth:`loader` was not called.
+        """
+        if self.agent is not None:
+            return
+        if not self._registered or self._loader is None:
+            raise RuntimeError("call world.register(model=..., optimizer=...) and world.loader(...) before training")
+        reg = self._registered
+        if self._model is None:
+            self.backend.reducer(reg["model"])
+            self._model = reg["model"]
+        env = dataclasses.replace(self.env, local_batch=self._loader.batch_size)
+        job = ElasticJob(model=reg["model"], optimizer=reg["optimizer"], dataset=self._loader.dataset,
+                         loss_fn=_no_loss, scheduler=reg["scheduler"], model_name=reg["model_name"])
+        agent = Agent(env, self.backend, job, make_order_source(env, self.backend))
+        agent.reference_workers = self.lr_reference_workers
+        agent.state.carried = dict(reg["carried"])
+        self.agent = agent
+        stop_on_sigterm(agent)
+        if env.join:
+            self.joining = agent.await_order()
+        else:
+            agent.sampler.state = SamplerState(env.seed, first_epoch, 0)
+            agent.start_world()
+            self._changed()
+
+    def step(self, loss: torch.Tensor | float | None = None) -> None:
+        """End this step (after ``optimizer.step()``): a resize, stop or recovery happens here.
+
+        Args:
+            loss: the step's loss (the batch's mean), for the job's progress reports; optional.
+
+        Raises:
+            RuntimeError: not exactly one loader batch since the last step, or the job has ended.
+        """
+        agent = self.require_agent()
+        if self.joining is not None:  # the warm-up step ran: now join the world
+            order, self.joining = self.joining, None
+            agent.join(order)
+            self._changed()
+            return
+        if agent.status is not AgentState.TRAINING:
+            raise RuntimeError(f"world.step() after this worker ended ({agent.status.value})")
+        plan = self._plan
+        assert plan is not None
+        position = (agent.sampler.state.epoch, agent.sampler.state.consumed)
+        if self.delivered != (position, self.version):
+            raise RuntimeError("world.step() must follow exactly one batch of world.loader() per step "
+                               f"(step at {position}, last batch {self.delivered})")
+        if loss is not None and agent.rank == 0 and agent.reporter is not None and plan.indices:
+            agent.reporter.add_loss(float(loss) * len(plan.indices), len(plan.indices))
+        try:
+            decided = self.backend.reduce_step(self._require_model(), plan.control, agent.rank)
+            interrupt = agent.end_step(plan, decided)
+        except PeerLostError as exc:
+            interrupt = WorkerLost(str(exc))
+        if interrupt is not None:
+            agent.handle(interrupt)
+            if isinstance(interrupt, (Resize, WorkerLost)) and agent.status is AgentState.TRAINING:
+                self._changed()
+                return
+        if agent.status is AgentState.TRAINING:
+            self._begin()
+        else:
+            self.close()
+
+    def drop_tail(self, epoch: int) -> None:
+        """``drop_last``: skip the rest of ``epoch`` (a step smaller than a full one) on every worker."""
+        agent = self.require_agent()
+        state = agent.sampler.state
+        if state.epoch == epoch:
+            agent.sampler.state = SamplerState(state.seed, epoch + 1, 0)
+            agent.event("dropped", epoch=epoch, samples=agent.sampler.dataset_size - state.consumed)
+            self._begin()
+
+    def close(self) -> None:
+        """Leave the world (at the loop's end; idempotent)."""
+        if self.agent is not None:
+            self.agent.close()
+
+    # -- what the script may read ---------------------------------------------------------------
+    @property
+    def training(self) -> bool:
+        """True until this worker is done, dropped or lost."""
+        return self.agent is None or self.agent.status in (AgentState.TRAINING, AgentState.JOINING)
+
+    @property
+    def result(self) -> AgentResult | None:
+        """How this worker ended (DONE, LEFT or FAILED), or None while it trains."""
+        return None if self.agent is None or self.training else self.agent.result()
+
+    @property
+    def rank(self) -> int:
+        """This worker's rank in the current world (-1 before it joins one)."""
+        return self.agent.rank if self.agent is not None else -1
+
+    @property
+    def size(self) -> int:
+        """Workers in the current world."""
+        return len(self.agent.members) if self.agent is not None else len(self.env.workers)
+
+    @property
+    def is_main(self) -> bool:
+        """True on rank 0 of the world while it trains or once it is done (log and save there); False
+        on a worker a shrink dropped or the survivors declared lost."""
+        live = self.agent is not None and self.agent.status in (AgentState.TRAINING, AgentState.DONE)
+        return live and self.rank == 0
+
+    @property
+    def group(self) -> Any:
+        """The current world's process group (collectives of the script's own must pass it)."""
+        return self.backend.group if self.backend.group is not None else dist.group.WORLD
+
+    @property
+    def device(self) -> torch.device:
+        """This worker's device (its GPU, ``LOCAL_RANK``; else the CPU)."""
+        return self.backend.device
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the job is in."""
+        return self.agent.sampler.state.epoch if self.agent is not None else 0
+
+    @property
+    def batch_size(self) -> int:
+        """This worker's batch now."""
+        return int(self.agent.extra["local_batch"]) if self.agent is not None and self.agent.extra else 0
+
+    # -- internals --------------------------------------------------------------------------------
+    def require_agent(self) -> Agent:
+        """The agent, once training has started.
+
+        Raises:
+            RuntimeError: before :meth:`start`.
+        """
+        if self.agent is None:
+            raise RuntimeError("the elastic world has not started: iterate world.epochs() first")
+        return self.agent
+
+    def _require_model(self) -> nn.Module:
+        if self._model is None:
+            raise RuntimeError("world.wrap(model) or world.register(model=...) first")
+        return self._model
+
+    def _changed(self) -> None:
+        """After the world changed: the loader starts again, the torch variables follow, the
+        callbacks run, and the next step begins."""
+        self.version += 1
+        agent = self.require_agent()
+        os.environ.update(RANK=str(agent.rank), WORLD_SIZE=str(len(agent.members)),
+                          MASTER_ADDR=self.env.store_host, MASTER_PORT=str(self.env.store_port))
+        os.environ.setdefault("LOCAL_RANK", os.environ.get("SLURM_LOCALID", "0"))
+        for callback in self._callbacks:
+            callback(self)
+        self._begin()
+
+    def _begin(self) -> None:
+        agent = self.require_agent()
+        plan = agent.begin_step()
+        self._plan = plan
+        self.backend.arm(self._require_model(), len(plan.indices) / plan.n_global)
+
+
+def _no_loss(model: Any, batch: Any) -> Any:
+    raise RuntimeError("the user's loop computes the loss: the agent never calls loss_fn here")
+
+
+def init(environ: Mapping[str, str] | None = None, *, lr_reference_workers: int | None = None) -> ElasticWorld:
+    """Open the job's store and return this worker's :class:`ElasticWorld` (the world forms when
+    training starts, :meth:`ElasticWorld.epochs`).
+
+    Args:
+        environ: the ``SLURM_ELASTIC_*`` variables; ``os.environ`` when None.
+        lr_reference_workers: see :class:`ElasticWorld`.
+
+    Raises:
+        EnvError: a variable is missing or invalid.
+    """
+    env = LauncherEnv.from_mapping(os.environ if environ is None else environ)
+    store = make_store(env.store_host, env.store_port, env.store_serve, timeout_s=max(60.0, env.group_timeout_s))
+    backend = TorchBackend(SignedStore(store, env.job_id, env.secret), env.group_timeout_s, env.socket_ifname,
+                           env.dist_backend)
+    return ElasticWorld(env, backend, lr_reference_workers)

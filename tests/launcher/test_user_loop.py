@@ -1,0 +1,171 @@
+"""The API around the user's own loop (issue 17): the ported DDP script on real gloo workers, read
+from files on disk through DataLoader workers, grown and shrunk in place with exact accounting;
+SIGTERM checkpoints it and a restart resumes it; the gradient reducer matches DDP's gradients."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.launcher
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "launcher" / "slurm_elastic_launcher" / "examples"
+SAMPLES = 200  # not a multiple of any step size used: epochs end with a short step
+
+
+@pytest.fixture
+def npy_data(tmp_path: Path) -> Path:
+    from slurm_elastic_launcher.examples.make_npy_data import write
+
+    root = tmp_path / "data"
+    write(root, SAMPLES)
+    return root
+
+
+def elastic_job(factory: Any, data: Path, epochs: int, **env: str) -> Any:
+    script = [str(EXAMPLES / "train_elastic.py"), "--data", str(data), "--epochs", str(epochs), "--batch-size", "8",
+              "--workers", "1"]
+    return factory(dataset_size=SAMPLES, script=script, SLURM_ELASTIC_LOG_INDICES="1", **env)
+
+
+def epochs_seen(job: Any, workers: list[str]) -> dict[int, list[int]]:
+    """Sample ids trained per epoch (each step once, in its newest generation), checked per step."""
+    by_step: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for w in workers:
+        for e in job.events(w):
+            if e["ev"] == "step":
+                by_step[e["step"]].append(e)
+    seen: dict[int, list[int]] = defaultdict(list)
+    for step in sorted(by_step):
+        newest = max(r["gen"] for r in by_step[step])
+        recs = [r for r in by_step[step] if r["gen"] == newest]
+        assert sorted(r["rank"] for r in recs) == list(range(recs[0]["world"])), f"step {step}: {recs}"
+        assert sum(len(r["indices"]) for r in recs) == recs[0]["n"]
+        for r in recs:
+            seen[r["epoch"]].extend(r["indices"])
+    return seen
+
+
+def exits(job: Any, w: str) -> list[str]:
+    return [e["state"] for e in job.events(w) if e["ev"] == "exit"]
+
+
+def test_ported_ddp_script_grows_and_shrinks_in_place_with_exact_accounting(fake_job_factory: Any,
+                                                                            npy_data: Path) -> None:
+    job = elastic_job(fake_job_factory, npy_data, epochs=1000)
+    old, everyone = ["w0", "w1"], ["w0", "w1", "w2"]
+    for w in old:
+        job.start(w, old)
+    job.wait_until("two workers training", lambda: job.last_step("w0") >= 4)
+    job.start("w2")  # the joiner's warm-up is the script's own first step
+    grow = job.order("resize", everyone)
+    job.wait_until("grown to 3", lambda: job.steps_in("w2", f"o{grow}") >= 3)
+    shrink = job.order("resize", ["w2", "w0"])  # the joiner becomes rank 0; w1 leaves
+    job.wait_until("shrunk to 2 and an epoch ended", lambda: job.steps_in("w0", f"o{shrink}") >= 20)
+    job.order("stop")
+    rcs = job.wait_exit(timeout=60)
+    assert rcs == {w: 0 for w in everyone}, {w: job.output(w)[-2000:] for w in everyone}
+    assert exits(job, "w1") == ["left"] and exits(job, "w0") == exits(job, "w2") == ["done"]
+    seen = epochs_seen(job, everyone)
+    last = max(seen)
+    assert last >= 2
+    for epoch, ids in seen.items():
+        assert len(ids) == len(set(ids)), f"epoch {epoch} repeats samples"
+        if epoch < last:
+            assert sorted(ids) == list(range(SAMPLES)), f"epoch {epoch} lost samples"
+    formed = {e["gen"]: e["world"] for w in everyone for e in job.events(w) if e["ev"] == "formed"}
+    assert formed == {"o0": 2, f"o{grow}": 3, f"o{shrink}": 2}
+    assert any(e["ev"] == "formed" and e["synced_bytes"] > 0 for e in job.events("w2"))  # the joiner got the state
+    said = [line for w in everyone for line in job.output(w).splitlines() if line.startswith("slurm-elastic: order")]
+    assert len(said) == 2 and "2 -> 3 workers" in said[0] and "3 -> 2 workers (w2,w0)" in said[1]
+    assert "loss" in job.output("w0") or "loss" in job.output("w2")  # the script's own logging ran
+
+
+def test_sigterm_checkpoints_at_a_step_boundary_and_a_restart_resumes_there(fake_job_factory: Any, npy_data: Path,
+                                                                            tmp_path: Path) -> None:
+    ckpt = tmp_path / "ckpt.pt"
+    job = elastic_job(fake_job_factory, npy_data, epochs=2, SLURM_ELASTIC_CHECKPOINT=str(ckpt))
+    workers = ["w0", "w1"]
+    for w in workers:
+        job.start(w, workers)
+    job.wait_until("training", lambda: job.last_step("w0") >= 5)
+    for w in workers:  # Slurm signals every task of the job step
+        os.kill(job.procs[w].pid, signal.SIGTERM)
+    assert job.wait_exit(timeout=60) == {"w0": 0, "w1": 0}
+    assert exits(job, "w0") == ["done"] and ckpt.is_file() and Path(f"{ckpt}.mac").is_file()
+    stopped_at = job.last_step("w0")
+    assert stopped_at < SAMPLES // 16 * 2  # it stopped early, not at the end
+    for w in workers:  # the requeued job: same variables, the checkpoint is found
+        job.start(w, workers)
+    assert job.wait_exit(timeout=120) == {"w0": 0, "w1": 0}
+    resumed = [e for e in job.events("w0") if e["ev"] == "resumed_from"]
+    assert len(resumed) == 1 and resumed[0]["path"] == str(ckpt)
+    first_after = min(e["step"] for e in job.events("w0") if e["ev"] == "step" and e["gen"].startswith("resume"))
+    assert first_after == stopped_at + 1
+    seen = epochs_seen(job, workers)
+    assert sorted(seen) == [0, 1]
+    for epoch, ids in seen.items():
+        assert sorted(ids) == list(range(SAMPLES)), f"epoch {epoch}: lost or repeated samples across the requeue"
+
+
+REDUCER_CHECK = textwrap.dedent('''
+    import datetime, json, sys
+    import torch, torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from slurm_elastic_launcher.grad_reducer import GradReducer
+    rank, port = int(sys.argv[1]), int(sys.argv[2])
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+                            timeout=datetime.timedelta(seconds=30))
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64),
+                                            torch.nn.ReLU(), torch.nn.Linear(64, 10))
+            self.unused = torch.nn.Linear(3, 3)  # no gradient in backward: reduced as zeros
+        def forward(self, x):
+            return self.body(x)
+    def net():
+        torch.manual_seed(0)
+        return Net()
+    torch.manual_seed(100 + rank)
+    x, y = torch.randn(5 + rank, 32), torch.randint(0, 10, (5 + rank,))   # unequal batches: 5 and 6
+    ref = DDP(net(), find_unused_parameters=True)
+    sum_loss = torch.nn.functional.cross_entropy(ref(x), y, reduction="sum") * 2 / 11  # DDP divides by 2
+    sum_loss.backward()
+    mine = net()
+    reducer = GradReducer(mine.parameters(), lambda: None, bucket_bytes=4096, first_bucket_bytes=1024)
+    assert len(reducer.buckets) > 2
+    for _ in range(2):  # twice: the second backward writes into the views of the first
+        mine.zero_grad(set_to_none=_ == 0)
+        reducer.arm(len(y) / 11)  # the batch's mean loss times n_rank / n_global
+        torch.nn.functional.cross_entropy(mine(x), y).backward()
+    diff = max(float((a.grad - (b.grad if b.grad is not None else 0)).abs().max())
+               for a, b in zip(mine.parameters(), ref.module.parameters()))
+    print(json.dumps({"rank": rank, "diff": diff, "failure": reducer.failure,
+                      "unused": float(mine.unused.weight.grad.abs().max())}))
+''')
+
+
+def test_gradient_reducer_gives_the_gradients_of_the_global_mean_like_ddp(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    procs = [subprocess.Popen([sys.executable, "-c", REDUCER_CHECK, str(r), str(port)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (out, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err[-3000:]
+    for out, _ in outs:
+        rec = json.loads(out.strip().splitlines()[-1])
+        assert rec["failure"] is None and rec["diff"] < 1e-5 and rec["unused"] == 0.0, rec
