@@ -174,14 +174,20 @@ def cmd_profiles(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from slurm_elastic.bench import bench_planner, bench_reaction, bench_simulate
 
-    if args.bench == "resize":
+    if args.bench in ("resize", "step"):
         try:
             from slurm_elastic_launcher.bench import bench_resize
+            from slurm_elastic_launcher.step_bench import bench_step
         except ImportError as exc:
             raise ConfigError(
-                f"bench resize needs the launcher extra: pip install 'slurm-elastic[launcher]' ({exc})"
+                f"bench {args.bench} needs the launcher extra: pip install 'slurm-elastic[launcher]' ({exc})"
             ) from exc
-        print(json.dumps(bench_resize(model=args.model, from_=args.from_, to=args.to, repeat=args.repeat), indent=2))
+        if args.bench == "step":
+            figures = bench_step(model=args.model, workers=args.workers, steps=args.steps, batch=args.batch,
+                                 dist_backend=args.dist_backend)
+        else:
+            figures = bench_resize(model=args.model, from_=args.from_, to=args.to, repeat=args.repeat)
+        print(json.dumps(figures, indent=2))
         return 0
     if args.bench == "load":
         from slurm_elastic import policies

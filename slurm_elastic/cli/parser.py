@@ -125,6 +125,16 @@ def build_parser() -> argparse.ArgumentParser:
     bz.add_argument("--to", type=_gpus, default=4, help="workers after the resize (default 4)")
     bz.add_argument("--repeat", type=_repeat, default=1, help="fresh jobs to measure (medians are printed; default 1)")
     bz.add_argument("--json", action="store_true", help="print JSON (the default)")
+    bt = bsub.add_parser("step", help="step time under plain DistributedDataParallel and under the launcher, "
+                         "same model, batch and world, in one run (the launcher)")
+    bt.add_argument("--model", choices=("resnet18", "cnn"), default="resnet18",
+                    help="the example model the workers train (default resnet18)")
+    bt.add_argument("--workers", type=_gpus, default=2, help="worker processes, the world size (default 2)")
+    bt.add_argument("--steps", type=_repeat, default=20, help="timed steps per phase (median; default 20)")
+    bt.add_argument("--batch", type=_gpus, default=32, help="per-worker batch (default 32)")
+    bt.add_argument("--dist-backend", choices=("auto", "gloo", "nccl"), default="auto",
+                    help="collectives: auto is NCCL with CUDA, else gloo; workers sharing one GPU need gloo")
+    bt.add_argument("--json", action="store_true", help="print JSON (the default)")
     br = bsub.add_parser("reaction", help="submit -> planned and -> running latency of the acting daemon "
                          "on a running dev cluster")
     br.add_argument("--root", type=Path, default=Path("/tmp/slurm-elastic-dev"),

@@ -164,7 +164,7 @@ def test_gradient_reducer_gives_the_gradients_of_the_global_mean_like_ddp(tmp_pa
     procs = [subprocess.Popen([sys.executable, "-c", REDUCER_CHECK, str(r), str(port)], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for r in range(2)]
     outs = [p.communicate(timeout=120) for p in procs]
-    for p, (out, err) in zip(procs, outs, strict=True):
+    for p, (_out, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err[-3000:]
     for out, _ in outs:
         rec = json.loads(out.strip().splitlines()[-1])
