@@ -138,7 +138,8 @@ def worker_main(argv: Sequence[str]) -> int:
         def step() -> None:
             x, y = next(batches)
             opt.zero_grad(set_to_none=True)
-            F.cross_entropy(model(x.to(device, non_blocking=True)), y.to(device, non_blocking=True)).backward()
+            loss = F.cross_entropy(model(x.to(device, non_blocking=True)), y.to(device, non_blocking=True))
+            loss.backward()  # type: ignore[no-untyped-call]
             opt.step()
 
         try:
@@ -160,7 +161,7 @@ def worker_main(argv: Sequence[str]) -> int:
             x, y = next(batches)
             opt.zero_grad(set_to_none=True)
             loss = F.cross_entropy(model(x.to(device, non_blocking=True)), y.to(device, non_blocking=True))
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
             opt.step()
             elastic.step()
 

@@ -287,9 +287,12 @@ class TorchBackend:
             os.environ["GLOO_SOCKET_IFNAME"] = socket_ifname
             os.environ["NCCL_SOCKET_IFNAME"] = socket_ifname
         self.cuda = torch.cuda.is_available()
-        self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if self.cuda else torch.device("cpu")
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self.device = torch.device("cuda", local_rank % torch.cuda.device_count()) if self.cuda else torch.device("cpu")
         self.ops: TensorOps = TorchOps(self.device)
         self.dist_backend = ("nccl" if self.cuda else "gloo") if dist_backend == "auto" else dist_backend
+        # gloo sends and receives host tensors only: point-to-point traffic of CUDA tensors goes through the host
+        self.p2p_device = torch.device("cpu") if self.dist_backend == "gloo" else self.device
         self.group: Any = None  # the current group: None is the whole world, else a group narrowed from it
         self._reducer: GradReducer | None = None
         self._reduced_model: Any = None
@@ -381,6 +384,7 @@ class TorchBackend:
 
     def send(self, buffer: Any, dsts: Sequence[int]) -> None:
         """Send a flat buffer to each rank of ``dsts`` (all sends in flight at once)."""
+        buffer = buffer.to(self.p2p_device)
         try:
             for req in [dist.isend(buffer, group=self.group, group_dst=dst) for dst in dsts]:
                 if req is not None:  # None only on a rank outside the group
@@ -390,18 +394,21 @@ class TorchBackend:
 
     def recv(self, buffer: Any, src: int) -> None:
         """Fill a flat buffer with what rank ``src`` sends."""
+        landing = buffer if buffer.device == self.p2p_device else torch.empty_like(buffer, device=self.p2p_device)
         try:
-            dist.recv(buffer, group=self.group, group_src=src)
+            dist.recv(landing, group=self.group, group_src=src)
         except (RuntimeError, dist.DistError) as exc:
             raise PeerLostError(f"recv from {src} failed: {exc}") from exc
+        if landing is not buffer:
+            buffer.copy_(landing)
 
     def send_object(self, obj: Any, dsts: Sequence[int]) -> None:
         """Send a small object (a skeleton) to each rank of ``dsts``, signed for each."""
         me = dist.get_rank(self.group)
         try:
             for dst in dsts:
-                buf = self._seal(f"{self.generation}/state/{me}/{dst}", obj)
-                dist.send(torch.tensor([buf.numel()], dtype=torch.int64, device=self.device),
+                buf = self._seal(f"{self.generation}/state/{me}/{dst}", obj).to(self.p2p_device)
+                dist.send(torch.tensor([buf.numel()], dtype=torch.int64, device=self.p2p_device),
                           group=self.group, group_dst=dst)
                 dist.send(buf, group=self.group, group_dst=dst)
         except (RuntimeError, dist.DistError) as exc:
@@ -415,9 +422,9 @@ class TorchBackend:
         """
         key = f"{self.generation}/state/{src}/{dist.get_rank(self.group)}"
         try:
-            size = torch.zeros(1, dtype=torch.int64, device=self.device)
+            size = torch.zeros(1, dtype=torch.int64, device=self.p2p_device)
             dist.recv(size, group=self.group, group_src=src)
-            buf = self._buffer_for(key, int(size.item()))
+            buf = self._buffer_for(key, int(size.item()), self.p2p_device)
             dist.recv(buf, group=self.group, group_src=src)
         except (RuntimeError, dist.DistError) as exc:
             raise PeerLostError(f"recv_object from {src} failed: {exc}") from exc
@@ -427,11 +434,11 @@ class TorchBackend:
         data = sign_value(key, self.store.job_id, encode_skeleton(obj), self.store.secret)
         return torch.frombuffer(bytearray(data), dtype=torch.uint8).to(self.device)
 
-    def _buffer_for(self, key: str, size: int) -> torch.Tensor:
+    def _buffer_for(self, key: str, size: int, device: torch.device | None = None) -> torch.Tensor:
         if not VALUE_MAC_LEN <= size <= VALUE_MAC_LEN + OBJECT_MAX_BYTES:
             raise PeerLostError(f"{key}: refused a state of {size} bytes (must be {VALUE_MAC_LEN}.."
                                 f"{VALUE_MAC_LEN + OBJECT_MAX_BYTES})")
-        return torch.empty(size, dtype=torch.uint8, device=self.device)
+        return torch.empty(size, dtype=torch.uint8, device=device or self.device)
 
     def _unseal(self, key: str, buf: torch.Tensor) -> Any:
         raw = buf.cpu().numpy().tobytes()
