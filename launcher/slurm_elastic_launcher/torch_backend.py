@@ -104,7 +104,7 @@ class TorchOps:
         return out
 
     def get_rng_state(self) -> Any:
-        """torch, numpy and random states."""
+        """torch, numpy and random states (copies)."""
         return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "random": random.getstate()}
 
     def set_rng_state(self, state: Any) -> None:
@@ -294,6 +294,9 @@ class TorchBackend:
         # gloo sends and receives host tensors only: point-to-point traffic of CUDA tensors goes through the host
         self.p2p_device = torch.device("cpu") if self.dist_backend == "gloo" else self.device
         self.group: Any = None  # the current group: None is the whole world, else a group narrowed from it
+        # NCCL: the control words go through a gloo group of the same ranks, so reading them never
+        # waits for the GPU to finish the step (a device-to-host copy would)
+        self.control_group: Any = None
         self._reducer: GradReducer | None = None
         self._reduced_model: Any = None
 
@@ -322,6 +325,8 @@ class TorchBackend:
                 timeout=dt.timedelta(seconds=self.group_timeout_s),
                 **kwargs,
             )
+            if self.dist_backend != "gloo":
+                self.control_group = dist.new_group(backend="gloo", timeout=dt.timedelta(seconds=self.group_timeout_s))
         except (RuntimeError, dist.DistError) as exc:
             self.leave()
             raise PeerLostError(f"forming {generation} as rank {rank}/{world_size} failed: {exc}") from exc
@@ -337,17 +342,20 @@ class TorchBackend:
             PeerLostError: if the group cannot be formed within the group timeout.
         """
         glob = [r if self.group is None else dist.get_global_rank(self.group, r) for r in ranks]
+        # keep the given order (torch < 2.12 has no sort_ranks, and can narrow only in rank order)
+        kwargs: dict[str, Any] = {} if glob == sorted(glob) else {"sort_ranks": False}
+        kwargs.update(timeout=dt.timedelta(seconds=self.group_timeout_s), use_local_synchronization=True)
         try:
-            group = dist.new_group(glob, timeout=dt.timedelta(seconds=self.group_timeout_s),
-                                   use_local_synchronization=True, sort_ranks=False)
+            group = dist.new_group(glob, **kwargs)
+            control = None if self.dist_backend == "gloo" else dist.new_group(glob, backend="gloo", **kwargs)
         except (RuntimeError, dist.DistError) as exc:
             self.leave()
             raise PeerLostError(f"narrowing to ranks {list(ranks)} failed: {exc}") from exc
-        self.group = group
+        self.group, self.control_group = group, control
 
     def leave(self) -> None:
         """Destroy the current world and every group narrowed from it, if any."""
-        self.group = None
+        self.group = self.control_group = None
         if dist.is_initialized():
             dist.destroy_process_group()
 
@@ -483,20 +491,23 @@ class TorchBackend:
             raise PeerLostError(reducer.failure)
         bufs = list(model.buffers())
         contrib = bufs if rank == 0 else [torch.zeros_like(b) for b in bufs]
-        ctrl = torch.tensor(list(control), dtype=torch.int64, device=self.device)
-        tensors = [*contrib, ctrl]
+        on_host = self.control_group is not None
+        ctrl = torch.tensor(list(control), dtype=torch.int64, device="cpu" if on_host else self.device)
+        tensors = contrib if on_host else [*contrib, ctrl]
         specs = [self.ops.spec(t) for t in tensors]
         packed = self.ops.pack(tensors)
         try:
             for key in sorted(packed):
                 dist.all_reduce(packed[key], group=self.group)
+            if on_host:
+                dist.all_reduce(ctrl, group=self.control_group)
         except (RuntimeError, dist.DistError) as exc:
             raise PeerLostError(f"all_reduce failed: {exc}") from exc
         out = self.ops.unpack(packed, specs)
         with torch.no_grad():
-            for b, nb in zip(bufs, out[:-1], strict=True):
+            for b, nb in zip(bufs, out[: len(bufs)], strict=True):
                 b.copy_(nb)
-        return [int(v) for v in out[-1].tolist()]
+        return [int(v) for v in (ctrl if on_host else out[-1]).tolist()]
 
     # -- store ----------------------------------------------------------------------------------
     def store_set(self, key: str, value: str) -> None:

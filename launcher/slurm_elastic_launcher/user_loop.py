@@ -216,6 +216,8 @@ class ElasticWorld:
         self._registered: dict[str, Any] = {}
         self._callbacks: list[Callable[[ElasticWorld], None]] = []
         self._plan: StepPlan | None = None
+        self._loss_sum: torch.Tensor | float | None = None  # rank 0's losses since the last report
+        self._loss_n = 0
 
     # -- what the script calls once ---------------------------------------------------------------
     def wrap(self, model: nn.Module) -> ElasticDataParallel:
@@ -359,8 +361,8 @@ class ElasticWorld:
         if self.delivered != (position, self.version):
             raise RuntimeError("world.step() must follow exactly one batch of world.loader() per step "
                                f"(step at {position}, last batch {self.delivered})")
-        if loss is not None and agent.rank == 0 and agent.reporter is not None and plan.indices:
-            agent.reporter.add_loss(float(loss) * len(plan.indices), len(plan.indices))
+        if agent.rank == 0 and agent.reporter is not None:
+            self._account_loss(agent, loss, len(plan.indices))
         try:
             decided = self.backend.reduce_step(self._require_model(), plan.control, agent.rank)
             interrupt = agent.end_step(plan, decided)
@@ -375,6 +377,19 @@ class ElasticWorld:
             self._begin()
         else:
             self.close()
+
+    def _account_loss(self, agent: Agent, loss: torch.Tensor | float | None, samples: int) -> None:
+        """Rank 0: add the step's loss to the next report. A tensor is summed where it lives and read
+        only when a report is due, so the step never waits for the GPU to read it."""
+        reporter = agent.reporter
+        assert reporter is not None
+        if loss is not None and samples:
+            weighted = loss.detach() * samples if isinstance(loss, torch.Tensor) else float(loss) * samples
+            self._loss_sum = weighted if self._loss_sum is None else self._loss_sum + weighted
+            self._loss_n += samples
+        if self._loss_sum is not None and reporter.due(agent.clock()):
+            reporter.add_loss(float(self._loss_sum), self._loss_n)
+            self._loss_sum, self._loss_n = None, 0
 
     def drop_tail(self, epoch: int) -> None:
         """``drop_last``: skip the rest of ``epoch`` (a step smaller than a full one) on every worker."""

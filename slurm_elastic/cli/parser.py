@@ -133,7 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--steps", type=_repeat, default=20, help="timed steps per phase (median; default 20)")
     bt.add_argument("--batch", type=_gpus, default=32, help="per-worker batch (default 32)")
     bt.add_argument("--dist-backend", choices=("auto", "gloo", "nccl"), default="auto",
-                    help="collectives: auto is NCCL with CUDA, else gloo; workers sharing one GPU need gloo")
+                    help="collectives: auto is NCCL with CUDA, else gloo; workers sharing one GPU need gloo "
+                    "(default auto)")
     bt.add_argument("--json", action="store_true", help="print JSON (the default)")
     br = bsub.add_parser("reaction", help="submit -> planned and -> running latency of the acting daemon "
                          "on a running dev cluster")

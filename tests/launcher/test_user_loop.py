@@ -169,3 +169,23 @@ def test_gradient_reducer_gives_the_gradients_of_the_global_mean_like_ddp(tmp_pa
     for out, _ in outs:
         rec = json.loads(out.strip().splitlines()[-1])
         assert rec["failure"] is None and rec["diff"] < 1e-5 and rec["unused"] == 0.0, rec
+
+
+def test_the_port_of_the_ddp_script_changes_few_lines_and_the_guide_shows_them() -> None:
+    """Issue 17's goal: a typical DDP script ports in 15 changed lines or fewer (counted by diff,
+    outside the docstrings); docs/launcher.md's porting guide shows that diff as it is."""
+    def code(name: str) -> list[str]:
+        text = (EXAMPLES / name).read_text()
+        return text[text.index('"""', 3) + 3:].splitlines()
+
+    import difflib
+
+    diff = [line for line in difflib.unified_diff(code("ddp_train.py"), code("train_elastic.py"), lineterm="", n=0)
+            if not line.startswith(("---", "+++", "@@"))]
+    added = [line[1:] for line in diff if line.startswith("+")]
+    removed = [line[1:] for line in diff if line.startswith("-")]
+    assert len(added) <= 15, added
+    assert (len(added), len(removed)) == (13, 16)  # as the guide and the example's docstring say
+    guide = (EXAMPLES.parents[2] / "docs" / "launcher.md").read_text()
+    for line in added + removed:
+        assert line.strip() in guide, line

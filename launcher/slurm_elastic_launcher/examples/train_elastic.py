@@ -1,10 +1,11 @@
 """The ddp_train.py example ported to the launcher: the "after" of the porting guide.
 
-The same script, with 14 lines changed (``docs/launcher.md`` shows the diff): the job's world is
-joined by ``slurm_elastic_launcher.init()``, the model wrapped by ``world.wrap``, the data served by
-``world.loader`` from the same ``Dataset`` and ``DataLoader`` arguments, the state registered once, and
-each step ends with ``world.step``. The daemon may then grow and shrink it in place at any step, and
-SIGTERM (preemption, time limit) checkpoints it to ``SLURM_ELASTIC_CHECKPOINT`` for a requeue.
+The same script with 13 lines added or changed and 16 removed (``docs/launcher.md`` shows the
+diff): the job's world is joined by ``slurm_elastic_launcher.init()``, the model wrapped by
+``world.wrap``, the data served by ``world.loader`` from the same ``Dataset`` and ``DataLoader``
+arguments, the state registered once, and each step ends with ``world.step``. The daemon may then
+grow and shrink it in place at any step, and SIGTERM (preemption, time limit) checkpoints it to
+``SLURM_ELASTIC_CHECKPOINT`` for a requeue.
 """
 
 import argparse
