@@ -186,6 +186,17 @@ def _bench_once(model: str, from_: int, to: int, steps_after: int) -> dict[str, 
     }
 
 
+def _backend_label() -> str:
+    """The workers' collectives and device, as their backend chooses them (``nccl-cuda``, ``gloo-cuda``
+    when ``SLURM_ELASTIC_DIST_BACKEND=gloo`` on a GPU, ``gloo-cpu``)."""
+    import torch
+
+    chosen = os.environ.get("SLURM_ELASTIC_DIST_BACKEND", "auto").strip() or "auto"
+    cuda = torch.cuda.is_available()
+    library = ("nccl" if cuda else "gloo") if chosen == "auto" else chosen
+    return f"{library}-{'cuda' if cuda else 'cpu'}"
+
+
 def bench_resize(
     model: str = "resnet18", from_: int = 2, to: int = 4, steps_after: int = 6, repeat: int = 1
 ) -> dict[str, Any]:
@@ -227,7 +238,7 @@ def bench_resize(
         "model": model,
         "from": from_,
         "to": to,
-        "backend": "gloo-cpu",
+        "backend": _backend_label(),
         "cpu_cores": os.cpu_count(),
         "repeat": repeat,
         **median,
