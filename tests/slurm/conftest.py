@@ -144,7 +144,8 @@ def submit_example(cluster: DevCluster, tmp_path: Path, monkeypatch: pytest.Monk
                    capsys: pytest.CaptureFixture[str]) -> Any:
     """Submit the launcher example with ``slurm-elastic submit`` as a user whose HOME is ``tmp_path``.
 
-    Returns a function ``(output_name, *submit_options, dataset_size=...) -> job id``.
+    Returns a function ``(output_name, *submit_options, dataset_size=..., script=...) -> job id``; a
+    ``script`` (a training script and its arguments) replaces the example trainer.
     """
     from slurm_elastic.cli import main
 
@@ -154,9 +155,9 @@ def submit_example(cluster: DevCluster, tmp_path: Path, monkeypatch: pytest.Monk
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("HOME", str(tmp_path))
 
-    def submit(out: Path, *options: str, dataset_size: int = 512) -> int:
-        assert main(["submit", *options, "--output", str(out), "--", sys.executable, str(EXAMPLE),
-                     "--dataset-size", str(dataset_size)]) == 0
+    def submit(out: Path, *options: str, dataset_size: int = 512, script: Sequence[str] = ()) -> int:
+        command = list(script) or [str(EXAMPLE), "--dataset-size", str(dataset_size)]
+        assert main(["submit", *options, "--output", str(out), "--", sys.executable, *command]) == 0
         return int(capsys.readouterr().out.strip())
 
     return submit

@@ -121,3 +121,58 @@ def test_a_lost_worker_gives_its_node_back_and_the_job_completes(cluster: DevClu
     assert end and end[-1].samples == 3 * 65536, end  # every sample trained once, across the loss
     log = Path(str(out).replace("%j", job)).read_text()
     assert log.count('"state": "done"') == 1, log[-3000:]
+
+
+def test_ported_ddp_script_shrinks_in_place_with_exact_accounting(cluster: DevCluster, tmp_path: Path,
+                                                                  submit_example: Any) -> None:
+    """Issue 17 on the real dev cluster: the DDP script ported to the user-loop API
+    (``examples/train_elastic.py``), reading one ``.npy`` file per sample through DataLoader workers,
+    submitted with ``slurm-elastic submit``, is shrunk 2 -> 1 by the Slurm actuator at a step
+    boundary; the survivor finishes, and the job trained every sample of every epoch exactly once."""
+    from slurm_elastic_launcher.examples import make_npy_data
+
+    data = cluster.root / "npy-data"  # under the dev root: readable by the job's user
+    samples, epochs = make_npy_data.write(data, 2048), 12
+    script = EXAMPLE.with_name("train_elastic.py")
+    out = cluster.root / "jobs" / "ported-%j.out"
+    job = str(submit_example(out, "--elastic", "2:4", "--gpus-per-node", "1", "--epochs", str(epochs),
+                             "--local-batch", "16",
+                             script=[str(script), "--data", str(data), "--epochs", str(epochs), "--workers", "1"]))
+    cluster.wait_state(int(job), "RUNNING", timeout=40)
+
+    def runner(argv: Sequence[str]) -> str:
+        return run_command(argv, env=cluster.env)
+
+    store = Store(tmp_path / "s.db")
+    obs = ClusterView(SlurmCli(runner), shipped_profiles(), time.time, ("gpu",), store=store)
+    cfg = Config(DaemonConfig(partitions=("gpu",), policy="dp", dry_run=False, store=store.path,
+                              poll_interval=0.5, max_idle=3600.0))
+    daemon = slurm_daemon(cfg, obs, store, client_env=cluster.env)
+    deadline = time.monotonic() + 90
+    while not [r for r in store.progress_of(job) if r.world == 2]:  # both workers formed and trained
+        assert time.monotonic() < deadline, "the ported job did not report at 2 workers"
+        daemon.due()
+        time.sleep(0.5)
+    snap = obs.observe()
+    held = snap.job(JobId(job)).placement
+    keep = held.slots[0]
+    act = daemon.act
+    assert isinstance(act, SlurmActuator)
+    (outcome,) = act.apply(snap, (Action(ActionKind.SHRINK, JobId(job), held, Placement((keep,)), 16, 16, 1, 0.1),))
+    assert outcome.ok, outcome.message
+    deadline = time.monotonic() + 60
+    while cluster.job(int(job))["nodes"] != keep[0]:  # released once the leaver said it left
+        assert time.monotonic() < deadline, "the node was not released"
+        daemon.due()
+        time.sleep(0.5)
+    deadline = time.monotonic() + 240
+    while cluster.job(int(job))["job_state"] in ("RUNNING", "COMPLETING"):
+        assert time.monotonic() < deadline, "job did not finish"
+        time.sleep(1)
+    log = Path(str(out).replace("%j", job)).read_text()
+    assert cluster.job(int(job))["job_state"] == "COMPLETED", log[-3000:]
+    obs.poll()  # the last reports
+    end = [r for r in store.progress_of(job) if r.kind == "end"]
+    assert end and end[-1].samples == epochs * samples and end[-1].world == 1, (end, log[-3000:])
+    assert [r for r in store.progress_of(job) if r.kind == "left"]
+    assert "2 -> 1 workers" in log and "loss" in log, log[-3000:]  # the resize line and the script's own logging
