@@ -92,12 +92,10 @@ def run(job: ElasticJob, environ: Mapping[str, str] | None = None) -> AgentResul
         EnvError: if a variable is missing or invalid.
         ValueError: if ``job.model_name`` is not a valid model name.
     """
-    from .torch_backend import SignedStore, TorchBackend, make_store  # the one torch import, at start time
+    from .torch_backend import job_backend  # the one torch import, at start time
 
     env = LauncherEnv.from_mapping(os.environ if environ is None else environ)
-    store = make_store(env.store_host, env.store_port, env.store_serve, timeout_s=max(60.0, env.group_timeout_s))
-    backend = TorchBackend(SignedStore(store, env.job_id, env.secret), env.group_timeout_s, env.socket_ifname,
-                           env.dist_backend)
+    backend = job_backend(env)
     agent = Agent(env, backend, job, make_order_source(env, backend))
     stop_on_sigterm(agent)
     return agent.run()

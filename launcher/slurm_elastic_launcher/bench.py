@@ -28,7 +28,8 @@ from .torch_backend import SignedStore, TorchBackend, make_store
 EXAMPLE = Path(__file__).resolve().parent / "examples" / "train_cnn.py"
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on this machine now (the benches' stores and rendezvous)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -41,7 +42,7 @@ class _Run:
         self.tmp = tmp
         self.model = model
         self.dataset_size = dataset_size
-        self.port = _free_port()
+        self.port = free_port()
         self.store = make_store("127.0.0.1", self.port, serve=True)
         self.secret = os.urandom(16).hex()
         self.kv = TorchBackend(SignedStore(self.store, "bench", self.secret.encode()), 30.0)

@@ -43,7 +43,6 @@ class _Bucket:
     members: list[int]
     pending: int = 0
     work: Any = None
-    launched: bool = False
 
 
 class GradReducer:
@@ -119,7 +118,7 @@ class GradReducer:
         self._queued = False
         self._next = 0
         for b in self.buckets:
-            b.pending, b.work, b.launched = len(b.members), None, False
+            b.pending, b.work = len(b.members), None
 
     # -- during backward ---------------------------------------------------------------------------
     def _hook(self, i: int) -> Callable[[torch.Tensor], None]:
@@ -148,7 +147,6 @@ class GradReducer:
         while self._next < len(self.buckets) and self.buckets[self._next].pending == 0:
             bucket = self.buckets[self._next]
             self._next += 1
-            bucket.launched = True
             if self.failure is not None:
                 continue
             try:

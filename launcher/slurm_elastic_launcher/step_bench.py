@@ -52,10 +52,10 @@ def bench_step(model: str = "resnet18", workers: int = 2, steps: int = 20, warmu
         raise ValueError(f"bench_step(model={model!r}, workers={workers}, steps={steps}, warmup={warmup}, "
                          f"batch={batch}, dist_backend={dist_backend!r}): model one of {MODELS}, workers ≥ 1, "
                          "steps ≥ 3, warmup ≥ 1, batch ≥ 1, dist_backend auto|gloo|nccl")
-    from .bench import _free_port  # the resize bench's helper: a free TCP port on this machine
+    from .bench import free_port  # the resize bench's helper: a free TCP port on this machine
 
     with tempfile.TemporaryDirectory(prefix="slurm-elastic-step-") as tmp:
-        store_port, ddp_ports = _free_port(), f"{_free_port()},{_free_port()}"
+        store_port, ddp_ports = free_port(), f"{free_port()},{free_port()}"
         secret = os.urandom(16).hex()
         names = [f"w{r}" for r in range(workers)]
         procs = []

@@ -38,6 +38,7 @@ from torch._C._distributed_c10d import PrefixStore, Store, TCPStore
 from torch.utils.data import default_collate
 
 from .agent import PeerLostError
+from .env import LauncherEnv
 from .grad_reducer import GradReducer
 from .orders import VALUE_MAC_LEN, ValueRejectedError, check_value_mac, open_value, sign_value, value_hmac
 from .state import SkeletonError, TensorOps, TensorSpec, decode_skeleton, encode_skeleton
@@ -129,6 +130,14 @@ def make_store(host: str, port: int, serve: bool, timeout_s: float = 60.0) -> TC
     return TCPStore(
         host, port, is_master=serve, timeout=dt.timedelta(seconds=timeout_s), wait_for_workers=False
     )
+
+
+def job_backend(env: LauncherEnv) -> TorchBackend:
+    """A worker's backend: the job's TCPStore (hosted by this process if ``SLURM_ELASTIC_STORE_SERVE``),
+    signed with the job's secret, and its collectives as the environment chooses them."""
+    store = make_store(env.store_host, env.store_port, env.store_serve, timeout_s=max(60.0, env.group_timeout_s))
+    return TorchBackend(SignedStore(store, env.job_id, env.secret), env.group_timeout_s, env.socket_ifname,
+                        env.dist_backend)
 
 
 _ABSENT = b"\0slurm-elastic: absent\0"
@@ -415,7 +424,7 @@ class TorchBackend:
         me = dist.get_rank(self.group)
         try:
             for dst in dsts:
-                buf = self._seal(f"{self.generation}/state/{me}/{dst}", obj).to(self.p2p_device)
+                buf = self._seal(f"{self.generation}/state/{me}/{dst}", obj, self.p2p_device)
                 dist.send(torch.tensor([buf.numel()], dtype=torch.int64, device=self.p2p_device),
                           group=self.group, group_dst=dst)
                 dist.send(buf, group=self.group, group_dst=dst)
@@ -438,9 +447,9 @@ class TorchBackend:
             raise PeerLostError(f"recv_object from {src} failed: {exc}") from exc
         return self._unseal(key, buf)
 
-    def _seal(self, key: str, obj: Any) -> torch.Tensor:
+    def _seal(self, key: str, obj: Any, device: torch.device | None = None) -> torch.Tensor:
         data = sign_value(key, self.store.job_id, encode_skeleton(obj), self.store.secret)
-        return torch.frombuffer(bytearray(data), dtype=torch.uint8).to(self.device)
+        return torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device or self.device)
 
     def _buffer_for(self, key: str, size: int, device: torch.device | None = None) -> torch.Tensor:
         if not VALUE_MAC_LEN <= size <= VALUE_MAC_LEN + OBJECT_MAX_BYTES:

@@ -56,7 +56,7 @@ from .agent import (
 )
 from .env import LauncherEnv
 from .sampler import ElasticSampler, SamplerState
-from .torch_backend import SignedStore, TorchBackend, make_store
+from .torch_backend import TorchBackend, job_backend
 
 
 class ElasticDataParallel(nn.Module):
@@ -138,7 +138,6 @@ class ElasticLoader:
         self.world = world
         self.dataset = dataset
         self.batch_size = batch_size
-        self.drop_last = drop_last
         self._batches = _StepBatches(len(dataset), drop_last)
         kwargs = dict(loader_kwargs)
         if kwargs.get("num_workers", 0) > 0:
@@ -154,7 +153,7 @@ class ElasticLoader:
         else:
             state, world, local = agent.sampler.state, len(agent.members), int(agent.extra["local_batch"])
             left = len(self.dataset) - state.consumed
-        return left // (world * local) if self.drop_last else -(-left // (world * local))
+        return left // (world * local) if self._batches.drop_last else -(-left // (world * local))
 
     def __iter__(self) -> Iterator[Any]:
         world = self.world
@@ -183,7 +182,7 @@ class ElasticLoader:
                 yield batch
                 if world.version != version or not world.training:
                     break
-            if not served and self.drop_last and world.version == version and world.joining is None:
+            if not served and self._batches.drop_last and world.version == version and world.joining is None:
                 world.drop_tail(epoch)
 
 
@@ -211,7 +210,6 @@ class ElasticWorld:
         self.joining: Order | None = None
         self.version = 0  # bumped at every change of the world: the loader starts again
         self.delivered: tuple[tuple[int, int], int] | None = None
-        self._model: nn.Module | None = None
         self._loader: ElasticLoader | None = None
         self._registered: dict[str, Any] = {}
         self._callbacks: list[Callable[[ElasticWorld], None]] = []
@@ -221,9 +219,9 @@ class ElasticWorld:
 
     # -- what the script calls once ---------------------------------------------------------------
     def wrap(self, model: nn.Module) -> ElasticDataParallel:
-        """The model with its gradients averaged over the current world (use it as DDP's)."""
+        """The model with its gradients averaged over the current world (use it as DDP's); register it
+        (:meth:`register`) as the state to carry."""
         self.backend.reducer(model)
-        self._model = model
         return ElasticDataParallel(model, self)
 
     def loader(self, dataset: Any, batch_size: int, *, drop_last: bool = False, **loader_kwargs: Any) -> ElasticLoader:
@@ -320,9 +318,6 @@ class ElasticWorld:
         if not self._registered or self._loader is None:
             raise RuntimeError("call world.register(model=..., optimizer=...) and world.loader(...) before training")
         reg = self._registered
-        if self._model is None:
-            self.backend.reducer(reg["model"])
-            self._model = reg["model"]
         env = dataclasses.replace(self.env, local_batch=self._loader.batch_size)
         job = ElasticJob(model=reg["model"], optimizer=reg["optimizer"], dataset=self._loader.dataset,
                          loss_fn=_no_loss, scheduler=reg["scheduler"], model_name=reg["model_name"])
@@ -364,7 +359,7 @@ class ElasticWorld:
         if agent.rank == 0 and agent.reporter is not None:
             self._account_loss(agent, loss, len(plan.indices))
         try:
-            decided = self.backend.reduce_step(self._require_model(), plan.control, agent.rank)
+            decided = self.backend.reduce_step(self._model, plan.control, agent.rank)
             interrupt = agent.end_step(plan, decided)
         except PeerLostError as exc:
             interrupt = WorkerLost(str(exc))
@@ -464,10 +459,11 @@ class ElasticWorld:
             raise RuntimeError("the elastic world has not started: iterate world.epochs() first")
         return self.agent
 
-    def _require_model(self) -> nn.Module:
-        if self._model is None:
-            raise RuntimeError("world.wrap(model) or world.register(model=...) first")
-        return self._model
+    @property
+    def _model(self) -> nn.Module:
+        """The registered model, unwrapped (what the reducer is hooked on)."""
+        model: nn.Module = self._registered["model"]
+        return model
 
     def _changed(self) -> None:
         """After the world changed: the loader starts again, the torch variables follow, the
@@ -485,7 +481,7 @@ class ElasticWorld:
         agent = self.require_agent()
         plan = agent.begin_step()
         self._plan = plan
-        self.backend.arm(self._require_model(), len(plan.indices) / plan.n_global)
+        self.backend.arm(self._model, len(plan.indices) / plan.n_global)
 
 
 def _no_loss(model: Any, batch: Any) -> Any:
@@ -504,7 +500,4 @@ def init(environ: Mapping[str, str] | None = None, *, lr_reference_workers: int 
         EnvError: a variable is missing or invalid.
     """
     env = LauncherEnv.from_mapping(os.environ if environ is None else environ)
-    store = make_store(env.store_host, env.store_port, env.store_serve, timeout_s=max(60.0, env.group_timeout_s))
-    backend = TorchBackend(SignedStore(store, env.job_id, env.secret), env.group_timeout_s, env.socket_ifname,
-                           env.dist_backend)
-    return ElasticWorld(env, backend, lr_reference_workers)
+    return ElasticWorld(env, job_backend(env), lr_reference_workers)

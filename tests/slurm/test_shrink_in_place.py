@@ -15,6 +15,7 @@ import pytest
 from slurm_elastic.config import Config, DaemonConfig
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, Placement
+from slurm_elastic.daemon import Daemon
 from slurm_elastic.dev.processes import worker_processes
 from slurm_elastic.observe.view import ClusterView
 from slurm_elastic.resources import EXAMPLE_TRAINER
@@ -31,26 +32,32 @@ pytestmark = pytest.mark.slurm
 EXAMPLE = EXAMPLE_TRAINER
 
 
+def acting_daemon(cluster: DevCluster, tmp_path: Path) -> tuple[Store, ClusterView, Daemon]:
+    """A store, a view of the dev cluster's ``gpu`` partition through the CLI, and an acting ``dp``
+    daemon over them (the tests call its ``due`` to poll, and its actuator to act)."""
+    def runner(argv: Sequence[str]) -> str:
+        return run_command(argv, env=cluster.env)
+
+    store = Store(tmp_path / "s.db")
+    obs = ClusterView(SlurmCli(runner), shipped_profiles(), time.time, ("gpu",), store=store)
+    cfg = Config(DaemonConfig(partitions=("gpu",), policy="dp", dry_run=False, store=store.path,
+                              poll_interval=0.5, max_idle=3600.0))
+    return store, obs, slurm_daemon(cfg, obs, store, client_env=cluster.env)
+
+
 def test_launcher_job_shrinks_in_place(cluster: DevCluster, tmp_path: Path, submit_example: Any) -> None:
     out = cluster.root / "jobs" / "shrink-%j.out"
     job = str(submit_example(out, "--elastic", "2:4", "--gpus-per-node", "1", "--epochs", "3", dataset_size=65536))
     cluster.wait_state(int(job), "RUNNING", timeout=40)
     time.sleep(8)  # let both workers import torch, form and train (2 busy cores)
 
-    def runner(argv: Sequence[str]) -> str:
-        return run_command(argv, env=cluster.env)
-
-    store = Store(tmp_path / "s.db")
-    obs = ClusterView(SlurmCli(runner), shipped_profiles(), time.time, ("gpu",), store=store)
+    store, obs, daemon = acting_daemon(cluster, tmp_path)
     snap = obs.observe()
     held = snap.job(JobId(job)).placement
     assert held.num_nodes == 2
     assert snap.job(JobId(job)).shrink_sizes == (1,)  # the batch host stays; the other node can go
     keep = held.slots[0]
     shrink = Action(ActionKind.SHRINK, JobId(job), held, Placement((keep,)), 32, 32, 1, 0.1)
-    cfg = Config(DaemonConfig(partitions=("gpu",), policy="dp", dry_run=False, store=store.path,
-                              poll_interval=0.5, max_idle=3600.0))
-    daemon = slurm_daemon(cfg, obs, store, client_env=cluster.env)
     act = daemon.act
     assert isinstance(act, SlurmActuator)
     (outcome,) = act.apply(snap, (shrink,))
@@ -89,14 +96,7 @@ def test_a_lost_worker_gives_its_node_back_and_the_job_completes(cluster: DevClu
     job = str(submit_example(out, "--elastic", "2:4", "--gpus-per-node", "1", "--epochs", "3", dataset_size=65536))
     cluster.wait_state(int(job), "RUNNING", timeout=40)
 
-    def runner(argv: Sequence[str]) -> str:
-        return run_command(argv, env=cluster.env)
-
-    store = Store(tmp_path / "s.db")
-    obs = ClusterView(SlurmCli(runner), shipped_profiles(), time.time, ("gpu",), store=store)
-    cfg = Config(DaemonConfig(partitions=("gpu",), policy="dp", dry_run=False, store=store.path,
-                              poll_interval=0.5, max_idle=3600.0))
-    daemon = slurm_daemon(cfg, obs, store, client_env=cluster.env)
+    store, obs, daemon = acting_daemon(cluster, tmp_path)
     deadline = time.monotonic() + 90
     while not store.progress_of(job) or not worker_processes(job).get("w1", []):  # both trained and reported
         assert time.monotonic() < deadline, "the job did not report"
@@ -140,14 +140,7 @@ def test_ported_ddp_script_shrinks_in_place_with_exact_accounting(cluster: DevCl
                              script=[str(script), "--data", str(data), "--epochs", str(epochs), "--workers", "1"]))
     cluster.wait_state(int(job), "RUNNING", timeout=40)
 
-    def runner(argv: Sequence[str]) -> str:
-        return run_command(argv, env=cluster.env)
-
-    store = Store(tmp_path / "s.db")
-    obs = ClusterView(SlurmCli(runner), shipped_profiles(), time.time, ("gpu",), store=store)
-    cfg = Config(DaemonConfig(partitions=("gpu",), policy="dp", dry_run=False, store=store.path,
-                              poll_interval=0.5, max_idle=3600.0))
-    daemon = slurm_daemon(cfg, obs, store, client_env=cluster.env)
+    store, obs, daemon = acting_daemon(cluster, tmp_path)
     deadline = time.monotonic() + 90
     while not [r for r in store.progress_of(job) if r.world == 2]:  # both workers formed and trained
         assert time.monotonic() < deadline, "the ported job did not report at 2 workers"
