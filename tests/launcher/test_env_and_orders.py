@@ -48,6 +48,8 @@ def test_joiner_needs_no_worker_list() -> None:
         ("SLURM_ELASTIC_ORDERS", "http://x", "must be 'store' or 'file:PATH'"),
         ("SLURM_ELASTIC_LOCAL_BATCH", "0", "SLURM_ELASTIC_LOCAL_BATCH='0': must be an integer ≥ 1"),
         ("SLURM_ELASTIC_GROUP_TIMEOUT_S", "-1", "must be a number > 0"),
+        ("SLURM_ELASTIC_DIST_BACKEND", "mpi", "SLURM_ELASTIC_DIST_BACKEND='mpi': must be 'auto', 'gloo' or 'nccl'"),
+        ("SLURM_ELASTIC_DIST_BACKEND", "x" * 500, "SLURM_ELASTIC_DIST_BACKEND='" + "x" * 80 + "': must be"),
     ],
 )
 def test_errors_name_variable_value_and_rule(key: str, value: str, needle: str) -> None:
