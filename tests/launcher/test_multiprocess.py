@@ -39,7 +39,8 @@ def check_accounting(job: Any, workers: list[str], killed: str = "") -> int:
             have = {r["rank"] for r in recs}
             recs = recs + [
                 {**recs[0], "rank": k, "indices": sampler.indices(recs[0]["world"], k, recs[0]["local"])}
-                for k in range(recs[0]["world"]) if k not in have
+                for k in range(recs[0]["world"])
+                if k not in have
             ]
         assert sorted(r["rank"] for r in recs) == list(range(recs[0]["world"])), f"step {step}: {recs}"
         assert len({(r["gen"], r["epoch"], r["n"]) for r in recs}) == 1
@@ -111,8 +112,12 @@ def test_resizes_2_4_3_2_3_keep_ranks_equal_and_accounting_exact(fake_job_factor
     assert evaluated and all(e["rank"] == 0 and 0.0 <= e["metric"] <= 1.0 for e in evaluated)
     assert sorted(e["epoch"] for e in evaluated) == list(range(len(evaluated)))  # once per epoch end
     # the job's own output says each change of its world, once, from its rank 0 (issue 17: it showed none)
-    said = [line for w in everyone for line in (job.tmp / f"{w}.out").read_text().splitlines()
-            if line.startswith("slurm-elastic: order ")]
+    said = [
+        line
+        for w in everyone
+        for line in (job.tmp / f"{w}.out").read_text().splitlines()
+        if line.startswith("slurm-elastic: order ")
+    ]
     assert [line.split(":")[1].strip().split()[1] for line in said] == [str(s) for s in (grow, shrink, shrink2, grow2)]
     assert "2 -> 4 workers (w0,w1,w2,w3)" in said[0] and "paused" in said[0] and "at sample" in said[0]
 
@@ -165,7 +170,9 @@ def test_killed_worker_survivors_reform_and_continue(fake_job_factory: Any) -> N
     job.wait_until("three workers training", lambda: job.last_step("w0") >= 10)
     killed_at = time.time()
     job.kill("w1")
-    job.wait_until("survivors re-formed", lambda: job.last_step("w2", "o0.r") >= 5, timeout=40)
+    # step numbers are the job's global count: wait for five steps of the new generation on each survivor,
+    # not for step 5 (already passed), or w0 may not have logged its first new step yet
+    job.wait_until("survivors re-formed", lambda: min(job.steps_in(w, "o0.r") for w in ("w0", "w2")) >= 5, timeout=40)
     first_new = min(e["t"] for e in job.events("w0") if e["ev"] == "step" and e["gen"] == "o0.r")
     assert first_new - killed_at < 30.0
     job.order("stop")
