@@ -68,13 +68,15 @@ def _check(req: JobRequest) -> None:
 
 def job_files(secret_file: str) -> dict[str, str]:
     """The files of one job, all beside its secret: orders, reports, TCPStore address, join script,
-    and the environment it was submitted with (its satellites get it: ``sbatch --export-file``).
+    the environment it was submitted with (its satellites get it: ``sbatch --export-file``), and the
+    checkpoint its rank 0 writes on a stop order or SIGTERM (preemption, time limit), which a requeued
+    start resumes from (not created at submit: the launcher writes it, with its MAC beside it).
 
     The daemon finds them from the orders path in the job's comment (:mod:`slurm_elastic.orders`).
     """
     return {"orders_file": secret_file + ".orders", "reports_file": secret_file + ".reports",
             "store_file": secret_file + ".store", "join_file": secret_file + ".join",
-            "env_file": secret_file + ".env"}
+            "env_file": secret_file + ".env", "checkpoint_file": secret_file + ".ckpt"}
 
 
 def render(template: str, req: JobRequest, *, part: str = "sbatch", template_dir: Path = TEMPLATE_DIR) -> str:

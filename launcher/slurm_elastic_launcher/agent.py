@@ -535,7 +535,7 @@ class Agent:
             self._start()
             while self.status is AgentState.TRAINING:
                 if self.sampler.state.epoch >= self.env.epochs:
-                    self.finish(None)
+                    self.finish(None, stopped=False)
                     break
                 interrupt = self._step()
                 if interrupt is not None:
@@ -588,6 +588,9 @@ class Agent:
             self.event("resumed_from", path=resume)
         gen = f"resume{self.extra['applied_seq']}.{self.extra['step']}" if resume else "o0"
         self._form(gen, self.env.workers, sync_src=0)
+        if resume:
+            self._say(f"resumed from {resume} at step {self.extra['step']} (epoch {self.sampler.state.epoch}, "
+                      f"sample {self.sampler.state.consumed} of it), {len(self.members)} workers")
         self._apply_policy()
         self.state.commit()
         self._transition(AgentState.TRAINING)
@@ -844,13 +847,27 @@ class Agent:
             case WorkerLost(error):
                 self._recover(error)
 
-    def finish(self, seq: int | None) -> None:
-        self.event("stop", seq=seq or 0)
+    def finish(self, seq: int | None, *, stopped: bool = True) -> None:
+        """End the training here → DONE, with the last report.
+
+        Args:
+            seq: the stop order's sequence number, or None (a stop asked by SIGTERM, or the end).
+            stopped: a stop (an order or SIGTERM): rank 0 writes ``SLURM_ELASTIC_CHECKPOINT`` for a
+                requeue to resume from. False: the training ran to its end, and rank 0 removes that
+                checkpoint (a requeue must not go back to an old stop; the trained model is the
+                script's to save).
+        """
+        self.event("stop" if stopped else "end", seq=seq or 0)
         if seq is not None:
             self.extra["applied_seq"] = seq
         if self.rank == 0 and self.env.checkpoint:
-            self.backend.save(self.state.capture(), self.env.checkpoint)
-            self.event("checkpoint", path=self.env.checkpoint)
+            if stopped:
+                self.backend.save(self.state.capture(), self.env.checkpoint)
+                self.event("checkpoint", path=self.env.checkpoint)
+                self._say(f"stopped at step {self.extra['step']}: checkpoint written to {self.env.checkpoint}")
+            else:
+                for path in (f"{self.env.checkpoint}.mac", self.env.checkpoint):  # the MAC first: no resume
+                    Path(path).unlink(missing_ok=True)
         self._report("end")
         self._transition(AgentState.DONE)
 

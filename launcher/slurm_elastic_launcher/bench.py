@@ -1,7 +1,8 @@
 """Benchmark of the launcher: pause of an in-place resize against checkpoint-to-disk + restart.
 
 This module owns :func:`bench_resize`. It hosts the job's TCPStore, acts as the daemon (signed orders),
-and runs the example worker (``slurm_elastic_launcher/examples/train_cnn.py``) as real processes on this machine. The
+and runs the example worker (``slurm_elastic_launcher/examples/train_cnn.py``, under ``run(ElasticJob)`` or in
+its own loop through ``init()``) as real processes on this machine. The
 pause of a resize is "stop after step" → "first step in the new world done", minus one normal step of
 the new world; the checkpoint-restart pause is measured the same way in the same run: the job stops
 with a checkpoint, its processes exit, new ones start, load it and take their first step. It prints
@@ -38,9 +39,10 @@ def free_port() -> int:
 class _Run:
     """Worker processes of one benchmark job, their event logs, and the daemon's orders."""
 
-    def __init__(self, tmp: Path, model: str, dataset_size: int) -> None:
+    def __init__(self, tmp: Path, model: str, dataset_size: int, api: str = "run") -> None:
         self.tmp = tmp
         self.model = model
+        self.api = api
         self.dataset_size = dataset_size
         self.port = free_port()
         self.store = make_store("127.0.0.1", self.port, serve=True)
@@ -68,7 +70,7 @@ class _Run:
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")
         env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # 2+ workers per core here: idle OpenMP threads must sleep
         argv = [sys.executable, str(EXAMPLE), "--model", self.model, "--dataset-size", str(self.dataset_size),
-                "--val-size", "0"]
+                "--val-size", "0", "--api", self.api, "--batch-size", "8", "--epochs", "100000"]
         with open(self.tmp / f"{worker}.{tag}.out", "ab") as out:
             self.procs[f"{worker}.{tag}"] = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
 
@@ -137,11 +139,11 @@ def _switch_s(run: _Run, old: list[str], new: list[str], gen: str) -> float:
     return float(max(ready) - max(starts))
 
 
-def _bench_once(model: str, from_: int, to: int, steps_after: int) -> dict[str, Any]:
+def _bench_once(model: str, from_: int, to: int, steps_after: int, api: str) -> dict[str, Any]:
     old = [f"w{i}" for i in range(from_)]
     new = [f"w{i}" for i in range(to)]
     with tempfile.TemporaryDirectory(prefix="se-bench-") as tmpdir:
-        run = _Run(Path(tmpdir), model, 4096 if model == "cnn" else 1024)
+        run = _Run(Path(tmpdir), model, 4096 if model == "cnn" else 1024, api)
         try:
             for w in old:
                 run.start(w, old, "a")
@@ -199,7 +201,7 @@ def _backend_label() -> str:
 
 
 def bench_resize(
-    model: str = "resnet18", from_: int = 2, to: int = 4, steps_after: int = 6, repeat: int = 1
+    model: str = "resnet18", from_: int = 2, to: int = 4, steps_after: int = 6, repeat: int = 1, api: str = "run"
 ) -> dict[str, Any]:
     """Measure an in-place resize ``from_`` → ``to`` workers and a checkpoint-restart of the same job.
 
@@ -213,6 +215,8 @@ def bench_resize(
         to: workers after it (≥ 1, ≠ ``from_``).
         steps_after: steps to run in each new world to time a normal step there.
         repeat: fresh jobs to measure (≥ 1).
+        api: ``"run"``: the workers train under ``run(ElasticJob)``; ``"loop"``: in a loop of their own
+            through ``init()``, ``world.loader`` and ``world.step`` (the user-loop API).
 
     Returns:
         JSON-ready figures in seconds: ``resize_pause_s`` and ``checkpoint_restart_pause_s`` (each
@@ -226,20 +230,21 @@ def bench_resize(
         ValueError: on bad arguments.
         RuntimeError: if a worker fails.
     """
-    if model not in {"resnet18", "cnn"} or from_ < 1 or to < 1 or from_ == to or repeat < 1:
+    if model not in {"resnet18", "cnn"} or api not in {"run", "loop"} or min(from_, to, repeat) < 1 or from_ == to:
         raise ValueError(
-            f"bench_resize(model={model!r}, from_={from_}, to={to}, repeat={repeat}): "
-            "need resnet18|cnn, sizes ≥ 1, from_ ≠ to, repeat ≥ 1"
+            f"bench_resize(model={model!r}, from_={from_}, to={to}, repeat={repeat}, api={api!r}): "
+            "need resnet18|cnn, sizes ≥ 1, from_ ≠ to, repeat ≥ 1, api run|loop"
         )
     if not EXAMPLE.exists():
         raise RuntimeError(f"example worker {EXAMPLE} not found (bench runs from a source checkout)")
-    runs = [_bench_once(model, from_, to, steps_after) for _ in range(repeat)]
+    runs = [_bench_once(model, from_, to, steps_after, api) for _ in range(repeat)]
     median = {k: round(statistics.median(r[k] for r in runs), 4) for k in runs[0]}
     return {
         "model": model,
         "from": from_,
         "to": to,
         "backend": _backend_label(),
+        "api": api,
         "cpu_cores": os.cpu_count(),
         "repeat": repeat,
         **median,

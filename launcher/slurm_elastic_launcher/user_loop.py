@@ -301,7 +301,7 @@ class ElasticWorld:
             while self.training:
                 agent = self.require_agent()
                 if self.joining is None and agent.sampler.state.epoch >= n:
-                    agent.finish(None)
+                    agent.finish(None, stopped=False)
                     break
                 yield agent.sampler.state.epoch if self.joining is None else 0
         finally:

@@ -186,7 +186,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
             figures = bench_step(model=args.model, workers=args.workers, steps=args.steps, batch=args.batch,
                                  dist_backend=args.dist_backend)
         else:
-            figures = bench_resize(model=args.model, from_=args.from_, to=args.to, repeat=args.repeat)
+            figures = bench_resize(model=args.model, from_=args.from_, to=args.to, repeat=args.repeat,
+                                   api=args.api)
         print(json.dumps(figures, indent=2))
         return 0
     if args.bench == "load":

@@ -124,6 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     bz.add_argument("--from", dest="from_", type=_gpus, default=2, help="workers before the resize (default 2)")
     bz.add_argument("--to", type=_gpus, default=4, help="workers after the resize (default 4)")
     bz.add_argument("--repeat", type=_repeat, default=1, help="fresh jobs to measure (medians are printed; default 1)")
+    bz.add_argument("--api", choices=("run", "loop"), default="run",
+                    help="the workers train under run(ElasticJob) (default) or in a loop of their own (init())")
     bz.add_argument("--json", action="store_true", help="print JSON (the default)")
     bt = bsub.add_parser("step", help="step time under plain DistributedDataParallel and under the launcher, "
                          "same model, batch and world, in one run (the launcher)")

@@ -191,13 +191,14 @@ def test_killed_worker_survivors_reform_and_continue(fake_job_factory: Any) -> N
     assert "slurm-elastic: lost w1: 2 workers (w0,w2) went on after" in (job.tmp / "w0.out").read_text()
 
 
-@pytest.mark.parametrize(("from_", "to"), [(2, 3), (3, 2)])
-def test_bench_resize_measures_both_pauses_on_real_workers(from_: int, to: int) -> None:
-    """The bench's figures come from real runs: a grow sends the state, a shrink none (no timing asserted)."""
+@pytest.mark.parametrize(("from_", "to", "api"), [(2, 3, "run"), (3, 2, "run"), (2, 3, "loop"), (3, 2, "loop")])
+def test_bench_resize_measures_both_pauses_on_real_workers(from_: int, to: int, api: str) -> None:
+    """The bench's figures come from real runs, under run(ElasticJob) or a loop of the script's own
+    (the user-loop API): a grow sends the state, a shrink none (no timing asserted)."""
     from slurm_elastic_launcher.bench import bench_resize
 
-    out = bench_resize("cnn", from_=from_, to=to, steps_after=4)
-    assert (out["from"], out["to"], out["backend"], out["repeat"]) == (from_, to, "gloo-cpu", 1)
+    out = bench_resize("cnn", from_=from_, to=to, steps_after=4, api=api)
+    assert (out["from"], out["to"], out["backend"], out["repeat"], out["api"]) == (from_, to, "gloo-cpu", 1, api)
     assert (out["synced_bytes"] > 0) == (to > from_)
     assert out["switch_s"] >= 0 and out["resize_raw_s"] > 0 and out["checkpoint_restart_raw_s"] > 0
     slowest = max(out["resize_pause_s"], out["switch_s"], 1e-3)

@@ -110,6 +110,11 @@ def test_sigterm_checkpoints_at_a_step_boundary_and_a_restart_resumes_there(fake
     assert job.wait_exit(timeout=120) == {"w0": 0, "w1": 0}
     resumed = [e for e in job.events("w0") if e["ev"] == "resumed_from"]
     assert len(resumed) == 1 and resumed[0]["path"] == str(ckpt)
+    said = [line for line in job.output("w0").splitlines() if line.startswith("slurm-elastic: ")]
+    assert any(f"checkpoint written to {ckpt}" in line for line in said), said
+    assert any(f"resumed from {ckpt} at step {stopped_at}" in line for line in said), said
+    # it ran to its end: the stop checkpoint is gone, so a later requeue cannot go back to it
+    assert not ckpt.exists() and not Path(f"{ckpt}.mac").exists()
     first_after = min(e["step"] for e in job.events("w0") if e["ev"] == "step" and e["gen"].startswith("resume"))
     assert first_after == stopped_at + 1
     seen = epochs_seen(job, workers)

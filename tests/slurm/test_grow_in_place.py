@@ -17,13 +17,14 @@ from slurm_elastic.cli import main
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, Placement
 from slurm_elastic.observe.view import ClusterView
+from slurm_elastic.resources import EXAMPLE_TRAINER
 from slurm_elastic.slurm.actions import SlurmActuator
 from slurm_elastic.slurm.cli_backend import SlurmCli
 from slurm_elastic.slurm.commands import run_command
 from slurm_elastic.store import Store
 from slurm_elastic.testing import shipped_profiles
 
-from .conftest import DevCluster
+from .conftest import DevCluster, base_state
 
 pytestmark = pytest.mark.slurm
 
@@ -106,3 +107,69 @@ def test_launcher_job_grows_onto_a_satellite_and_shrinks_back(cluster: DevCluste
     log = Path(str(out).replace("%j", job)).read_text()
     sat_log = Path(str(out).replace("%j", sat)).read_text()
     assert log.count('"state": "done"') == 1 and sat_log.count('"state": "left"') == 1, (log[-2000:], sat_log[-2000:])
+
+
+def test_ported_ddp_script_grows_shrinks_and_resumes_after_a_requeue(cluster: DevCluster, tmp_path: Path,
+                                                                      submit_example: Any) -> None:
+    """Issue 17 on the real dev cluster: the DDP script ported to the user-loop API
+    (``examples/train_elastic.py``, one ``.npy`` file per sample read by DataLoader workers), submitted
+    with ``slurm-elastic submit``, grows 1 -> 2 onto a satellite allocation whose worker joins in
+    place, shrinks back to 1 (the satellite ends by itself), and is then requeued by Slurm: SIGTERM
+    checkpoints it at a step boundary to the file the template names, and the requeued job resumes
+    there. Every sample of every epoch is trained exactly once across all three."""
+    from slurm_elastic_launcher.examples import make_npy_data
+
+    data = cluster.root / "npy-data"  # under the dev root: readable by the job's user
+    samples, epochs = make_npy_data.write(data, 2048), 60
+    script = EXAMPLE_TRAINER.with_name("train_elastic.py")
+    out = cluster.root / "jobs" / "ported-grow-%j.out"
+    job = str(submit_example(out, "--elastic", "1:4", "--gpus-per-node", "1", "--epochs", str(epochs),
+                             "--local-batch", "16",
+                             script=[str(script), "--data", str(data), "--epochs", str(epochs), "--workers", "1"]))
+    cluster.wait_state(int(job), "RUNNING", timeout=40)
+
+    def runner(argv: Sequence[str]) -> str:
+        return run_command(argv, env=cluster.env)
+
+    store = Store(tmp_path / "s.db")
+    obs = ClusterView(SlurmCli(runner), shipped_profiles(), time.time, ("gpu",), store=store)
+    act = SlurmActuator(runner, store, time.time, records=lambda: obs.records, client_env=cluster.env)
+    _wait("the first progress report", lambda: obs.observe() is not None and bool(store.progress_of(job)))
+    snap = obs.observe()
+    held = snap.job(JobId(job)).placement
+    ((node, _),) = held.slots
+    other = next(n.name for n in snap.nodes if n.name != node and n.free_gpus)
+    grown = Placement.of([(node, 0), (other, 0)])
+    (outcome,) = act.apply(snap, (Action(ActionKind.GROW, JobId(job), held, grown, 32, 16, 1, 0.1),))
+    assert outcome.ok, outcome.message
+    (sat,) = store.satellites()
+
+    def world(n: int) -> bool:
+        obs.observe()
+        return any(r.kind == "resize" and r.world == n for r in store.progress_of(job))
+
+    _wait("the joined world of 2 workers", lambda: world(2))
+    snap = obs.observe()
+    (outcome,) = act.apply(snap, (Action(ActionKind.SHRINK, JobId(job), snap.job(JobId(job)).placement, held,
+                                         16, 16, 1, 0.1),))
+    assert outcome.ok and f"satellites {sat} end" in outcome.message, outcome.message
+    _wait("the satellite to end by itself", lambda: cluster.job(int(sat))["job_state"] == "COMPLETED")
+    _wait("the shrunk world of 1 worker", lambda: world(1))
+    log = Path(str(out).replace("%j", job)).read_text()
+    assert "1 -> 2 workers" in log and "2 -> 1 workers" in log, log[-3000:]
+
+    # Slurm requeues the job (as a preemption would): its tasks get SIGTERM and checkpoint
+    cluster.run(["scontrol", "requeue", job], check=True)
+    _wait("the job requeued", lambda: base_state(cluster.job(int(job))) == "PENDING", timeout=60)
+    cluster.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True)  # not the 2-minute BeginTime
+    _wait("the job to finish", lambda: cluster.job(int(job))["job_state"] == "COMPLETED", timeout=300)
+    obs.poll()  # the last reports
+    rows = store.progress_of(job)
+    ends = [r for r in rows if r.kind == "end"]
+    assert len(ends) == 2, rows  # the stop before the requeue, and the end
+    stopped, done = ends
+    assert 0 < stopped.samples < epochs * samples, stopped  # stopped mid-way, not from the start or at the end
+    assert done.samples == epochs * samples and done.world == 1, done  # nothing lost or repeated
+    log = Path(str(out).replace("%j", job)).read_text()  # the requeued run's output
+    assert "resumed from" in log and ".ckpt at step" in log, log[-3000:]
+    assert not list((tmp_path / ".slurm-elastic").glob("**/*.ckpt*"))  # the completed job removed its checkpoint

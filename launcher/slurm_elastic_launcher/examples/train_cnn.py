@@ -3,6 +3,9 @@
 Run one process per worker with the ``SLURM_ELASTIC_*`` variables set (see
 ``slurm_elastic_launcher.env``); the sbatch templates and the tests do that. No downloads: the data are
 class templates plus noise, generated from a fixed seed so every worker builds the same dataset.
+``--api run`` (the default) hands the job to ``run(ElasticJob)``; ``--api loop`` trains the same model
+on the same data in a loop of its own through ``slurm_elastic_launcher.init()`` (``bench resize --api
+loop`` times that path).
 It prints one JSON line with how this worker ended and exits 0 (done or dropped) or 3 (declared lost).
 """
 
@@ -18,7 +21,8 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
-from slurm_elastic_launcher import AgentState, ElasticJob, run
+import slurm_elastic_launcher
+from slurm_elastic_launcher import AgentResult, AgentState, ElasticJob, run
 from slurm_elastic_launcher.torch_backend import TensorBatchDataset
 
 
@@ -106,6 +110,24 @@ def accuracy(model: nn.Module, data: TensorBatchDataset) -> float:
     return acc
 
 
+def train_loop(model: nn.Module, optimizer: torch.optim.Optimizer, data: TensorBatchDataset, batch_size: int,
+               epochs: int, model_name: str) -> AgentResult | None:
+    """The same training in a loop of the script's own (the user-loop API): a standard ``DataLoader``
+    over a ``TensorDataset``, a mean loss, and ``world.step`` after each optimizer step."""
+    world = slurm_elastic_launcher.init()
+    model = world.wrap(model.to(world.device))
+    loader = world.loader(torch.utils.data.TensorDataset(data.inputs, data.targets), batch_size=batch_size)
+    world.register(model=model, optimizer=optimizer, model_name=model_name)
+    for _ in world.epochs(epochs):
+        for x, y in loader:
+            optimizer.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(model(x.to(world.device)), y.to(world.device))
+            loss.backward()  # type: ignore[no-untyped-call]
+            optimizer.step()
+            world.step(loss.detach())
+    return world.result
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Build the job from the command line and run it under the agent."""
     ap = argparse.ArgumentParser(description=__doc__)
@@ -113,6 +135,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--dataset-size", type=int, default=2048)
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--val-size", type=int, default=256, help="held-out samples for the accuracy (0: none)")
+    ap.add_argument("--api", choices=("run", "loop"), default="run", help="run(ElasticJob) or a loop of its own")
+    ap.add_argument("--batch-size", type=int, default=8, help="--api loop: each worker's batch at the start")
+    ap.add_argument("--epochs", type=int, default=1, help="--api loop: epochs to train")
     args = ap.parse_args(argv)
     torch.manual_seed(0)
     if args.model == "cnn":
@@ -125,10 +150,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         shape = (3, 32, 1000)
         data = synthetic(args.dataset_size, *shape)
         optimizer = torch.optim.Adam(model.parameters(), lr=args.lr / 50)
-    val = synthetic(args.val_size, *shape, split=1) if args.val_size > 0 else None
-    evaluate = (lambda m: accuracy(m, val)) if val is not None else None
-    result = run(ElasticJob(model=model, optimizer=optimizer, dataset=data, loss_fn=loss_fn, evaluate=evaluate,
-                            model_name=args.model))
+    if args.api == "loop":
+        ended = train_loop(model, optimizer, data, args.batch_size, args.epochs, args.model)
+        assert ended is not None  # the loop ran to its end: the worker is done, dropped or lost
+        result = ended
+    else:
+        val = synthetic(args.val_size, *shape, split=1) if args.val_size > 0 else None
+        evaluate = (lambda m: accuracy(m, val)) if val is not None else None
+        result = run(ElasticJob(model=model, optimizer=optimizer, dataset=data, loss_fn=loss_fn, evaluate=evaluate,
+                                model_name=args.model))
     print(json.dumps({"state": result.state.value, "steps": result.steps, "epoch": result.epoch}), flush=True)
     if result.state is AgentState.LEFT:
         # Dropped by a shrink, with nothing left to do: exit now rather than tear the interpreter
