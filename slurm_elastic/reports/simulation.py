@@ -32,6 +32,7 @@ from slurm_elastic.reports import render
 from slurm_elastic.reports.simulation_inputs import (
     JOB_FIELDS,
     METRIC_KEYS,
+    OPTIONAL_METRIC_KEYS,
     RUN_COLUMNS,
     ReportInputError,
     Run,
@@ -46,6 +47,7 @@ __all__ = [
     "FILES",
     "JOB_FIELDS",
     "METRIC_KEYS",
+    "OPTIONAL_METRIC_KEYS",
     "ReportInputError",
     "summary_table",
     "write_report",
@@ -76,12 +78,13 @@ def summary_table(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         results: The simulator's JSON-ready run dicts (one per policy × seed).
 
     Returns:
-        One JSON-ready dict per series, in the order of first appearance: ``label`` (the policy
-        name, plus the attributes that differ between series), ``workload``, ``policy``, ``gpus``,
+        One JSON-ready dict per series, in the order of first appearance: ``label`` (the policy name,
+        plus the attributes that differ between series), ``workload``, ``policy``, ``gpus``,
         ``resize_cost``, ``seeds`` (sorted list), ``n_seeds``, and ``metrics``: for each name of
-        :data:`METRIC_KEYS` a dict ``{"mean", "std", "n"}`` over the runs where the metric is known
-        (``n`` of them). ``std`` is the sample standard deviation (n − 1), ``None`` below two values;
-        ``mean`` is ``None`` when no run knows the metric. Times are in seconds, as in the input.
+        :data:`METRIC_KEYS` and :data:`OPTIONAL_METRIC_KEYS` a dict ``{"mean", "std", "n"}`` over the
+        runs where the metric is known (``n`` of them). ``std`` is the sample standard deviation
+        (n − 1), ``None`` below two values; ``mean`` is ``None`` when no run knows the metric. Times
+        are in seconds, as in the input.
 
     Raises:
         ReportInputError: ``results`` breaks the result schema.
@@ -93,7 +96,7 @@ def _summary_rows(series: Sequence[Series]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for s in series:
         metrics: dict[str, dict[str, float | int | None]] = {}
-        for name in METRIC_KEYS:
+        for name in (*METRIC_KEYS, *OPTIONAL_METRIC_KEYS):
             values = [v for r in s.runs if (v := r.metrics[name]) is not None]
             metrics[name] = {
                 "mean": statistics.fmean(values) if values else None,
@@ -137,6 +140,8 @@ def _units(rows: Sequence[Mapping[str, Any]], series: Sequence[Series]) -> tuple
 # (header, metric, scale kind) where scale kind is "dur", "span", a number, or 1.
 _COLUMNS: tuple[tuple[str, str, str | float], ...] = (
     ("Avg JCT ({dur})", "avg_jct", "dur"),
+    ("LB avg JCT ({dur})", "lower_bound_avg_jct", "dur"),
+    ("×LB", "avg_jct_over_lower_bound", 1.0),
     ("P50 JCT ({dur})", "p50_jct", "dur"),
     ("P99 JCT ({dur})", "p99_jct", "dur"),
     ("Avg queue ({dur})", "avg_queue", "dur"),
@@ -204,7 +209,9 @@ def _render_html(title: str, rows: Sequence[Mapping[str, Any]], series: Sequence
         f"(mean alone with one seed; – when no run knows the value). JCT, queue and execution times are "
         f"in {esc(render.UNIT_NAMES[dur[0]])}, makespan in {esc(render.UNIT_NAMES[span[0]])}. Utilization is the "
         f"time-averaged share of busy GPUs; FTF is finish-time fairness (time in the shared cluster over "
-        f"time with a fair 1/N share; &gt; 1 is unfair).</p>",
+        f"time with a fair 1/N share; &gt; 1 is unfair). LB avg JCT is a clairvoyant lower bound on the avg JCT "
+        f"of the same finished jobs (each job alone at its fastest size and batch, or SRPT of their least "
+        f"GPU-time on the whole cluster, whichever is larger); ×LB is avg JCT over it, per run (≥ 1).</p>",
         "<h2>Plots</h2>",
     ]
     lines += [render.html_figure(name, png, _CAPTIONS[name], link_in_caption=True) for name, png in images.items()]
@@ -240,7 +247,7 @@ def _write_summary_csv(path: Path, series: Sequence[Series]) -> None:
     runs = [r for s in series for r in s.runs]
     extra = sorted({k for r in runs for k in r.extra_metrics} - set(RUN_COLUMNS))
     rows = [{**r.extra_metrics, **r.metrics, **_run_columns(r)} for r in runs]
-    render.write_csv(path, (*RUN_COLUMNS, *METRIC_KEYS, *extra), rows)
+    render.write_csv(path, (*RUN_COLUMNS, *METRIC_KEYS, *OPTIONAL_METRIC_KEYS, *extra), rows)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -361,14 +368,15 @@ def _plot_ftf_cdf(path: Path, series: Sequence[Series], colours: Sequence[str]) 
 def write_report(results: Sequence[Mapping[str, Any]], out_dir: Path, *, title: str | None = None) -> list[Path]:
     """Writes the report directory of a simulated policy comparison.
 
-    Creates ``out_dir`` (and parents) and writes, overwriting files of the same names: the five
-    PNG plots ``jct_cdf.png``, ``queue_exec_box.png``, ``completed_over_time.png``,
+    Creates ``out_dir`` (and parents) and writes, overwriting files of the same names: the five PNG
+    plots ``jct_cdf.png``, ``queue_exec_box.png``, ``completed_over_time.png``,
     ``utilization_over_time.png``, ``ftf_cdf.png``; ``jobs.csv`` (one row per job per run, columns
     workload, policy, seed, resize_cost, gpus, then :data:`JOB_FIELDS`, then any extra job fields);
-    ``summary.csv`` (one row per run: the same run columns, then :data:`METRIC_KEYS`, then any
-    extra metrics); and ``index.html``, a standalone page (no script, no external asset: the plots
-    are embedded as data URIs and link to the PNG files) with the :func:`summary_table` rows, the
-    plots with captions and links to the CSVs. Every string from the input is HTML-escaped.
+    ``summary.csv`` (one row per run: the same run columns, then :data:`METRIC_KEYS` and
+    :data:`OPTIONAL_METRIC_KEYS`, then any extra metrics); and ``index.html``, a standalone page (no
+    script, no external asset: the plots are embedded as data URIs and link to the PNG files) with the
+    :func:`summary_table` rows, the plots with captions and links to the CSVs. Every string from the
+    input is HTML-escaped.
 
     Args:
         results: The simulator's JSON-ready run dicts (one per policy × seed).

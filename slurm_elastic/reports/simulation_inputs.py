@@ -1,8 +1,9 @@
 """The simulation results a report reads: their schema (metrics, job fields) and its validation.
 
-This module owns :data:`METRIC_KEYS`, :data:`JOB_FIELDS`, :class:`ReportInputError` and turning the
-result dicts of :func:`slurm_elastic.sim.runner.run_comparison` into validated runs grouped by
-(workload, policy) series; every refusal names the run index and the key. Pure: no file, no plot.
+This module owns :data:`METRIC_KEYS`, :data:`OPTIONAL_METRIC_KEYS`, :data:`JOB_FIELDS`,
+:class:`ReportInputError` and turning the result dicts of
+:func:`slurm_elastic.sim.runner.run_comparison` into validated runs grouped by (workload, policy)
+series; every refusal names the run index and the key. Pure: no file, no plot.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ METRIC_KEYS: tuple[str, ...] = (
     "makespan", "gpu_hours", "avg_utilization", "scaling_efficiency",
     "unfair_fraction", "worst_ftf", "resizes_per_job",
 )  # fmt: skip
+# Metrics a run may lack (results saved before they existed): null when missing, checked when present.
+OPTIONAL_METRIC_KEYS: tuple[str, ...] = ("lower_bound_avg_jct", "avg_jct_over_lower_bound")
 # Fields every job record carries, in the column order of jobs.csv.
 JOB_FIELDS: tuple[str, ...] = (
     "job_id", "model", "user", "submit", "start", "end", "queue", "exec", "jct",
@@ -170,6 +173,8 @@ def _validate_run(i: int, raw: Any) -> Run:
         name: _number(i, "metrics." + name, _get(i, metrics_raw, name, "metrics."), nullable=True)
         for name in METRIC_KEYS
     }
+    for name in OPTIONAL_METRIC_KEYS:
+        metrics[name] = _number(i, "metrics." + name, metrics_raw.get(name), nullable=True)
     extra_metrics = {k: v for k, v in metrics_raw.items() if k not in metrics}
     jobs = [_job(i, k, j) for k, j in enumerate(_list(i, "jobs", _get(i, raw, "jobs")))]
     timeline = _mapping(i, "timeline", _get(i, raw, "timeline"))

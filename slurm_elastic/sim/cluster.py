@@ -67,6 +67,8 @@ CHECKPOINT_RESTART_S = 30.0
 IN_PLACE_GROW_S = 2.7
 IN_PLACE_SHRINK_S = 0.9
 ARRIVAL_WINDOW_S = 3600.0
+DONE_EPS = 1e-9
+"""A job is finished once it has done ``1 - DONE_EPS`` of its work (rounding of the event times)."""
 
 
 def _reports(spec: SimJobSpec, processed: float, batch: float) -> tuple[float, float]:
@@ -264,7 +266,7 @@ class VirtualCluster:
         if spec.model not in self.profiles:
             self.profiles[spec.model] = spec.model_truth.speed.planner_model
 
-    def complete_finished(self, eps: float = 1e-9) -> list[SimJob]:
+    def complete_finished(self, eps: float = DONE_EPS) -> list[SimJob]:
         """Finish every job whose work is done; returns them."""
         done = [j for j in self.active.values() if j.state is JobState.RUNNING and j.done >= 1.0 - eps]
         for job in done:

@@ -154,7 +154,7 @@ def simulate(jobs: Sequence[SimJobSpec], planner: Planner, *, gpus: int, gpus_pe
         "gpus_per_node": gpus_per_node,
         "resize_cost": cost.label,
         "rounds": rounds,
-        "metrics": metrics(records, order, timeline, gpus),
+        "metrics": metrics(records, order, timeline, gpus, gpus_per_node=gpus_per_node, bound=not equal_start),
         "jobs": records,
         "timeline": timeline,
     }

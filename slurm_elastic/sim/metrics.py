@@ -15,6 +15,12 @@ This module owns the definitions (pure functions, no simulation):
   the job's lifetime; linear slow-down below the request, as Themis assumes). Unfair fraction =
   share of finished jobs with FTF > 1; worst FTF = max.
 * Resizes per job = resizes of finished jobs / finished jobs.
+* Lower bound on avg JCT (:mod:`slurm_elastic.sim.lower_bound`), over the same finished jobs as
+  ``avg_jct``: ``lower_bound_avg_jct`` = max(``lower_bound_solo_avg_jct``, each job alone at its
+  fastest configuration; ``lower_bound_capacity_avg_jct``, preemptive SRPT of each job's least
+  GPU-seconds on the cluster as one machine), and ``avg_jct_over_lower_bound`` = avg JCT / that
+  (>= 1; how far the policy is from a clairvoyant one at most). ``None`` when no job finished or
+  when the run's physics let a job leave its declared ranges (``equal_start``).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from slurm_elastic.sim.lower_bound import lower_bound
 from slurm_elastic.sim.workload import SimJobSpec, requested_time, single_gpu_time
 
 
@@ -36,8 +43,13 @@ def _pct(xs: Sequence[float], q: float) -> float | None:
 
 
 def metrics(records: list[dict[str, Any]], specs: Sequence[SimJobSpec], timeline: Mapping[str, Sequence[float]],
-            gpus: int) -> dict[str, Any]:
-    """Compute every metric of the module docstring; fills each record's ``ftf`` in place."""
+            gpus: int, *, gpus_per_node: int = 4, bound: bool = True) -> dict[str, Any]:
+    """Compute every metric of the module docstring; fills each record's ``ftf`` in place.
+
+    Args:
+        gpus_per_node: GPUs per node (the shapes the lower bound searches).
+        bound: compute the lower bound (``False``: its keys are ``None``).
+    """
     by_id = {s.job_id: s for s in specs}
     t = np.asarray(timeline["t"], dtype=np.float64)
     busy = np.asarray(timeline["busy_gpus"], dtype=np.float64)
@@ -70,13 +82,16 @@ def metrics(records: list[dict[str, Any]], specs: Sequence[SimJobSpec], timeline
     opt = sum(single_gpu_time(by_id[r["job_id"]]) for r in fin)
     used = sum(r["gpu_seconds"] for r in fin)
     dropped = sum(1 for r in records if r["dropped"])
+    lb = lower_bound(specs, gpus, gpus_per_node, {r["job_id"] for r in fin}) if bound and fin else None
+    avg_jct = _avg(jct)
+    bound_jct = lb.value if lb is not None else None
     return {
         "jobs": len(records),
         "jobs_completed": len(fin),
         "jobs_dropped": dropped,
         "jobs_unfinished": len(records) - len(fin) - dropped,
         "drop_ratio": dropped / len(records) if records else 0.0,
-        "avg_jct": _avg(jct),
+        "avg_jct": avg_jct,
         "p50_jct": _pct(jct, 50),
         "p99_jct": _pct(jct, 99),
         "avg_queue": _avg([r["queue"] for r in fin]),
@@ -88,4 +103,8 @@ def metrics(records: list[dict[str, Any]], specs: Sequence[SimJobSpec], timeline
         "unfair_fraction": (sum(1 for f in ftf if f > 1.0) / len(ftf)) if ftf else None,
         "worst_ftf": max(ftf) if ftf else None,
         "resizes_per_job": (sum(r["resizes"] for r in fin) / len(fin)) if fin else None,
+        "lower_bound_avg_jct": bound_jct,
+        "lower_bound_solo_avg_jct": lb.solo if lb is not None else None,
+        "lower_bound_capacity_avg_jct": lb.capacity if lb is not None else None,
+        "avg_jct_over_lower_bound": (avg_jct / bound_jct) if avg_jct is not None and bound_jct else None,
     }

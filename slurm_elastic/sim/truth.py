@@ -119,6 +119,36 @@ class MeasuredSpeed:
                 compute *= local / hi
         return compute, sync
 
+    def step_parts(self, local_batches: NDArray[np.int64],
+                   shape: Shape) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """Per-GPU-batch terms of :meth:`step_time` for many per-GPU batches at once (the lower bound's search).
+
+        Returns:
+            ``(compute, sync)`` seconds, one value per entry of ``local_batches`` (each >= 1), such that
+            ``step_time(b, shape, a) == a * compute + sync`` (to rounding): the compute part already
+            divided by the compute speed-up, the sync part by the intra- or inter-node one (0 on one GPU).
+        """
+        local = np.asarray(local_batches, dtype=np.float64)
+        if (local.size and local.min() < 1) or not shape:
+            raise ValueError(f"local batches and shape {shape} must be positive")
+        shape = tuple(sorted(shape, reverse=True))
+        curve = self.by_shape.get(shape) or self.by_count.get((sum(shape), len(shape)))
+        if curve is None:
+            k, nodes = sum(shape), len(shape)
+            capped = np.minimum(local, self.max_local_batch)
+            total = np.asarray(self.fitted.t_iter(capped * k, k, nodes), dtype=np.float64)
+            compute = np.asarray(self.fitted.t_proc(capped), dtype=np.float64)
+            sync = np.maximum(0.0, total - compute)
+        else:
+            lo, hi = curve.local[0], curve.local[-1]
+            x = np.clip(local, lo, hi)
+            compute = np.interp(x, curve.local, curve.compute)
+            sync = np.interp(x, curve.local, curve.sync)
+            compute = np.where(local > hi, compute * local / hi, compute)
+        c, intra, inter = self.speed
+        sync = np.zeros_like(sync) if sum(shape) == 1 else sync / (intra if len(shape) == 1 else inter)
+        return compute / c, sync
+
     def step_time(self, local_batch: int, shape: Shape, accumulation: int = 1) -> float:
         """Seconds per optimizer step with ``local_batch`` per GPU on ``shape``, accumulation included."""
         if local_batch < 1 or not shape:

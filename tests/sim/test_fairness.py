@@ -53,3 +53,4 @@ def test_quick_fairness_section() -> None:
     assert {r["policy"] for r in runs} >= {"efq", "dp+guard"}
     assert all(r["metrics"]["worst_ftf"] is not None for r in runs)
     assert "Sia reaches a worst FTF of 1.2" in text and "philly-like" in text
+    assert "| avg JCT (s) | ×LB |" in text and all(r["metrics"]["avg_jct_over_lower_bound"] >= 1 for r in runs)

@@ -1,0 +1,125 @@
+"""The clairvoyant lower bound on avg JCT (slurm_elastic.sim.lower_bound): SRPT by hand, the per-job
+search against brute force, the bound over the counted jobs only."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from slurm_elastic.core.model import ElasticMode
+from slurm_elastic.sim.lower_bound import SLACK, _shapes, job_best, lower_bound, srpt_completions
+from slurm_elastic.sim.truth import truth
+from slurm_elastic.sim.workload import SimJobSpec, ones_longhorn, requested_time
+
+
+def test_srpt_two_jobs_arriving_together_shortest_first() -> None:
+    assert srpt_completions([0.0, 0.0], [2.0, 1.0]) == [3.0, 1.0]
+
+
+def test_srpt_a_shorter_arrival_preempts() -> None:
+    # A (4 s) runs from 0; B (1 s) arrives at 1 with less left than A's 3 s: B ends at 2, A at 5.
+    assert srpt_completions([0.0, 1.0], [4.0, 1.0]) == [5.0, 2.0]
+
+
+def test_srpt_no_preemption_when_the_running_job_has_less_left_and_idle_gaps() -> None:
+    assert srpt_completions([0.0, 1.0], [2.0, 3.0]) == [2.0, 5.0]
+    assert srpt_completions([5.0, 0.0], [2.0, 1.0]) == [7.0, 1.0]
+    assert srpt_completions([], []) == []
+    with pytest.raises(ValueError, match="finite and >= 0"):
+        srpt_completions([0.0], [-1.0])
+
+
+def test_srpt_minimises_the_sum_over_every_nonpreemptive_order() -> None:
+    rng = np.random.default_rng(3)
+    import itertools
+
+    for _ in range(20):
+        r = [float(x) for x in rng.integers(0, 6, 4)]
+        p = [float(x) for x in rng.integers(1, 5, 4)]
+        srpt = sum(srpt_completions(r, p))
+        for order in itertools.permutations(range(4)):
+            t, total = 0.0, 0.0
+            for i in order:
+                t = max(t, r[i]) + p[i]
+                total += t
+            assert srpt <= total + 1e-9
+
+
+def test_shapes_of_a_gpu_count() -> None:
+    assert list(_shapes(5, 4, 2)) == [(4, 1), (3, 2)]
+    assert list(_shapes(3, 4, 3)) == [(3,), (2, 1), (1, 1, 1)]
+    assert list(_shapes(9, 4, 2)) == []
+
+
+def test_one_configuration_job_by_hand() -> None:
+    # One GPU, batch 1, per-GPU limit 1, 2 epochs of 500 samples: the only configuration.
+    spec = SimJobSpec("a", 0.0, "cifar10", 1, 1, 1, 1, 1, 1, 500, max_local_batch=1, epochs=2.0)
+    step = truth("cifar10").speed.step_time(1, (1,), 1)
+    best = job_best(spec, 8, 4)
+    assert best.time == pytest.approx(500 * 2 * step * SLACK, rel=1e-12)
+    assert best.gpu_seconds == pytest.approx(best.time, rel=1e-12)
+    assert job_best(spec, 8, 4).time <= 500 * 2 * step
+
+
+def _brute(spec: SimJobSpec, gpus: int, per_node: int) -> tuple[float, float]:
+    speed = spec.model_truth.speed
+    best_t = best_w = math.inf
+    for k in range(spec.min_gpus, min(spec.max_gpus, gpus) + 1):
+        batches = [spec.base_batch] if spec.mode is ElasticMode.ENDO else range(max(spec.min_batch, k),
+                                                                                spec.max_batch + 1)
+        for shape in _shapes(k, per_node, gpus // per_node):
+            for b in batches:
+                if b < k:
+                    continue
+                work = spec.epoch_size * spec.epochs_needed(b)
+                for a in range(1, math.ceil(b / k) + 1):
+                    for local in range(math.ceil(b / (k * a)), spec.local_limit + 1):
+                        t = work * speed.step_time(local, shape, a) / b
+                        best_t, best_w = min(best_t, t), min(best_w, k * t)
+    return best_t, best_w
+
+
+@pytest.mark.parametrize("spec", [
+    SimJobSpec("x", 0.0, "bert", 1, 1, 3, 12, 4, 20, 1000),
+    SimJobSpec("y", 0.0, "yolov3", 2, 1, 3, 16, 8, 24, 500, mode=ElasticMode.ENDO),
+    SimJobSpec("z", 0.0, "imagenet", 1, 1, 2, 64, 30, 50, 2000, max_local_batch=24),
+    SimJobSpec("w", 0.0, "cifar10", 1, 2, 3, 64, 40, 70, 2000, max_local_batch=20, epochs=3.0),
+], ids=["bert-exo", "yolov3-endo", "imagenet-accumulation", "cifar10-set-epochs"])
+def test_job_best_equals_brute_force_over_every_valid_configuration(spec: SimJobSpec) -> None:
+    best = job_best(spec, 8, 4)
+    t, w = _brute(spec, 8, 4)
+    assert best.time == pytest.approx(t * SLACK, rel=1e-9) and best.time <= t
+    assert best.gpu_seconds == pytest.approx(w * SLACK, rel=1e-9) and best.gpu_seconds <= w
+
+
+def test_job_best_is_at_most_the_requested_configuration() -> None:
+    for spec in ones_longhorn(1)[:10]:
+        assert job_best(spec, 64, 4).time <= requested_time(spec)
+
+
+def test_step_parts_agree_with_step_time() -> None:
+    speed = truth("imagenet").speed
+    locals_ = np.arange(1, 260)
+    for shape in [(1,), (4, 4), (2, 1), (1, 1, 1, 1, 1)]:  # measured, by count, fitted fallback
+        compute, sync = speed.step_parts(locals_, shape)
+        for a in (1, 3):
+            want = [speed.step_time(int(b), shape, a) for b in locals_]
+            assert a * compute + sync == pytest.approx(want, rel=1e-12)
+
+
+def _one_config_job(job_id: str, submit: float) -> SimJobSpec:
+    return SimJobSpec(job_id, submit, "cifar10", 1, 1, 1, 1, 1, 1, 500, max_local_batch=1, epochs=2.0)
+
+
+def test_bound_by_hand_two_jobs_on_one_gpu_and_counted_subset() -> None:
+    jobs = [_one_config_job("a", 0.0), _one_config_job("b", 0.0), _one_config_job("c", 10_000.0)]
+    t = job_best(jobs[0], 1, 1).time
+    both = lower_bound(jobs[:2], 1, 1)
+    assert both.solo == pytest.approx(t)
+    assert both.capacity == pytest.approx(1.5 * t)  # SRPT: one ends at t, the other at 2t
+    assert both.value == both.capacity and both.jobs == 2
+    one = lower_bound(jobs, 1, 1, counted={"b"})  # SRPT over the counted job alone
+    assert one.capacity == pytest.approx(t) and one.jobs == 1
+    assert lower_bound(jobs, 1, 1, counted=set()).value is None
