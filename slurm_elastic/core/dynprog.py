@@ -18,12 +18,19 @@ cells on the optimal path is recomputed on the way back.
 Autoscaler (Fig. 4): jobs already executing stay; waiting jobs are tried one by one in arrival
 order and kept when the optimizer still finds a feasible solution, else skipped (the pseudocode
 goes on to the next arrival rather than stopping). Feasibility of a set is exactly
-``sum_j kmin_j <= K`` because each job's feasible GPU counts form one interval
-``kmin_j..kmax_j`` (a batch fits from some ``k`` up, and each GPU needs a sample), so the
-admission test uses that sum and the DP runs once on the admitted set; a property test checks
-this equals running the DP per trial. ``mode="drop"`` rejects jobs that do not fit instead of
-queueing them. When the executing set itself no longer fits (nodes lost), the most recently
-started jobs are preempted until it does.
+``sum_j kmin_j <= K`` (GPUs may stay idle, so each job at its smallest feasible count is a
+solution whenever one exists), so the admission test uses that sum and the DP runs once on the
+admitted set; a property test checks this equals running the DP per trial.
+
+Sizes Slurm can free (our choice; the paper's jobs shrink to any count): a running job whose GPUs
+are released only in whole blocks (``Job.release_blocks``: a launcher job frees a node of its own
+allocation or a whole satellite) has ``-inf`` at the counts below its current one that no set of
+whole blocks reaches (``Job.unreachable_sizes``), so its ``kmin`` is the smallest reachable one and
+the DP shrinks it to a size Slurm can give back (4 GPUs shrinkable only to 2 go to 2 to admit a
+waiting job, not to 3, which the guards would round back up to 4).
+
+``mode="drop"`` rejects jobs that do not fit instead of queueing them. When the executing set
+itself no longer fits (nodes lost), the most recently started jobs are preempted until it does.
 
 Periodic operation: ``interval`` (seconds, the paper's Delta) makes the planner keep the current
 allocation between re-plans; 0 (default) re-plans at every call, i.e. at every event.
@@ -252,10 +259,12 @@ class DynamicProgramPlanner:
                 cached = m.tables.get(key)
                 tables[key] = cached if cached is not None else _table(job, snapshot, kmax, self.fixed)
             batch_of[job.job_id] = tables[key][1]
-            shaped = (*key, job.min_gpus)
+            gaps = job.unreachable_sizes  # a running job whose GPUs go only in whole blocks
+            shaped = (*key, job.min_gpus, gaps)
             if shaped not in cut:
                 v = tables[key][0].copy()
                 v[: job.min_gpus] = NEG
+                v[[k for k in gaps if k < len(v)]] = NEG
                 ok = np.flatnonzero(np.isfinite(v))
                 cut[shaped] = v, int(ok[0]) if len(ok) else total + 1
             vals[job.job_id], kmin[job.job_id] = cut[shaped]

@@ -280,6 +280,16 @@ class Job:
         return tuple(sorted(k - s for s in sums if 0 < s < k))
 
     @property
+    def unreachable_sizes(self) -> tuple[int, ...]:
+        """GPU counts between 1 and the current one that this running job cannot be shrunk to (its
+        GPUs go only in whole :attr:`release_blocks`); planners plan around them. Empty for a job
+        whose any GPU can go, and for a job not running."""
+        sizes = self.shrink_sizes
+        if sizes is None or self.state is not JobState.RUNNING:
+            return ()
+        return tuple(k for k in range(1, self.placement.num_gpus) if k not in sizes)
+
+    @property
     def base_local_batch(self) -> int:
         """Per-GPU batch of the user's request: ``ceil(base_batch / requested_gpus)``."""
         return min(self.max_local_batch, max(1, math.ceil(self.base_batch / self.requested_gpus)))

@@ -53,7 +53,7 @@ def test_fifo_on_one_gpu_reaches_the_bound() -> None:
 
 
 def test_dropped_jobs_are_left_out_of_the_bound() -> None:
-    jobs, gpus = _case("ibm")
+    jobs, _ = _case("ibm")
     res = simulate(jobs, policies.create("dp", mode="drop"), gpus=2, gpus_per_node=2, seed=1)
     m = res["metrics"]
     assert m["jobs_dropped"] > 0
