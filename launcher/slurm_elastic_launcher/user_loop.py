@@ -29,10 +29,13 @@ collective while the old workers train on; the state it then receives replaces w
 
 from __future__ import annotations
 
+import atexit
 import collections
 import contextlib
 import dataclasses
+import functools
 import os
+import signal
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -142,7 +145,26 @@ class ElasticLoader:
         kwargs = dict(loader_kwargs)
         if kwargs.get("num_workers", 0) > 0:
             kwargs.setdefault("persistent_workers", True)  # a resize restarts the iteration, not the workers
+            kwargs["worker_init_fn"] = functools.partial(_loader_worker_init, kwargs.get("worker_init_fn"))
+            atexit.register(self.shutdown)  # before multiprocessing's own exit hook, which would wait on them
         self._loader = DataLoader(dataset, batch_sampler=self._batches, **kwargs)
+
+    def shutdown(self) -> None:
+        """Stop the loader's worker processes: ask them, then kill any left (they ignore SIGTERM,
+        so multiprocessing's exit hook, which terminates and then joins them, would wait forever).
+        Done when the world closes, and at exit (a script that failed never closed it)."""
+        it = getattr(self._loader, "_iterator", None) if hasattr(self, "_loader") else None
+        if it is None:
+            return
+        self._loader._iterator = None
+        workers = list(getattr(it, "_workers", ()))
+        stop = getattr(it, "_shutdown_workers", None)
+        if stop is not None:
+            stop()
+        for w in workers:
+            if w.is_alive():
+                w.kill()
+                w.join(1.0)
 
     def __len__(self) -> int:
         """Steps left in the current epoch at the current world and batch (before training: a whole
@@ -184,6 +206,19 @@ class ElasticLoader:
                     break
             if not served and self._batches.drop_last and world.version == version and world.joining is None:
                 world.drop_tail(epoch)
+
+
+def _loader_worker_init(user_init: Callable[[int], None] | None, worker_id: int) -> None:
+    """A loader worker process ignores SIGTERM, then runs the script's own ``worker_init_fn``.
+
+    Slurm signals every process of a task (preemption, time limit, requeue). A loader worker that
+    died of it failed the script's next batch (``DataLoader worker ... is killed by signal:
+    Terminated``) before the step boundary where the job checkpoints, as seen on the dev cluster;
+    the main process stops its loader workers itself once it has.
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if user_init is not None:
+        user_init(worker_id)
 
 
 class ElasticWorld:
@@ -396,9 +431,11 @@ class ElasticWorld:
             self._begin()
 
     def close(self) -> None:
-        """Leave the world (at the loop's end; idempotent)."""
+        """Leave the world and stop the loader's worker processes (at the loop's end; idempotent)."""
         if self.agent is not None:
             self.agent.close()
+        if self._loader is not None:
+            self._loader.shutdown()
 
     # -- what the script may read ---------------------------------------------------------------
     @property

@@ -72,6 +72,10 @@ class ReportLimits:
             unbounded).
         earliest: no report before this time (its submission, less the skew).
         latest: no report after this time (now, plus the skew).
+        run_start: when Slurm started the job's current run, if it was requeued (``None``
+            otherwise). A requeued job trains again from its checkpoint, or from zero without one
+            (a node lost, a preemption it could not checkpoint for): its first report after that
+            start may count fewer samples than the last one before it.
     """
 
     job_id: str
@@ -81,6 +85,7 @@ class ReportLimits:
     peak: tuple[ThroughputModel, ...]
     earliest: float
     latest: float
+    run_start: float | None = None
 
     def ceiling(self, world: int) -> float:
         """The most samples/s a report at ``world`` workers may claim."""
@@ -88,6 +93,12 @@ class ReportLimits:
             return float("inf")
         best = max(_best(model, world) for model in self.peak)
         return THROUGHPUT_SLACK * best if best > 0 else float("inf")
+
+    def starts_a_run(self, row: ProgressRow, previous: ProgressRow) -> bool:
+        """``row`` is the first report of a requeued job's current run: ``previous`` was written
+        before Slurm started that run, and ``row`` after it (the job's clock may lag by the skew)."""
+        start = self.run_start
+        return start is not None and previous.t < start <= row.t + CLOCK_SKEW_S
 
     def check(self, row: ProgressRow, previous: ProgressRow | None) -> None:
         """Refuse a row that breaks a bound; ``previous`` is the job's last rank-0 row (not ``left``).
@@ -117,8 +128,10 @@ class ReportLimits:
                          f"{self.ceiling(row.world):.0f}/s")
         if row.kind == "left" or previous is None:
             return
-        if row.samples < previous.samples:
-            raise refuse(f"samples={row.samples}", f"rule: never fewer than the last report's {previous.samples}")
+        if row.samples < previous.samples and not self.starts_a_run(row, previous):
+            raise refuse(f"samples={row.samples}", f"rule: never fewer than the last report's {previous.samples}"
+                         + (", in the same run (Slurm started this run at "
+                            f"{self.run_start:.0f})" if self.run_start is not None else ""))
         dt = max(0.0, row.t - previous.t)
         world = max(row.world, previous.world)
         most = self.ceiling(world) * dt + BATCH_SLACK * max(row.global_batch, previous.global_batch, 1)
@@ -148,4 +161,5 @@ def limits_of(rec: JobRecord, *, now: float, profiles: Mapping[str, ThroughputMo
         job_id=rec.job_id, max_world=max_world, max_batch=max_batch, max_local_batch=largest,
         peak=tuple(profiles.values()),
         earliest=float(rec.submit_time or 0) - CLOCK_SKEW_S, latest=now + CLOCK_SKEW_S,
+        run_start=float(rec.start_time) if rec.restart_count > 0 and rec.start_time else None,
     )

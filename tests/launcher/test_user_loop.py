@@ -56,6 +56,15 @@ def epochs_seen(job: Any, workers: list[str]) -> dict[int, list[int]]:
     return seen
 
 
+def _descendants(pid: int) -> list[int]:
+    """The processes below ``pid`` (Linux ``/proc``), children first."""
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            out += [int(child), *_descendants(int(child))]
+    return out
+
+
 def exits(job: Any, w: str) -> list[str]:
     return [e["state"] for e in job.events(w) if e["ev"] == "exit"]
 
@@ -99,8 +108,11 @@ def test_sigterm_checkpoints_at_a_step_boundary_and_a_restart_resumes_there(fake
     for w in workers:
         job.start(w, workers)
     job.wait_until("training", lambda: job.last_step("w0") >= 5)
-    for w in workers:  # Slurm signals every task of the job step
-        os.kill(job.procs[w].pid, signal.SIGTERM)
+    for w in workers:  # Slurm signals every process of every task: the DataLoader workers too
+        family = _descendants(job.procs[w].pid)
+        assert family, "the example reads its data through DataLoader worker processes"
+        for pid in (job.procs[w].pid, *family):
+            os.kill(pid, signal.SIGTERM)
     assert job.wait_exit(timeout=60) == {"w0": 0, "w1": 0}
     assert exits(job, "w0") == ["done"] and ckpt.is_file() and Path(f"{ckpt}.mac").is_file()
     stopped_at = job.last_step("w0")
@@ -196,3 +208,36 @@ def test_the_port_of_the_ddp_script_changes_few_lines_and_the_guide_shows_them()
     guide = (EXAMPLES.parents[2] / "docs" / "launcher.md").read_text()
     for line in added + removed:
         assert line.strip() in guide, line
+
+
+FAILING_SCRIPT = textwrap.dedent('''
+    import sys, torch
+    from torch.utils.data import TensorDataset
+    import slurm_elastic_launcher
+    world = slurm_elastic_launcher.init()
+    model = world.wrap(torch.nn.Linear(4, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,)))
+    loader = world.loader(data, batch_size=4, num_workers=2)
+    world.register(model=model, optimizer=opt)
+    for k, (x, y) in enumerate(loader):  # one epoch, without world.epochs(), which would close the world
+        if k == 3:
+            raise RuntimeError("the script's own bug")
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        world.step()
+''')
+
+
+def test_a_script_that_fails_with_loader_workers_alive_exits_at_once(fake_job_factory: Any, tmp_path: Path) -> None:
+    """The loader's worker processes ignore SIGTERM (Slurm's, so they outlive it until the step
+    boundary); multiprocessing's exit hook terminates, then joins them, and would wait forever on
+    a script that failed without closing its world. The loader stops them itself at exit."""
+    script = tmp_path / "fails.py"
+    script.write_text(FAILING_SCRIPT)
+    job = fake_job_factory(dataset_size=64, script=[str(script)])
+    job.start("w0", ["w0"])
+    rc = job.wait_exit(timeout=60)
+    assert rc == {"w0": 1}, job.output("w0")[-3000:]
+    assert "the script's own bug" in job.output("w0")

@@ -61,3 +61,26 @@ def test_the_batch_bound_is_the_largest_any_profile_fits_not_the_default_models(
     too_big = replace(row, global_batch=limits.max_local_batch + 1)
     with pytest.raises(ReportOutOfBounds, match="per worker, what fits in a GPU"):
         limits.check(too_big, None)
+
+
+def test_a_requeued_jobs_first_report_may_count_fewer_samples_than_the_last_run() -> None:
+    """Seen on the dev cluster: a job Slurm requeued trains again (from its checkpoint, or from zero
+    without one), and its first report counted 16 samples after the last run's 14,320; the daemon
+    refused it and quarantined an honest job. The run's start is Slurm's, not the job's word."""
+    from dataclasses import replace
+
+    before = ProgressRow(t=NOW - 300, kind="end", samples=14320, world=1, global_batch=16, throughput=100.0)
+    again = ProgressRow(t=NOW - 100, kind="progress", samples=16, world=1, global_batch=16, throughput=100.0)
+    requeued = replace(_record(), restart_count=1, start_time=int(NOW - 120))
+    limits = limits_of(requeued, now=NOW, profiles=shipped_profiles())
+    assert limits.run_start == NOW - 120
+    limits.check(again, before)
+    # within one run the count still never goes back, requeued or not
+    later = replace(again, t=NOW - 50, samples=8)
+    with pytest.raises(ReportOutOfBounds, match=r"samples=8 \(rule: never fewer than the last report's 16, in the "
+                                                r"same run \(Slurm started this run at \d+\)\)"):
+        limits.check(later, again)
+    never = limits_of(_record(), now=NOW, profiles=shipped_profiles())  # never requeued
+    assert never.run_start is None
+    with pytest.raises(ReportOutOfBounds, match=r"samples=16 \(rule: never fewer than the last report's 14320\)"):
+        never.check(again, before)
