@@ -34,7 +34,7 @@ demo: system setup
 	$(BIN)/slurm-elastic demo --out out/demo
 
 demo-sim: setup
-	$(BIN)/slurm-elastic simulate --workload ones-longhorn --gpus 64 --policy ones,dp,optimus,tiresias \
+	$(BIN)/slurm-elastic simulate --workload ones-longhorn-50 --gpus 64 --policy ones,dp,optimus,tiresias \
 		--seeds 1 --json out/demo-sim/results.json --report out/demo-sim
 	@echo "report: out/demo-sim/index.html"
 

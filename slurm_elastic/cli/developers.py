@@ -136,8 +136,9 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "reproduce.md").write_text(table)
     (args.out / "results.json").write_text(json.dumps(results, indent=1, default=float))
-    ones = [r for r in results if r["workload"] == "ones-longhorn"]
-    write_report(ones, args.out / "ones-longhorn", title="ones-longhorn: ONES vs baselines")
+    for gpus in sorted({r["gpus"] for r in results if r["workload"] == "ones-longhorn"}):
+        ones = [r for r in results if r["workload"] == "ones-longhorn" and r["gpus"] == gpus]
+        write_report(ones, args.out / f"ones-longhorn-{gpus}", title=f"ones-longhorn on {gpus} GPUs: ONES vs baselines")
     for gpus in sorted({r["gpus"] for r in results if r["workload"] == "ibm-categories"}):
         ibm = [r for r in results if r["workload"] == "ibm-categories" and r["gpus"] == gpus]
         write_report(ibm, args.out / f"ibm-categories-{gpus}", title=f"ibm-categories on {gpus} GPUs")

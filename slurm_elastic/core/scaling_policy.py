@@ -22,7 +22,7 @@ This module owns the four rules that move a job's batch-size limit ``R`` (global
   applies only while some job is queued (``contended``: a job that the previous schedule left
   waiting is still waiting). Without a queue a penalty frees GPUs nobody waits for: since
   ``T_processed`` only grows, every job older than ``2/sigma`` would otherwise shrink to its start
-  size epoch after epoch and leave the cluster idle (on ``ones-longhorn``, 1/lambda = 60 s, every
+  size epoch after epoch and leave the cluster idle (on ``ones-longhorn-50``, 1/lambda = 60 s, every
   job ran on one GPU at about 30 % utilization).
 * **Resume**: a waiting job that ran before may ask for up to the limit it had when it was
   preempted; each schedule update that leaves it waiting halves ``R`` (never below the start

@@ -27,8 +27,8 @@ _param = param
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``train-drl`` arguments to ``parser``."""
-    parser.add_argument("--workload", default="ones-longhorn", help="built-in workload to train on "
-                        "(default ones-longhorn)")
+    parser.add_argument("--workload", default="ones-longhorn-50", help="built-in workload to train on "
+                        "(default ones-longhorn-50)")
     parser.add_argument("--gpus", type=_gpus, default=64, help="cluster GPUs (default 64)")
     parser.add_argument("--gpus-per-node", type=_gpus, default=4, help="GPUs per node (default 4)")
     parser.add_argument("--seed", type=seed, default=1, help="the run's one seed, 0..2**32-1 (default 1)")

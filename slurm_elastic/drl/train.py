@@ -19,7 +19,7 @@ The two phases of DL2 (arXiv:1909.06040, §4.2-4.3), adapted to all-reduce jobs 
    ``tiresias``, ``optimus``, ...), whose GPU counts are reached job by job in arrival order;
    running jobs keep their minimum whatever the teacher does (no preemption). The default teacher
    is ``optimus`` re-planning every round: in our simulator it is the best of these inside the
-   ``drl`` loop on ``ones-longhorn`` (avg JCT 1,359 s on seeds 1-3, vs 1,637 s for fifo and
+   ``drl`` loop on ``ones-longhorn-50`` (avg JCT 1,359 s on seeds 1-3, vs 1,637 s for fifo and
    tiresias and 1,868 s for drf), and DL2 learns to improve on whichever policy it starts from.
 2. Online actor-critic, one simulated workload per episode: actions are sampled from the policy
    with DL2's *job-aware exploration*: in a poor state, with probability ``epsilon`` a specified
@@ -29,7 +29,7 @@ The two phases of DL2 (arXiv:1909.06040, §4.2-4.3), adapted to all-reduce jobs 
    earliest such waiting job. The reward of a round (DL2's time slot) is, by default, minus the
    active jobs times the slots elapsed (its sum is minus the total JCT: the objective DL2 and ONES
    state); ``reward="progress"`` is DL2's per-slot proxy, the sum over jobs of the epochs trained
-   since the previous round, each normalised by the job's total epochs. On ``ones-longhorn`` the
+   since the previous round, each normalised by the job's total epochs. On ``ones-longhorn-50`` the
    proxy drove the policy away from low JCT (validation avg JCT 1,510 s after the warm-up, 1,960 s
    after 15 episodes; with the JCT reward 1,497 s), so the JCT reward is the default. Every
    decision of a round gets that round's discounted return
@@ -119,7 +119,7 @@ class TrainConfig:
         round_gap: the simulator's least seconds between rounds.
     """
 
-    workload: str = "ones-longhorn"
+    workload: str = "ones-longhorn-50"
     gpus: int = 64
     gpus_per_node: int = 4
     seed: int = 1

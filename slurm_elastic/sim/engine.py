@@ -171,6 +171,6 @@ def _record(j: Any) -> dict[str, Any]:
         "exec": (j.end - j.start) if done and j.start is not None else None,
         "jct": (j.end - s.submit_time) if done else None,
         "gpu_seconds": j.gpu_seconds, "resizes": j.resizes, "dropped": j.dropped, "finished": done,
-        "ftf": None,
+        "ftf": None, "measured": s.measured,
     }
 

@@ -4,6 +4,8 @@ This module owns the definitions (pure functions, no simulation):
 
 * JCT = end - submit; queueing = first start - submit; execution = end - first start;
   averages, p50 and p99 over finished jobs; makespan = last end - first submit.
+* Warm-up jobs (``SimJobSpec.measured`` false: ONES leaves its first 5% out) are scheduled like
+  any other but counted in no metric but ``jobs_warmup``: "finished jobs" below are the measured ones.
 * GPU-hours = sum of GPU-seconds held / 3600; average utilization = time-average busy GPUs / GPUs
   from first submit to last end.
 * Drop ratio = dropped / jobs (IBM).
@@ -62,7 +64,8 @@ def metrics(records: list[dict[str, Any]], specs: Sequence[SimJobSpec], timeline
         va, vb = (float(np.interp(x, t, cum_active)) for x in (a, b))
         return vb - va
 
-    fin = [r for r in records if r["finished"]]
+    fin = [r for r in records if r["finished"] and by_id[r["job_id"]].measured]
+    warmup = sum(1 for s in specs if not s.measured)
     for r in fin:
         span = r["end"] - r["submit"]
         n_avg = max(1.0, integral(r["submit"], r["end"]) / span) if span > 0 else 1.0
@@ -89,7 +92,8 @@ def metrics(records: list[dict[str, Any]], specs: Sequence[SimJobSpec], timeline
         "jobs": len(records),
         "jobs_completed": len(fin),
         "jobs_dropped": dropped,
-        "jobs_unfinished": len(records) - len(fin) - dropped,
+        "jobs_unfinished": sum(1 for r in records if not r["finished"] and not r["dropped"]),
+        "jobs_warmup": warmup,
         "drop_ratio": dropped / len(records) if records else 0.0,
         "avg_jct": avg_jct,
         "p50_jct": _pct(jct, 50),

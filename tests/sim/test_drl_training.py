@@ -17,7 +17,7 @@ from slurm_elastic.drl import weights as files
 from slurm_elastic.drl.train import TrainConfig, train
 from slurm_elastic.errors import ConfigError
 from slurm_elastic.sim.engine import simulate
-from slurm_elastic.sim.workload import ones_longhorn
+from slurm_elastic.sim.workload import ones_longhorn_50
 
 TINY = TrainConfig(jobs=10, warmup_traces=2, warmup_epochs=30, episodes=2, updates=4, slots=8, hidden=(32,),
                    batch_size=32, replay=1024, eval_seeds=(9001,), eval_every=0, lr_warmup=1e-2)
@@ -65,7 +65,7 @@ def test_saved_model_replays_the_same_decisions(trained: Trained, tmp_path: Path
     path = tmp_path / "tiny.npz"
     files.save(w, path)
     back = files.load(path)
-    jobs = ones_longhorn(3)[:10]
+    jobs = ones_longhorn_50(3)[:10]
     a = simulate(jobs, DrlPlanner(back), gpus=64, seed=3)
     b = simulate(jobs, DrlPlanner(_f32(w)), gpus=64, seed=3)
     assert a["jobs"] == b["jobs"] and a["metrics"] == b["metrics"]

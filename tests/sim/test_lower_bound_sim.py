@@ -13,7 +13,7 @@ from slurm_elastic.reports.simulation import summary_table, write_report
 from slurm_elastic.sim import runner
 from slurm_elastic.sim.engine import simulate
 from slurm_elastic.sim.lower_bound import lower_bound
-from slurm_elastic.sim.workload import SimJobSpec, ibm_categories, ones_longhorn, philly_like
+from slurm_elastic.sim.workload import SimJobSpec, ibm_categories, ones_longhorn_50, philly_like
 
 KEYS = ("lower_bound_avg_jct", "lower_bound_solo_avg_jct", "lower_bound_capacity_avg_jct",
         "avg_jct_over_lower_bound")
@@ -21,7 +21,7 @@ KEYS = ("lower_bound_avg_jct", "lower_bound_solo_avg_jct", "lower_bound_capacity
 
 def _case(name: str) -> tuple[list[SimJobSpec], int]:
     if name == "ones":
-        return ones_longhorn(1)[:8], 16
+        return ones_longhorn_50(1)[:8], 16
     if name == "ibm":
         return ibm_categories(2, 8, minutes=40), 8
     return philly_like(12, 8, 3), 8
@@ -107,7 +107,7 @@ def test_reproduce_tables_carry_the_ratio(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(runner, "run_comparison", fake)
     monkeypatch.setattr(runner, "fairness_section", lambda *a, **k: ([], []))
     text, _ = runner.reproduce([1], quick=True)
-    assert text.count("| ×LB |") == 2  # the ONES and the IBM tables
+    assert text.count("| ×LB |") == 3  # the ONES, its scalability (64 GPUs only when quick) and the IBM tables
     assert "| ones | 100 | 40 | 2.50x |" in text
     assert "| 40 | drop | dp | 100 | 100 | 100 | 100 | 40 | 2.50x |" in text
     assert runner.LB_NOTE in text

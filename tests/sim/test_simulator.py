@@ -9,7 +9,7 @@ import pytest
 from slurm_elastic import policies
 from slurm_elastic.errors import ConfigError, TraceError
 from slurm_elastic.sim.engine import simulate
-from slurm_elastic.sim.workload import builtin, ibm_categories, load_trace, ones_longhorn, philly_like
+from slurm_elastic.sim.workload import builtin, ibm_categories, load_trace, ones_longhorn_50, philly_like
 
 
 def _trace(tmp_path: Path, rows: list[str], header: str = "job_id,submit_time,num_gpus,duration,model") -> Path:
@@ -60,7 +60,7 @@ def test_checkpoint_resize_cost_is_paid(tmp_path: Path) -> None:
 
 
 def test_same_seed_same_result() -> None:
-    jobs = ones_longhorn(3)[:12]
+    jobs = ones_longhorn_50(3)[:12]
     a = _run(jobs, "ones", gpus=16)
     b = _run(jobs, "ones", gpus=16)
     assert a["metrics"] == b["metrics"]
@@ -88,7 +88,7 @@ def test_missing_column_and_unknown_columns(tmp_path: Path) -> None:
 
 
 def test_builtin_workloads_have_their_papers_shapes() -> None:
-    ones = ones_longhorn(1)
+    ones = ones_longhorn_50(1)
     assert len(ones) == 50
     assert {j.model for j in ones} == {"imagenet", "cifar10", "bert"}
     ibm = ibm_categories(1, gpus=40)
@@ -107,7 +107,7 @@ def test_bad_cluster_shape_is_refused() -> None:
 
 @pytest.mark.parametrize("policy", ["fifo", "tiresias", "optimus", "dp", "dp-fixed", "ones"])
 def test_every_policy_finishes_a_small_workload(policy: str) -> None:
-    jobs = ones_longhorn(2)[:10]
+    jobs = ones_longhorn_50(2)[:10]
     m = simulate(jobs, policies.create(policy), gpus=16, round_gap=30.0)["metrics"]
     assert m["jobs_completed"] == 10 and m["jobs_unfinished"] == 0
 
