@@ -139,9 +139,10 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     for gpus in sorted({r["gpus"] for r in results if r["workload"] == "ones-longhorn"}):
         ones = [r for r in results if r["workload"] == "ones-longhorn" and r["gpus"] == gpus]
         write_report(ones, args.out / f"ones-longhorn-{gpus}", title=f"ones-longhorn on {gpus} GPUs: ONES vs baselines")
-    for gpus in sorted({r["gpus"] for r in results if r["workload"] == "ibm-categories"}):
-        ibm = [r for r in results if r["workload"] == "ibm-categories" and r["gpus"] == gpus]
-        write_report(ibm, args.out / f"ibm-categories-{gpus}", title=f"ibm-categories on {gpus} GPUs")
+    for workload, gpus in sorted({(r["workload"], r["gpus"]) for r in results
+                                  if r["workload"] in ("ibm-categories", "ibm-categories-overload")}):
+        ibm = [r for r in results if r["workload"] == workload and r["gpus"] == gpus]
+        write_report(ibm, args.out / f"{workload}-{gpus}", title=f"{workload} on {gpus} GPUs")
     print(table)
     return 0
 

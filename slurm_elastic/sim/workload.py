@@ -25,6 +25,7 @@ file, the line, the column, the value and the rule.
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import math
 import re
@@ -488,9 +489,35 @@ _IBM_CATEGORIES: tuple[tuple[str, str, int, int, float, bool, int | None], ...] 
     ("4-not-elastic", "cifar10", 128, 128, 27.0, False, None),
 )
 IBM_KMAX = 10
+IBM_OVERLOAD = 1.5
 
 
-def ibm_categories(seed: int, gpus: int = 40, arrival: str = "high", minutes: float = 240.0) -> list[SimJobSpec]:
+def _ibm_job(job_id: str, t: float, category: tuple[str, str, int, int, float, bool, int | None],
+             batch: int) -> SimJobSpec:
+    """A job of one IBM category at Random-BS batch ``batch``, its length scaled to the category's."""
+    name, profile, bmin, bmax, minutes_1gpu, elastic, limit = category
+    spec = SimJobSpec(
+        job_id=job_id, submit_time=round(t, 3), model=profile, requested_gpus=1, min_gpus=1,
+        max_gpus=IBM_KMAX if elastic else 1, base_batch=batch, min_batch=bmin, max_batch=bmax,
+        epoch_size=MODEL_DEFAULTS[profile][1], category=name, max_local_batch=limit,
+    )
+    return replace(spec, work_scale=60.0 * minutes_1gpu / single_gpu_time(spec))
+
+
+@functools.cache
+def ibm_mean_request_s() -> float:
+    """The expected GPU-seconds of an IBM job at its request (one GPU at its Random-BS batch), over
+    the categories (uniform) and each category's batches (uniform): the work one arrival brings."""
+    per_category = []
+    for category in _IBM_CATEGORIES:
+        bmin, bmax = category[2], category[3]
+        per_category.append(float(np.mean([requested_time(_ibm_job("0", 0.0, category, b))
+                                           for b in range(bmin, bmax + 1)])))
+    return float(np.mean(per_category))
+
+
+def ibm_categories(seed: int, gpus: int = 40, arrival: str = "high", minutes: float = 240.0,
+                   load: float = IBM_OVERLOAD) -> list[SimJobSpec]:
     """The IBM evaluation workload (MASCOTS'20 §IV-A, Table I).
 
     Jobs are drawn uniformly from the four categories. Their single-GPU lengths at the largest
@@ -508,32 +535,38 @@ def ibm_categories(seed: int, gpus: int = 40, arrival: str = "high", minutes: fl
     GPUs, scaled with the cluster size; ``low`` uses ``lambda`` (the paper's formula is garbled in
     our copy; ``lambda`` is our reading, documented as a choice); ``bursty`` alternates high and
     low every 60 minutes.
+
+    Those rates offer little work: ``high`` brings ``k_max`` single-GPU jobs' worth per job length,
+    about a quarter of 40 GPUs at the Random-BS batches, so nothing queues for long and admission
+    never has to refuse. ``overload`` is our addition, where admission matters: Poisson at
+    ``rate = load * gpus / E[w]``, with ``E[w]`` the expected GPU-seconds a job brings at its
+    request (:func:`ibm_mean_request_s`: one GPU at its Random-BS batch), so the jobs bring
+    ``load`` times the cluster's GPU-time (:data:`IBM_OVERLOAD`, 1.5, by default). Elastic jobs at a
+    better batch need less, so the optimizer sees less than ``load``; the fixed-batch baseline sees
+    it all.
     """
-    if arrival not in ("high", "low", "bursty"):
-        raise TraceError(f"ibm-categories arrival {arrival!r}: must be high, low or bursty")
+    if arrival not in ("high", "low", "bursty", "overload"):
+        raise TraceError(f"ibm-categories arrival {arrival!r}: must be high, low, bursty or overload")
+    if not 0 < load <= 100:
+        raise TraceError(f"ibm-categories load {load!r}: must be above 0 and at most 100")
     rng = np.random.default_rng(seed)
     lam = 1.0 / (60.0 * float(np.mean([c[4] for c in _IBM_CATEGORIES])))
     scale = gpus / 40.0
     high, low = IBM_KMAX * lam * scale, lam * scale
+    if arrival == "overload":
+        high = low = load * gpus / ibm_mean_request_s()
     jobs: list[SimJobSpec] = []
     t = 0.0
     i = 0
     while True:
-        rate = high if arrival == "high" or (arrival == "bursty" and int(t // 3600) % 2 == 0) else low
+        bursting = arrival == "bursty" and int(t // 3600) % 2 == 0
+        rate = high if arrival in ("high", "overload") or bursting else low
         t += float(rng.exponential(1.0 / rate))
         if t > minutes * 60:
             break
-        name, profile, bmin, bmax, minutes_1gpu, elastic, limit = _IBM_CATEGORIES[
-            int(rng.integers(len(_IBM_CATEGORIES)))]
+        category = _IBM_CATEGORIES[int(rng.integers(len(_IBM_CATEGORIES)))]
         i += 1
-        batch = int(rng.integers(bmin, bmax + 1))
-        epoch = MODEL_DEFAULTS[profile][1]
-        spec = SimJobSpec(
-            job_id=str(i), submit_time=round(t, 3), model=profile, requested_gpus=1, min_gpus=1,
-            max_gpus=IBM_KMAX if elastic else 1, base_batch=batch, min_batch=bmin, max_batch=bmax,
-            epoch_size=epoch, category=name, max_local_batch=limit,
-        )
-        jobs.append(replace(spec, work_scale=60.0 * minutes_1gpu / single_gpu_time(spec)))
+        jobs.append(_ibm_job(str(i), t, category, int(rng.integers(category[2], category[3] + 1))))
     return jobs
 
 
@@ -577,7 +610,7 @@ def philly_like(n_jobs: int, gpus: int, seed: int, load: float = 0.9) -> list[Si
 
 
 BUILTIN = ("ones-longhorn", "ones-longhorn-50", "ibm-categories", "ibm-categories-bursty", "ibm-categories-low",
-           "philly-like")
+           "ibm-categories-overload", "philly-like")
 
 
 def builtin(name: str, seed: int, gpus: int) -> list[SimJobSpec]:
@@ -589,7 +622,8 @@ def builtin(name: str, seed: int, gpus: int) -> list[SimJobSpec]:
     if name == "philly-like":
         return philly_like(1000, gpus, seed)
     if name.startswith("ibm-categories"):
-        arrival = {"ibm-categories": "high", "ibm-categories-bursty": "bursty", "ibm-categories-low": "low"}.get(name)
+        arrival = {"ibm-categories": "high", "ibm-categories-bursty": "bursty", "ibm-categories-low": "low",
+                   "ibm-categories-overload": "overload"}.get(name)
         if arrival:
             return ibm_categories(seed, gpus=gpus, arrival=arrival)
     raise TraceError(f"unknown workload {name!r}; built-in workloads: {', '.join(BUILTIN)}")

@@ -109,5 +109,6 @@ def test_reproduce_tables_carry_the_ratio(monkeypatch: pytest.MonkeyPatch) -> No
     text, _ = runner.reproduce([1], quick=True)
     assert text.count("| ×LB |") == 3  # the ONES, its scalability (64 GPUs only when quick) and the IBM tables
     assert "| ones | 100 | 40 | 2.50x |" in text
-    assert "| 40 | drop | dp | 100 | 100 | 100 | 100 | 40 | 2.50x |" in text
+    assert "| ibm-categories | 40 | drop | dp | 100 | 100 | 100 | 100 | 40 | 2.50x |" in text
+    assert "| ibm-categories-overload | 40 | queue | dp-fixed | 100 | 100 | 100 | 100 | 40 | 2.50x |" in text
     assert runner.LB_NOTE in text
