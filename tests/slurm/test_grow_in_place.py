@@ -36,6 +36,19 @@ def _wait(what: str, ok: Any, timeout: float = 90.0) -> None:
         time.sleep(0.5)
 
 
+def _actuator(cluster: DevCluster, tmp_path: Path, job: str) -> tuple[Store, ClusterView, SlurmActuator]:
+    """A store, a view of the dev cluster's ``gpu`` partition, and the Slurm actuator over them, once
+    ``job`` has sent its first progress report (the tests act by hand, no daemon rounds)."""
+    def runner(argv: Sequence[str]) -> str:
+        return run_command(argv, env=cluster.env)
+
+    store = Store(tmp_path / "s.db")
+    obs = ClusterView(SlurmCli(runner), shipped_profiles(), time.time, ("gpu",), store=store)
+    act = SlurmActuator(runner, store, time.time, records=lambda: obs.records, client_env=cluster.env)
+    _wait("the first progress report", lambda: obs.observe() is not None and bool(store.progress_of(job)))
+    return store, obs, act
+
+
 def test_launcher_job_grows_onto_a_satellite_and_shrinks_back(cluster: DevCluster, tmp_path: Path,
                                                               submit_example: Any, monkeypatch: pytest.MonkeyPatch,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
@@ -44,14 +57,7 @@ def test_launcher_job_grows_onto_a_satellite_and_shrinks_back(cluster: DevCluste
     job = str(submit_example(out, "--elastic", "1:4", "--gpus-per-node", "1", "--epochs", str(epochs),
                              dataset_size=size))
     cluster.wait_state(int(job), "RUNNING", timeout=40)
-
-    def runner(argv: Sequence[str]) -> str:
-        return run_command(argv, env=cluster.env)
-
-    store = Store(tmp_path / "s.db")
-    obs = ClusterView(SlurmCli(runner), shipped_profiles(), time.time, ("gpu",), store=store)
-    act = SlurmActuator(runner, store, time.time, records=lambda: obs.records, client_env=cluster.env)
-    _wait("the first progress report", lambda: obs.observe() is not None and bool(store.progress_of(job)))
+    store, obs, act = _actuator(cluster, tmp_path, job)
 
     snap = obs.observe()
     held = snap.job(JobId(job)).placement
@@ -127,14 +133,7 @@ def test_ported_ddp_script_grows_shrinks_and_resumes_after_a_requeue(cluster: De
                              "--local-batch", "16",
                              script=[str(script), "--data", str(data), "--epochs", str(epochs), "--workers", "1"]))
     cluster.wait_state(int(job), "RUNNING", timeout=40)
-
-    def runner(argv: Sequence[str]) -> str:
-        return run_command(argv, env=cluster.env)
-
-    store = Store(tmp_path / "s.db")
-    obs = ClusterView(SlurmCli(runner), shipped_profiles(), time.time, ("gpu",), store=store)
-    act = SlurmActuator(runner, store, time.time, records=lambda: obs.records, client_env=cluster.env)
-    _wait("the first progress report", lambda: obs.observe() is not None and bool(store.progress_of(job)))
+    store, obs, act = _actuator(cluster, tmp_path, job)
     snap = obs.observe()
     held = snap.job(JobId(job)).placement
     ((node, _),) = held.slots
