@@ -587,17 +587,25 @@ def _philly_draw(rng: np.random.Generator, n: int) -> tuple[NDArray[np.int64], N
     return k, dur
 
 
-def philly_like(n_jobs: int, gpus: int, seed: int, load: float = 0.9) -> list[SimJobSpec]:
+def philly_like(n_jobs: int, gpus: int, seed: int, load: float = 0.9, window_s: float | None = None) -> list[
+        SimJobSpec]:
     """A synthetic trace with Philly's shape: GPU counts from :data:`PHILLY_GPUS`, log-normal
     durations (median 15 min, sigma 1.6, capped at 24 h), Poisson arrivals at a rate that offers
-    ``load`` times the cluster's GPU-time on average. Models follow the GPU-time classes."""
-    if n_jobs < 1 or gpus < 1 or load <= 0:
-        raise TraceError(f"philly-like: n_jobs={n_jobs}, gpus={gpus}, load={load} must all be positive")
+    ``load`` times the cluster's GPU-time on average. Models follow the GPU-time classes (Ares's
+    mapping: Small, Medium, Large and X-Large GPU times to the Table 2 models of their class).
+
+    ``window_s``: instead, the jobs are submitted over that window, as a Poisson process with that
+    many arrivals in it (uniform times, sorted): Ares samples "160 jobs submitted over 8 hours"
+    (:func:`ares_philly`); ``load`` is then unused."""
+    if n_jobs < 1 or gpus < 1 or load <= 0 or (window_s is not None and not 0 < window_s <= SIM_HORIZON_S):
+        raise TraceError(f"philly-like: n_jobs={n_jobs}, gpus={gpus}, load={load}, window_s={window_s} must all be "
+                         f"positive (a window at most {SIM_HORIZON_S:.0f} s)")
     rng = np.random.default_rng(seed)
     k, dur = _philly_draw(rng, n_jobs)
-    mean_work = float(np.mean(k * dur))
-    rate = load * gpus / mean_work
-    submit = np.cumsum(rng.exponential(1.0 / rate, size=n_jobs))
+    if window_s is not None:
+        submit = np.sort(rng.uniform(0.0, window_s, size=n_jobs))
+    else:
+        submit = np.cumsum(rng.exponential(float(np.mean(k * dur)) / (load * gpus), size=n_jobs))
     jobs = []
     for i in range(n_jobs):
         req = int(k[i])
@@ -609,8 +617,19 @@ def philly_like(n_jobs: int, gpus: int, seed: int, load: float = 0.9) -> list[Si
     return jobs
 
 
+ARES_JOBS, ARES_WINDOW_S, ARES_GPUS = 160, 8 * 3600.0, 64
+
+
+def ares_philly(seed: int) -> list[SimJobSpec]:
+    """Ares's simulation setup for its Philly traces (§5.1): a 64-GPU cluster, each trace "160 jobs
+    submitted over 8 hours", every record mapped to the Table 2 model of its GPU-time class. The
+    Philly records themselves are not shipped: :func:`philly_like` draws them, and each job trains
+    its model for the drawn duration at its request."""
+    return philly_like(ARES_JOBS, ARES_GPUS, seed, window_s=ARES_WINDOW_S)
+
+
 BUILTIN = ("ones-longhorn", "ones-longhorn-50", "ibm-categories", "ibm-categories-bursty", "ibm-categories-low",
-           "ibm-categories-overload", "philly-like")
+           "ibm-categories-overload", "philly-like", "ares-philly")
 
 
 def builtin(name: str, seed: int, gpus: int) -> list[SimJobSpec]:
@@ -621,6 +640,8 @@ def builtin(name: str, seed: int, gpus: int) -> list[SimJobSpec]:
         return ones_longhorn_50(seed)
     if name == "philly-like":
         return philly_like(1000, gpus, seed)
+    if name == "ares-philly":
+        return ares_philly(seed)
     if name.startswith("ibm-categories"):
         arrival = {"ibm-categories": "high", "ibm-categories-bursty": "bursty", "ibm-categories-low": "low",
                    "ibm-categories-overload": "overload"}.get(name)
