@@ -1,0 +1,111 @@
+"""Plans and simulations are pinned: speed work must not change what any policy decides.
+
+The digests below were computed once, before the planner speed work of issue 16 (part 3), from
+the code at commit 15503a8; a change that alters any of them changes planning semantics (or the
+random stream) and must say so. Each case runs three consecutive plans (the memo carried, as the
+daemon does) on a synthetic snapshot, or a short simulation of a Philly-like trace.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+
+from slurm_elastic import policies
+from slurm_elastic.core.model import Plan
+from slurm_elastic.testing import random_snapshot
+
+PLAN_CASES = [  # (policy, params, nodes, gpus per node, jobs, seed)
+    ("ones", {}, 4, 4, 12, 0),
+    ("ones", {}, 8, 4, 40, 1),
+    ("ones", {"generations": 3}, 32, 4, 200, 2),
+    ("ones", {"population": 8}, 3, 8, 30, 3),
+    ("dp", {}, 8, 4, 40, 1),
+    ("dp-fixed", {}, 8, 4, 40, 1),
+    ("efq", {}, 8, 4, 40, 1),
+    ("fifo", {}, 8, 4, 40, 1),
+    ("tiresias", {}, 8, 4, 40, 1),
+    ("optimus", {}, 8, 4, 40, 1),
+    ("drl", {}, 8, 4, 40, 1),
+]
+
+SIM_CASES = [  # (policy, jobs, gpus, seed)
+    ("ones", 40, 16, 1),
+    ("dp", 40, 16, 1),
+    ("efq", 40, 16, 1),
+    ("tiresias", 40, 16, 1),
+]
+
+
+def _plan_key(plan: Plan) -> list[Any]:
+    return [plan.score, [[jp.job_id, sorted(jp.placement.gpu_set()), jp.global_batch, jp.local_batch,
+                          jp.accumulation, jp.lr] for jp in plan.jobs],
+            sorted(map(str, plan.unplaced)), list(plan.notes)]
+
+
+def plan_digest(policy: str, params: dict[str, Any], nodes: int, gpn: int, jobs: int, seed: int) -> str:
+    snap = random_snapshot(np.random.default_rng(seed), nodes, gpn, jobs)
+    planner = policies.create(policy, **params)
+    memo: Any = None
+    out = []
+    for i in range(3):
+        res = planner.plan(snap, memo, np.random.default_rng(seed * 100 + i))
+        memo = res.memo
+        out.append(_plan_key(res.plan))
+    return hashlib.sha256(json.dumps(out, default=str).encode()).hexdigest()[:16]
+
+
+def sim_digest(policy: str, jobs: int, gpus: int, seed: int) -> str:
+    from slurm_elastic.sim.engine import simulate
+    from slurm_elastic.sim.workload import philly_like
+
+    res = simulate(philly_like(jobs, gpus, seed), policies.create(policy), gpus=gpus, seed=seed)
+    rows = [[r["job_id"], r["start"], r["end"], r["gpu_seconds"], r["resizes"]] for r in res["jobs"]]
+    metrics = {k: v for k, v in res["metrics"].items() if not (isinstance(v, float) and math.isnan(v))}
+    blob = json.dumps([res["rounds"], rows, metrics, res["timeline"]], default=str, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+PLAN_PINS: dict[str, str] = {
+    "ones/{}/4/4/12/0": "3f63d9e373b1e9df",
+    "ones/{}/8/4/40/1": "873dcea4d3911198",
+    "ones/{'generations': 3}/32/4/200/2": "a659cec073fd370d",
+    "ones/{'population': 8}/3/8/30/3": "8d97fa643abaa250",
+    "dp/{}/8/4/40/1": "30c41a5ea148a603",
+    "dp-fixed/{}/8/4/40/1": "e58e2c2baa8ad14c",
+    "efq/{}/8/4/40/1": "2883bf832b8e4f1e",
+    "fifo/{}/8/4/40/1": "b1ceaf73a2f85600",
+    "tiresias/{}/8/4/40/1": "a1daa32da9197433",
+    "optimus/{}/8/4/40/1": "eb804ce25a44a97c",
+    "drl/{}/8/4/40/1": "ee72939bbed525c9",
+}
+SIM_PINS: dict[str, str] = {
+    "ones/40/16/1": "259eef4579a29a09",
+    "dp/40/16/1": "34a7cc98596203fe",
+    "efq/40/16/1": "02d6bf46e57874e0",
+    "tiresias/40/16/1": "46cb896774452c90",
+}
+
+
+@pytest.mark.parametrize("case", PLAN_CASES, ids=lambda c: f"{c[0]}-{c[2] * c[3]}gpu-{c[4]}jobs-s{c[5]}")
+def test_plans_unchanged(case: tuple[Any, ...]) -> None:
+    key = "/".join(str(c) for c in case)
+    assert plan_digest(*case) == PLAN_PINS[key]
+
+
+@pytest.mark.parametrize("case", SIM_CASES, ids=lambda c: f"{c[0]}-{c[1]}jobs-{c[2]}gpu")
+def test_simulations_unchanged(case: tuple[Any, ...]) -> None:
+    key = "/".join(str(c) for c in case)
+    assert sim_digest(*case) == SIM_PINS[key]
+
+
+if __name__ == "__main__":
+    for c in PLAN_CASES:
+        print(f'    "{"/".join(str(x) for x in c)}": "{plan_digest(*c)}",')
+    for s in SIM_CASES:
+        print(f'    "{"/".join(str(x) for x in s)}": "{sim_digest(*s)}",')
