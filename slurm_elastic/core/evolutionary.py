@@ -127,6 +127,16 @@ class _Ctx:
     rng: np.random.Generator
     new: list[int] = field(default_factory=list)  # jobs arrived since the last executed update
     wait_cost: FloatArr = field(default_factory=lambda: np.zeros(0))  # c/X of a waiting job
+    xflat: FloatArr = field(init=False)  # xtab flattened: [2 * (job * (kc+1) + k) + spread]
+    xbase: IntArr = field(init=False)  # 2 * job * (kc+1), the start of each job's row in xflat
+    node_runs: IntArr = field(init=False)  # node changes along the GPU order up to each GPU
+
+    def __post_init__(self) -> None:
+        self.xflat = self.xtab.reshape(-1)
+        self.xbase = 2 * (self.xtab.shape[1]) * np.arange(len(self.jobs), dtype=np.int64)
+        changes = np.zeros(len(self.gnode), dtype=np.int64)
+        changes[1:] = self.gnode[1:] != self.gnode[:-1]
+        self.node_runs = np.cumsum(changes)
 
     @property
     def n_jobs(self) -> int:
@@ -139,6 +149,20 @@ class _Ctx:
 
     def expected_y(self) -> FloatArr:
         return expected_remaining(self.alpha, self.beta, self.yp)
+
+
+@dataclass(slots=True)
+class _Pop:
+    """A population and what the operators know of it (kept in step, so nothing is recounted).
+
+    ``counts[r, j]`` is member ``r``'s GPU count of job ``j`` (always ``_counts(genomes)``);
+    ``spans[r, j]`` the nodes job ``j`` spans in member ``r``, set once the members are reordered
+    (each job's genes contiguous), which every member the search keeps is.
+    """
+
+    genomes: IntArr
+    counts: IntArr
+    spans: IntArr
 
 
 def _counts(ctx: _Ctx, genomes: IntArr) -> IntArr:
@@ -164,66 +188,61 @@ def _ranks(ctx: _Ctx, genomes: IntArr) -> IntArr:
     return rank
 
 
-def _spans(ctx: _Ctx, genomes: IntArr) -> IntArr:
-    """Nodes spanned per (genome, job), for reordered genomes (each job's genes contiguous).
-
-    On a genome that is not reordered it over-counts, which only makes its score worse.
-    """
-    k, _ = genomes.shape
-    j = ctx.n_jobs
-    newpair = np.ones(genomes.shape, dtype=bool)
-    newpair[:, 1:] = (genomes[:, 1:] != genomes[:, :-1]) | (ctx.gnode[1:] != ctx.gnode[:-1])[None, :]
-    keys = np.where(genomes < 0, j, genomes) + (np.arange(k, dtype=genomes.dtype) * (j + 1))[:, None]
-    spans = np.bincount(keys[newpair], minlength=k * (j + 1)).reshape(k, j + 1)
-    return spans[:, :j]
-
-
 def _throughput(ctx: _Ctx, counts: IntArr, spans: IntArr | None) -> FloatArr:
+    """``xtab[job, min(count, kc), spread]`` per (member, job), spread when ``spans`` exceed the least nodes."""
     kc = ctx.xtab.shape[1] - 1
     c = np.minimum(counts, kc)
-    spread = np.zeros_like(c) if spans is None else (spans > -(-c // ctx.gpn)).astype(c.dtype)
-    out: FloatArr = ctx.xtab[np.arange(ctx.n_jobs)[None, :], c, spread]
+    idx = ctx.xbase[None, :] + 2 * c
+    if spans is not None:
+        idx += spans > -(-c // ctx.gpn)
+    out: FloatArr = ctx.xflat[idx]
     return out
 
 
-def _scores(ctx: _Ctx, genomes: IntArr, *ys: FloatArr) -> list[FloatArr]:
-    """Eq. 8 for each genome under each remaining-work vector in ``ys`` (inf if infeasible)."""
+def _scores(ctx: _Ctx, counts: IntArr, spans: IntArr, *ys: FloatArr) -> list[FloatArr]:
+    """Eq. 8 for each member (its GPU counts and spans) under each remaining-work vector in ``ys``."""
     if ctx.n_jobs == 0:
-        return [np.zeros(len(genomes)) for _ in ys]
-    counts = _counts(ctx, genomes)
-    x = _throughput(ctx, counts, _spans(ctx, genomes))
+        return [np.zeros(len(counts)) for _ in ys]
+    x = _throughput(ctx, counts, spans)
     with np.errstate(divide="ignore", invalid="ignore"):
         per_gpu_time = np.where(counts > 0, counts / x, ctx.wait_cost[None, :])
     return [per_gpu_time @ y for y in ys]
 
 
-def _repair(ctx: _Ctx, genomes: IntArr) -> IntArr:
+def _repair(ctx: _Ctx, genomes: IntArr, counts: IntArr) -> tuple[IntArr, IntArr]:
     """Trim every job to its GPU cap and drop jobs below their smallest feasible count."""
     if ctx.n_jobs == 0:
-        return np.full_like(genomes, -1)
-    counts = _counts(ctx, genomes)
+        return np.full_like(genomes, -1), counts
     over = (counts > ctx.cap[None, :]).any(axis=1)  # only these rows need per-gene ranks
-    out = genomes.copy()
+    out = genomes
     if over.any():
+        out = genomes.copy()
         sub = genomes[over]
         rank = _ranks(ctx, sub)
         job = np.where(sub < 0, 0, sub)
         out[over] = np.where((sub >= 0) & (rank < ctx.cap[job]), sub, -1)
+        counts = counts.copy()
         counts[over] = np.minimum(counts[over], ctx.cap[None, :])
-    rows = np.arange(len(out))[:, None]
     too_small = (counts > 0) & (counts < ctx.kmin[None, :])
-    return np.where((out >= 0) & too_small[rows, np.where(out < 0, 0, out)], -1, out)
+    bad = too_small.any(axis=1)  # only these rows lose genes
+    if bad.any():
+        out = out.copy() if out is genomes else out
+        sub = out[bad]
+        rows = np.arange(len(sub))[:, None]
+        out[bad] = np.where((sub >= 0) & too_small[bad][rows, np.where(sub < 0, 0, sub)], -1, sub)
+        counts = np.where(too_small, 0, counts)
+    return out, counts
 
 
-def _fill(ctx: _Ctx, genomes: IntArr, max_passes: int = 64) -> IntArr:
+def _fill(ctx: _Ctx, genomes: IntArr, counts: IntArr, max_passes: int = 64) -> tuple[IntArr, IntArr]:
     """Refresh step (4): give idle GPUs to the jobs whose growth costs least utilization."""
     g = genomes.copy()
     gg = g.shape[1]
     j = ctx.n_jobs
     if j == 0 or gg == 0:
-        return g
-    counts = _counts(ctx, g)
-    idle = (g < 0).sum(axis=1)
+        return g, counts
+    counts = counts.copy()
+    idle = gg - counts.sum(axis=1)
     active = np.flatnonzero(idle > 0)
     for _ in range(max_passes):
         if not len(active):
@@ -250,7 +269,7 @@ def _fill(ctx: _Ctx, genomes: IntArr, max_passes: int = 64) -> IntArr:
         counts[active[rows], order[rows, cols]] += need[rows, cols]
         idle[active] -= np.where(take, need, 0).sum(axis=1)
         active = active[served & (idle[active] > 0)]
-    return g
+    return g, counts
 
 
 def _give_idle(genomes: IntArr, order: IntArr, need: IntArr, take: NDArray[np.bool_]) -> IntArr:
@@ -271,23 +290,42 @@ def _give_idle(genomes: IntArr, order: IntArr, need: IntArr, take: NDArray[np.bo
     return out
 
 
-def _reorder(ctx: _Ctx, genomes: IntArr) -> IntArr:
-    """Pack each job's workers contiguously, jobs in order of their first occurrence."""
-    if genomes.size == 0:
-        return genomes
+def _reorder(ctx: _Ctx, genomes: IntArr, counts: IntArr) -> tuple[IntArr, IntArr]:
+    """Pack each job's workers contiguously, jobs in order of their first occurrence.
+
+    Returns the reordered genomes and the nodes each job spans in them. Built from blocks: each
+    row is its jobs' ``(first position, count)`` pairs sorted by first position, expanded with
+    ``np.repeat`` (idle GPUs last), so only the jobs present are sorted, not every gene. A job's
+    span is one plus the node changes inside its block, from a prefix count over the GPU order
+    (the number of runs of one node in the block, which is what the genes of a contiguous block
+    on the GPU order give).
+    """
     k, g = genomes.shape
     j = ctx.n_jobs
+    if genomes.size == 0:
+        return genomes, np.zeros((k, j), dtype=np.int64)
     keys = np.where(genomes < 0, j, genomes)
-    first = np.full((k, j + 1), g, dtype=np.int32)
+    first = np.full((k, j + 1), g, dtype=np.int64)
     # Writing positions back to front leaves each job's first position (last write wins).
-    first[np.arange(k)[:, None], keys[:, ::-1]] = np.arange(g - 1, -1, -1, dtype=np.int32)[None, :]
+    first[np.arange(k)[:, None], keys[:, ::-1]] = np.arange(g - 1, -1, -1, dtype=np.int64)[None, :]
     first[:, j] = g  # idle GPUs last
-    key = np.take_along_axis(first, keys, axis=1)
-    perm = np.argsort(key.astype(np.int16 if g < 32767 else np.int32), axis=1, kind="stable")
-    return np.take_along_axis(genomes, perm, axis=1)
+    cnt = np.empty((k, j + 1), dtype=np.int64)
+    cnt[:, :j] = counts
+    cnt[:, j] = g - counts.sum(axis=1)
+    rr, xx = np.nonzero(cnt)
+    o = np.argsort(rr * (g + 1) + first[rr, xx])  # keys are distinct: no ties to break
+    rs, xs = rr[o], xx[o]
+    cs = cnt[rs, xs]
+    labels = np.where(xs == j, -1, xs).astype(genomes.dtype)
+    out: IntArr = np.repeat(labels, cs).reshape(k, g)
+    ends = np.cumsum(cs) - rs * g  # one past each block, within its row
+    real = xs < j
+    spans = np.zeros((k, j), dtype=np.int64)
+    spans[rs[real], xs[real]] = 1 + ctx.node_runs[ends[real] - 1] - ctx.node_runs[(ends - cs)[real]]
+    return out, spans
 
 
-def _new_jobs(ctx: _Ctx, genomes: IntArr, new: list[int]) -> IntArr:
+def _new_jobs(ctx: _Ctx, genomes: IntArr, counts: IntArr, new: list[int]) -> tuple[IntArr, IntArr]:
     """Refresh step (3): start each new job at its start size, preempting the longest-running.
 
     New jobs are served in arrival order while GPUs last. Rows with enough idle GPUs for all of
@@ -295,20 +333,24 @@ def _new_jobs(ctx: _Ctx, genomes: IntArr, new: list[int]) -> IntArr:
     executed time (a victim that would fall under its smallest size is preempted whole).
     """
     if not new or genomes.size == 0:
-        return genomes
+        return genomes, counts
     newa = np.array(new, dtype=np.int64)
-    counts = _counts(ctx, genomes)
     need = np.where(counts[:, newa] > 0, 0, ctx.kmin[newa][None, :])
     need = np.where(need > genomes.shape[1], 0, need)
-    idle = (genomes < 0).sum(axis=1)
+    idle = genomes.shape[1] - counts.sum(axis=1)
     fast = need.sum(axis=1) <= idle
     order = np.broadcast_to(newa, need.shape)
     g = genomes.copy()
     g[fast] = _give_idle(genomes[fast], order[fast], need[fast], np.ones_like(need[fast], dtype=bool))
+    counts = counts.copy()
+    counts[np.ix_(np.flatnonzero(fast), newa)] += need[fast]
+    slow = np.flatnonzero(~fast)
+    if not len(slow):
+        return g, counts
     run_time = np.array([jb.run_time for jb in ctx.jobs])
     is_new = set(new)
     longest_first = [int(v) for v in np.argsort(-run_time, kind="stable") if int(v) not in is_new]
-    for r in np.flatnonzero(~fast):
+    for r in slow:
         row = g[r]
         for jn, want in zip(new, need[r], strict=True):
             if want == 0:
@@ -326,13 +368,21 @@ def _new_jobs(ctx: _Ctx, genomes: IntArr, new: list[int]) -> IntArr:
                 idle_pos = np.flatnonzero(row < 0)
             if len(idle_pos) >= want:
                 row[idle_pos[:want]] = jn
-    return g
+        counts[r] = np.bincount(row[row >= 0], minlength=ctx.n_jobs)
+    return g, counts
 
 
-def _refresh(ctx: _Ctx, genomes: IntArr) -> IntArr:
+def _refresh(ctx: _Ctx, genomes: IntArr, counts: IntArr) -> _Pop:
     """The refresh operation (steps 1-4) followed by reorder: every candidate the search keeps
-    respects the limits, runs the new arrivals and leaves no GPU idle that some job could use."""
-    return _reorder(ctx, _fill(ctx, _new_jobs(ctx, _repair(ctx, genomes), ctx.new)))
+    respects the limits, runs the new arrivals and leaves no GPU idle that some job could use.
+
+    ``counts`` are the members' GPU counts per job (``_counts(genomes)``), kept in step throughout.
+    """
+    genomes, counts = _repair(ctx, genomes, counts)
+    genomes, counts = _new_jobs(ctx, genomes, counts, ctx.new)
+    genomes, counts = _fill(ctx, genomes, counts)
+    genomes, spans = _reorder(ctx, genomes, counts)
+    return _Pop(genomes, counts, spans)
 
 
 def _gated_counts(ctx: _Ctx, star: IntArr, held: set[JobId],
@@ -525,18 +575,18 @@ class OnesPlanner:
                 if gpu in gix:
                     current[gix[gpu]] = jix[job.job_id]
         k = self.population or max(2, min(len(gpus), self.population_cap))
-        pop = self._carry(m, jix, gix, current, k, ctx)
+        carried = self._carry(m, jix, gix, current, k, ctx)
         ctx.new = [jix[j.job_id] for j in jobs if j.state is JobState.PENDING and j.job_id not in m.seen]
-        pop = _refresh(ctx, pop)
-        warm_expected = float(_scores(ctx, pop[:1], ctx.expected_y())[0][0])
+        pop = _refresh(ctx, carried, _counts(ctx, carried))
+        warm_expected = float(_scores(ctx, pop.counts[:1], pop.spans[:1], ctx.expected_y())[0][0])
         for _ in range(self.generations):
             pop = self._generation(ctx, pop, k)
-        expected, sampled = _scores(ctx, pop, ctx.expected_y(), ctx.draw_y())
+        expected, sampled = _scores(ctx, pop.counts, pop.spans, ctx.expected_y(), ctx.draw_y())
         sampled = np.where(expected <= warm_expected * (1 + 1e-12) + 1e-12, sampled, np.inf)
         best = int(np.argmin(sampled))
-        star = pop[best]
-        pop = np.concatenate([star[None, :], np.delete(pop, best, axis=0)])
-        star_counts = _counts(ctx, star[None, :])[0]
+        star = pop.genomes[best]
+        population = np.concatenate([star[None, :], np.delete(pop.genomes, best, axis=0)])
+        star_counts = pop.counts[best]
 
         held = {j.job_id for j in jobs if j.state is JobState.RUNNING and j.epochs_since_change < 1.0}
         held |= {j.job_id for j in jobs if snapshot.in_flight_for(j.job_id) is not None}
@@ -559,7 +609,7 @@ class OnesPlanner:
         new_memo = OnesMemo(
             gpus=gpus,
             job_ids=tuple(j.job_id for j in jobs),
-            population=pop,
+            population=population,
             limits=limits,
             # A new job stays "new" (preferential start in refresh step 3) until it has run.
             seen=frozenset(j.job_id for j in jobs
@@ -595,25 +645,38 @@ class OnesPlanner:
             rows.append(ctx.rng.integers(-1, j, size=len(current), dtype=np.int32) if j else current.copy())
         return np.stack(rows[:k]) if rows and len(current) else np.zeros((k, len(current)), dtype=np.int32)
 
-    def _generation(self, ctx: _Ctx, pop: IntArr, k: int) -> IntArr:
-        n, g = pop.shape
+    def _generation(self, ctx: _Ctx, pop: _Pop, k: int) -> _Pop:
+        n, g = pop.genomes.shape
         if g == 0 or ctx.n_jobs == 0:
             return pop
+        genomes = pop.genomes
         pairs = ctx.rng.integers(0, n, size=(k, 2))
         mask = ctx.rng.random((k, g)) < 0.5
-        p1, p2 = pop[pairs[:, 0]], pop[pairs[:, 1]]
+        p1, p2 = genomes[pairs[:, 0]], genomes[pairs[:, 1]]
         children = np.concatenate([np.where(mask, p1, p2), np.where(mask, p2, p1)])
-        mutants = pop[ctx.rng.integers(0, n, size=k)]
+        picked = ctx.rng.integers(0, n, size=k)
+        mutants = genomes[picked]
         hit = ctx.rng.random((k, ctx.n_jobs)) < self.mutation_rate
         rows = np.arange(k)[:, None]
         mutants = np.where((mutants >= 0) & hit[rows, np.where(mutants < 0, 0, mutants)], -1, mutants)
-        offspring = _refresh(ctx, np.concatenate([children, mutants]))
-        pool = np.concatenate([pop, offspring])
-        sampled, expected = _scores(ctx, pool, ctx.draw_y(), ctx.expected_y())
+        # A mutant's counts are its parent's without the preempted jobs; only children are counted.
+        counts = np.concatenate([_counts(ctx, children), np.where(hit, 0, pop.counts[picked])])
+        offspring = _refresh(ctx, np.concatenate([children, mutants]), counts)
+        sampled, expected = _scores(ctx, np.concatenate([pop.counts, offspring.counts]),
+                                    np.concatenate([pop.spans, offspring.spans]), ctx.draw_y(), ctx.expected_y())
         chosen = list(np.argsort(sampled, kind="stable")[:k])
         elite = int(np.argmin(expected))
         if elite not in chosen:
             chosen[-1] = elite
         chosen.sort(key=lambda i: (i != elite, i))
-        out: IntArr = pool[np.array(chosen)]
-        return out
+        sel = np.array(chosen)
+        old = sel < n  # the pool is the parents, then the offspring: gather from each without joining them
+
+        def take(a: IntArr, b: IntArr) -> IntArr:
+            out = np.empty((len(sel), a.shape[1]), dtype=a.dtype)
+            out[old] = a[sel[old]]
+            out[~old] = b[sel[~old] - n]
+            return out
+
+        return _Pop(take(genomes, offspring.genomes), take(pop.counts, offspring.counts),
+                    take(pop.spans, offspring.spans))

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from slurm_elastic import policies
 from slurm_elastic.core import scaling_policy as sp
 from slurm_elastic.core.constraints import validate_plan
-from slurm_elastic.core.evolutionary import OnesMemo, OnesPlanner, _Ctx, _fill, _reorder, _scores
+from slurm_elastic.core.evolutionary import OnesMemo, OnesPlanner, _counts, _Ctx, _fill, _refresh, _reorder, _scores
 from slurm_elastic.core.model import JobId, JobState
 from slurm_elastic.testing import make_job, make_nodes, make_snapshot, random_snapshot
 
@@ -93,7 +94,9 @@ def _ctx(n_jobs: int, caps: list[int], g: int = 8) -> _Ctx:
 
 def test_fill_respects_caps_and_leaves_idle_only_when_every_job_is_capped() -> None:
     ctx = _ctx(2, [3, 2])
-    out = _fill(ctx, np.full((4, 8), -1))
+    empty = np.full((4, 8), -1)
+    out, counts = _fill(ctx, empty, _counts(ctx, empty))
+    assert (counts == _counts(ctx, out)).all()
     for row in out:
         assert (row == 0).sum() == 3 and (row == 1).sum() == 2 and (row == -1).sum() == 3
 
@@ -101,7 +104,9 @@ def test_fill_respects_caps_and_leaves_idle_only_when_every_job_is_capped() -> N
 def test_reorder_packs_each_job_contiguously_in_first_occurrence_order() -> None:
     ctx = _ctx(3, [4, 4, 4])
     row = np.array([[2, 0, 2, -1, 0, 1, 2, -1]])
-    assert _reorder(ctx, row).tolist() == [[2, 2, 2, 0, 0, 1, -1, -1]]
+    out, spans = _reorder(ctx, row, _counts(ctx, row))
+    assert out.tolist() == [[2, 2, 2, 0, 0, 1, -1, -1]]
+    assert spans.tolist() == [[2, 1, 1]]  # GPUs 0-3 on node 0, 4-7 on node 1: job 0 sits on GPUs 3-4
 
 
 def test_registry_knows_ones_and_dp() -> None:
@@ -171,8 +176,58 @@ def test_a_waiting_job_still_counts_in_the_score() -> None:
     both = np.array([[0, 0, 1, 1, -1, -1, -1, -1]])
     one = np.array([[0, 0, 0, 0, -1, -1, -1, -1]])
     y = np.array([1000.0, 1000.0])
-    s_both, = _scores(ctx, both, y)
-    s_one, = _scores(ctx, one, y)
+    s_both, = _scores(ctx, _counts(ctx, both), _reorder(ctx, both, _counts(ctx, both))[1], y)
+    s_one, = _scores(ctx, _counts(ctx, one), _reorder(ctx, one, _counts(ctx, one))[1], y)
     # c/X = 0.1 s/sample for a running job at any size; without the charge the one-job schedule
     # would score 100 against 200, as if job 1's 1000 remaining samples had vanished.
     assert s_both[0] == 200.0 and s_one[0] == 100.0 + 150.0
+
+
+def _reference_reorder(genomes: np.ndarray, j: int) -> np.ndarray:
+    """The gene-wise reorder the block-wise one replaced: a stable sort by first occurrence."""
+    k, g = genomes.shape
+    keys = np.where(genomes < 0, j, genomes)
+    first = np.full((k, j + 1), g)
+    first[np.arange(k)[:, None], keys[:, ::-1]] = np.arange(g - 1, -1, -1)[None, :]
+    first[:, j] = g
+    perm = np.argsort(np.take_along_axis(first, keys, axis=1), axis=1, kind="stable")
+    return np.take_along_axis(genomes, perm, axis=1)
+
+
+def _reference_spans(genomes: np.ndarray, gnode: np.ndarray, j: int) -> np.ndarray:
+    """Runs of one node per (member, job), counted gene by gene (what the scores read before)."""
+    k, _ = genomes.shape
+    newpair = np.ones(genomes.shape, dtype=bool)
+    newpair[:, 1:] = (genomes[:, 1:] != genomes[:, :-1]) | (gnode[1:] != gnode[:-1])[None, :]
+    keys = np.where(genomes < 0, j, genomes) + (np.arange(k) * (j + 1))[:, None]
+    return np.bincount(keys[newpair], minlength=k * (j + 1)).reshape(k, j + 1)[:, :j]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_block_reorder_and_spans_equal_the_gene_wise_definition(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n_jobs, g = int(rng.integers(1, 12)), int(rng.integers(1, 40))
+    ctx = _ctx(n_jobs, [g] * n_jobs, g=g)
+    ctx.gnode = rng.permutation(g) // 3 if seed % 2 else np.arange(g) // 4  # odd seeds: nodes out of order
+    ctx.__post_init__()
+    genomes = rng.integers(-1, n_jobs, size=(7, g))
+    out, spans = _reorder(ctx, genomes, _counts(ctx, genomes))
+    assert (out == _reference_reorder(genomes, n_jobs)).all()
+    assert (spans == _reference_spans(out, ctx.gnode, n_jobs)).all()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_refresh_keeps_counts_in_step_with_the_genomes(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n_jobs, g = 9, 24
+    ctx = _ctx(n_jobs, [int(c) for c in rng.integers(1, 9, size=n_jobs)], g=g)
+    ctx.kmin = rng.integers(1, 3, size=n_jobs)
+    ctx.wait_cost = np.full(n_jobs, 0.1)
+    ctx.new = [2, 5]
+    genomes = rng.integers(-1, n_jobs, size=(10, g)).astype(np.int32)
+    pop = _refresh(ctx, genomes, _counts(ctx, genomes))
+    assert (pop.counts == _counts(ctx, pop.genomes)).all()
+    assert (pop.spans == _reference_spans(pop.genomes, ctx.gnode, n_jobs)).all()
+    gen = OnesPlanner(mutation_rate=0.3)._generation(ctx, pop, 10)
+    assert (gen.counts == _counts(ctx, gen.genomes)).all()
+    assert (gen.spans == _reference_spans(gen.genomes, ctx.gnode, n_jobs)).all()
