@@ -172,22 +172,6 @@ def _counts(ctx: _Ctx, genomes: IntArr) -> IntArr:
     return np.bincount(flat, minlength=k * (j + 1)).reshape(k, j + 1)[:, :j]
 
 
-def _ranks(ctx: _Ctx, genomes: IntArr) -> IntArr:
-    """Per gene, its rank among the genes of the same job in the same genome (GPU order)."""
-    k, g = genomes.shape
-    j = ctx.n_jobs
-    keys = np.where(genomes < 0, j, genomes)
-    perm = np.argsort(keys.astype(np.int16 if j < 32767 else np.int32), axis=1, kind="stable")
-    sk = np.take_along_axis(keys, perm, axis=1)
-    newgrp = np.ones_like(sk, dtype=bool)
-    newgrp[:, 1:] = sk[:, 1:] != sk[:, :-1]
-    pos = np.broadcast_to(np.arange(g, dtype=genomes.dtype), (k, g))
-    start = np.maximum.accumulate(np.where(newgrp, pos, 0), axis=1)
-    rank = np.empty_like(genomes)
-    np.put_along_axis(rank, perm, pos - start, axis=1)
-    return rank
-
-
 def _throughput(ctx: _Ctx, counts: IntArr, spans: IntArr | None) -> FloatArr:
     """``xtab[job, min(count, kc), spread]`` per (member, job), spread when ``spans`` exceed the least nodes."""
     kc = ctx.xtab.shape[1] - 1
@@ -210,32 +194,52 @@ def _scores(ctx: _Ctx, counts: IntArr, spans: IntArr, *ys: FloatArr) -> list[Flo
 
 
 def _repair(ctx: _Ctx, genomes: IntArr, counts: IntArr) -> tuple[IntArr, IntArr]:
-    """Trim every job to its GPU cap and drop jobs below their smallest feasible count."""
+    """Trim every job to its GPU cap and drop jobs below their smallest feasible count.
+
+    Trimming keeps each job's first ``cap`` genes (GPU order). In a row sorted stably by job, a
+    job's genes sit in GPU order from its start (the counts of the jobs before it), so the genes
+    to drop are those at or past ``start + cap`` of their job.
+    """
     if ctx.n_jobs == 0:
         return np.full_like(genomes, -1), counts
-    over = (counts > ctx.cap[None, :]).any(axis=1)  # only these rows need per-gene ranks
+    g = genomes.shape[1]
+    j = ctx.n_jobs
+    over = (counts > ctx.cap[None, :]).any(axis=1)  # only these rows are trimmed
     out = genomes
     if over.any():
         out = genomes.copy()
-        sub = genomes[over]
-        rank = _ranks(ctx, sub)
-        job = np.where(sub < 0, 0, sub)
-        out[over] = np.where((sub >= 0) & (rank < ctx.cap[job]), sub, -1)
+        sub, cnt = genomes[over], counts[over]
+        keys = np.where(sub < 0, j, sub).astype(np.int16 if j < 32767 else np.int64)  # int16 sorts by radix
+        perm = np.argsort(keys, axis=1, kind="stable")
+        lim = np.empty((len(sub), j + 1), dtype=np.int64)
+        lim[:, :j] = np.cumsum(cnt, axis=1) - cnt + ctx.cap[None, :]
+        lim[:, j] = g  # idle genes stay
+        full = np.empty((len(sub), j + 1), dtype=np.int64)
+        full[:, :j] = cnt
+        full[:, j] = g - cnt.sum(axis=1)
+        lim_sorted = np.repeat(lim.reshape(-1), full.reshape(-1)).reshape(len(sub), g)
+        r, i = np.nonzero(np.arange(g)[None, :] >= lim_sorted)
+        rows = np.flatnonzero(over)
+        out[rows[r], perm[r, i]] = -1
         counts = counts.copy()
-        counts[over] = np.minimum(counts[over], ctx.cap[None, :])
+        counts[over] = np.minimum(cnt, ctx.cap[None, :])
     too_small = (counts > 0) & (counts < ctx.kmin[None, :])
     bad = too_small.any(axis=1)  # only these rows lose genes
     if bad.any():
         out = out.copy() if out is genomes else out
         sub = out[bad]
-        rows = np.arange(len(sub))[:, None]
-        out[bad] = np.where((sub >= 0) & too_small[bad][rows, np.where(sub < 0, 0, sub)], -1, sub)
+        rows2 = np.arange(len(sub))[:, None]
+        out[bad] = np.where((sub >= 0) & too_small[bad][rows2, np.where(sub < 0, 0, sub)], -1, sub)
         counts = np.where(too_small, 0, counts)
     return out, counts
 
 
 def _fill(ctx: _Ctx, genomes: IntArr, counts: IntArr, max_passes: int = 64) -> tuple[IntArr, IntArr]:
-    """Refresh step (4): give idle GPUs to the jobs whose growth costs least utilization."""
+    """Refresh step (4): give idle GPUs to the jobs whose growth costs least utilization.
+
+    Each pass hands a row's first idle GPUs (GPU order) to the jobs it serves, so a row's idle
+    GPUs are consumed front to back: they are listed once and each row keeps a cursor into them.
+    """
     g = genomes.copy()
     gg = g.shape[1]
     j = ctx.n_jobs
@@ -244,6 +248,9 @@ def _fill(ctx: _Ctx, genomes: IntArr, counts: IntArr, max_passes: int = 64) -> t
     counts = counts.copy()
     idle = gg - counts.sum(axis=1)
     active = np.flatnonzero(idle > 0)
+    flat = g.reshape(-1)
+    idle_at = np.flatnonzero(flat < 0)  # row-major: each row's idle GPUs in GPU order
+    cursor = np.cumsum(idle) - idle  # where each row's unserved idle GPUs start in idle_at
     for _ in range(max_passes):
         if not len(active):
             break
@@ -256,7 +263,7 @@ def _fill(ctx: _Ctx, genomes: IntArr, counts: IntArr, max_passes: int = 64) -> t
         with np.errstate(divide="ignore", invalid="ignore"):
             cost = (target / x_t - np.where(c > 0, c / x_c, 0.0)) * y[None, :]
         cost = np.where(ok & (x_t > 0), cost, np.inf)
-        order = np.argsort(cost, axis=1, kind="stable")
+        order = _stable_order(cost)
         need = np.take_along_axis(target - c, order, axis=1)
         finite = np.isfinite(np.take_along_axis(cost, order, axis=1))
         cum = np.cumsum(np.where(finite, need, gg + 1), axis=1)
@@ -264,12 +271,30 @@ def _fill(ctx: _Ctx, genomes: IntArr, counts: IntArr, max_passes: int = 64) -> t
         served = take.any(axis=1)
         if not served.any():
             break
-        g[active] = _give_idle(g[active], order, need, take)
-        rows, cols = np.nonzero(take)
-        counts[active[rows], order[rows, cols]] += need[rows, cols]
-        idle[active] -= np.where(take, need, 0).sum(axis=1)
+        rows, cols = np.nonzero(take)  # row-major, so the labels follow each row's serving order
+        jobs, sizes = order[rows, cols], need[rows, cols]
+        given = np.bincount(rows, weights=sizes, minlength=len(active)).astype(np.int64)
+        total = int(given.sum())
+        starts = cursor[active] - (np.cumsum(given) - given)
+        flat[idle_at[np.repeat(starts, given) + np.arange(total)]] = np.repeat(jobs, sizes)
+        cursor[active] += given
+        counts[active[rows], jobs] += sizes
+        idle[active] -= given
         active = active[served & (idle[active] > 0)]
     return g, counts
+
+
+def _stable_order(cost: FloatArr) -> IntArr:
+    """``np.argsort(cost, axis=1, kind="stable")`` on the finite entries (infinite ones last, in any order).
+
+    Sorted by introsort, which is faster; the result is the stable order unless two finite
+    entries of a row are equal (adjacent once sorted), in which case the stable sort is run.
+    """
+    order: IntArr = np.argsort(cost, axis=1)
+    ranked = np.take_along_axis(cost, order, axis=1)
+    if ((ranked[:, 1:] == ranked[:, :-1]) & np.isfinite(ranked[:, 1:])).any():
+        order = np.argsort(cost, axis=1, kind="stable")
+    return order
 
 
 def _give_idle(genomes: IntArr, order: IntArr, need: IntArr, take: NDArray[np.bool_]) -> IntArr:
@@ -294,35 +319,35 @@ def _reorder(ctx: _Ctx, genomes: IntArr, counts: IntArr) -> tuple[IntArr, IntArr
     """Pack each job's workers contiguously, jobs in order of their first occurrence.
 
     Returns the reordered genomes and the nodes each job spans in them. Built from blocks: each
-    row is its jobs' ``(first position, count)`` pairs sorted by first position, expanded with
-    ``np.repeat`` (idle GPUs last), so only the jobs present are sorted, not every gene. A job's
-    span is one plus the node changes inside its block, from a prefix count over the GPU order
-    (the number of runs of one node in the block, which is what the genes of a contiguous block
-    on the GPU order give).
+    row's jobs are sorted by first position (a radix sort of small integers per row: jobs absent
+    from the row and the idle GPUs, first at ``G``, go last) and expanded with ``np.repeat`` by
+    their counts, so the sort is over jobs, not genes. A job's span is one plus the node changes
+    inside its block, from a prefix count over the GPU order (the runs of one node in the block,
+    which is what counting the genes of a contiguous block gives).
     """
     k, g = genomes.shape
     j = ctx.n_jobs
     if genomes.size == 0:
         return genomes, np.zeros((k, j), dtype=np.int64)
     keys = np.where(genomes < 0, j, genomes)
-    first = np.full((k, j + 1), g, dtype=np.int64)
+    small = np.int16 if g < 32767 else np.int64  # int16 sorts by radix
+    first = np.full((k, j + 1), g, dtype=small)
     # Writing positions back to front leaves each job's first position (last write wins).
-    first[np.arange(k)[:, None], keys[:, ::-1]] = np.arange(g - 1, -1, -1, dtype=np.int64)[None, :]
+    first[np.arange(k)[:, None], keys[:, ::-1]] = np.arange(g - 1, -1, -1, dtype=small)[None, :]
     first[:, j] = g  # idle GPUs last
+    perm = np.argsort(first, axis=1, kind="stable")
     cnt = np.empty((k, j + 1), dtype=np.int64)
     cnt[:, :j] = counts
     cnt[:, j] = g - counts.sum(axis=1)
-    rr, xx = np.nonzero(cnt)
-    o = np.argsort(rr * (g + 1) + first[rr, xx])  # keys are distinct: no ties to break
-    rs, xs = rr[o], xx[o]
-    cs = cnt[rs, xs]
-    labels = np.where(xs == j, -1, xs).astype(genomes.dtype)
-    out: IntArr = np.repeat(labels, cs).reshape(k, g)
-    ends = np.cumsum(cs) - rs * g  # one past each block, within its row
-    real = xs < j
-    spans = np.zeros((k, j), dtype=np.int64)
-    spans[rs[real], xs[real]] = 1 + ctx.node_runs[ends[real] - 1] - ctx.node_runs[(ends - cs)[real]]
-    return out, spans
+    cs = np.take_along_axis(cnt, perm, axis=1)
+    labels = np.where(perm == j, -1, perm).astype(genomes.dtype)
+    out: IntArr = np.repeat(labels.reshape(-1), cs.reshape(-1)).reshape(k, g)
+    ends = np.cumsum(cs, axis=1)  # one past each block
+    runs = ctx.node_runs
+    span = np.where(cs > 0, 1 + runs[np.maximum(ends - 1, 0)] - runs[np.minimum(ends - cs, g - 1)], 0)
+    spans = np.empty((k, j + 1), dtype=np.int64)
+    np.put_along_axis(spans, perm, span, axis=1)
+    return out, spans[:, :j]
 
 
 def _new_jobs(ctx: _Ctx, genomes: IntArr, counts: IntArr, new: list[int]) -> tuple[IntArr, IntArr]:

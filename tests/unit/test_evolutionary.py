@@ -8,7 +8,17 @@ import pytest
 from slurm_elastic import policies
 from slurm_elastic.core import scaling_policy as sp
 from slurm_elastic.core.constraints import validate_plan
-from slurm_elastic.core.evolutionary import OnesMemo, OnesPlanner, _counts, _Ctx, _fill, _refresh, _reorder, _scores
+from slurm_elastic.core.evolutionary import (
+    OnesMemo,
+    OnesPlanner,
+    _counts,
+    _Ctx,
+    _fill,
+    _refresh,
+    _reorder,
+    _repair,
+    _scores,
+)
 from slurm_elastic.core.model import JobId, JobState
 from slurm_elastic.testing import make_job, make_nodes, make_snapshot, random_snapshot
 
@@ -231,3 +241,30 @@ def test_refresh_keeps_counts_in_step_with_the_genomes(seed: int) -> None:
     gen = OnesPlanner(mutation_rate=0.3)._generation(ctx, pop, 10)
     assert (gen.counts == _counts(ctx, gen.genomes)).all()
     assert (gen.spans == _reference_spans(gen.genomes, ctx.gnode, n_jobs)).all()
+
+
+def _reference_repair(genomes: np.ndarray, cap: np.ndarray, kmin: np.ndarray) -> np.ndarray:
+    """Gene-wise repair: keep a job's genes of rank (GPU order) below its cap, then drop jobs under kmin."""
+    out = np.full_like(genomes, -1)
+    for r, row in enumerate(genomes):
+        seen: dict[int, int] = {}
+        for p, x in enumerate(row):
+            if x >= 0 and seen.get(int(x), 0) < cap[x]:
+                seen[int(x)] = seen.get(int(x), 0) + 1
+                out[r, p] = x
+        for p, x in enumerate(out[r]):
+            if x >= 0 and seen[int(x)] < kmin[x]:
+                out[r, p] = -1
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_repair_equals_the_gene_wise_definition(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n_jobs, g = int(rng.integers(1, 10)), int(rng.integers(1, 30))
+    ctx = _ctx(n_jobs, [int(c) for c in rng.integers(1, 6, size=n_jobs)], g=g)
+    ctx.kmin = rng.integers(1, 4, size=n_jobs)
+    genomes = rng.integers(-1, n_jobs, size=(9, g))
+    out, counts = _repair(ctx, genomes, _counts(ctx, genomes))
+    assert (out == _reference_repair(genomes, ctx.cap, ctx.kmin)).all()
+    assert (counts == _counts(ctx, out)).all()
