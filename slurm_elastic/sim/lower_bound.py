@@ -158,12 +158,38 @@ def _shapes(k: int, per_node: int, nodes: int, biggest: int | None = None) -> It
 
 def _curves(speed: MeasuredSpeed, k: int, per_node: int, nodes: int) -> list[Shape]:
     """One shape per distinct step-time curve among the shapes of ``k`` GPUs: the simulator times a
-    measured shape by its own curve, any other by its (GPUs, nodes) curve or the fitted model."""
-    seen: dict[object, Shape] = {}
-    for shape in _shapes(k, per_node, nodes):
-        key: object = ("shape", shape) if shape in speed.by_shape else ("count", k, len(shape))
-        seen.setdefault(key, shape)
-    return list(seen.values())
+    measured shape by its own curve, any other by its (GPUs, nodes) curve or the fitted model.
+
+    So the curves are the measured shapes of ``k`` GPUs that fit, and for each node count ``n`` the
+    first shape of ``n`` nodes (in :func:`_shapes`'s order) that is not measured, found without
+    listing every shape of ``k`` GPUs (their number grows like ``k**(per_node - 1)``).
+    """
+    out: list[Shape] = [shape for shape in speed.by_shape
+                        if isinstance(shape, tuple) and _fits(shape, k, per_node, nodes)]
+    for n in range(-(-k // per_node), min(k, nodes) + 1):
+        rep = next((shape for shape in _shapes_of_length(k, n, per_node) if shape not in speed.by_shape), None)
+        if rep is not None:
+            out.append(rep)
+    return out
+
+
+def _fits(shape: Shape, k: int, per_node: int, nodes: int) -> bool:
+    """Whether :func:`_shapes` lists ``shape`` among the ways to hold ``k`` GPUs."""
+    return (0 < len(shape) <= nodes and sum(shape) == k and all(1 <= c <= per_node for c in shape)
+            and list(shape) == sorted(shape, reverse=True))
+
+
+def _shapes_of_length(k: int, n: int, biggest: int) -> Iterator[Shape]:
+    """The shapes of :func:`_shapes` with exactly ``n`` counts, in the same order."""
+    if n == 0:
+        if k == 0:
+            yield ()
+        return
+    for first in range(min(k - (n - 1), biggest), 0, -1):
+        if first * n < k:
+            break
+        for rest in _shapes_of_length(k - first, n - 1, first):
+            yield (first, *rest)
 
 
 class _Epochs:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from slurm_elastic.core.model import ElasticMode
-from slurm_elastic.sim.lower_bound import SLACK, _shapes, job_best, lower_bound, srpt_completions
+from slurm_elastic.sim.lower_bound import SLACK, _curves, _shapes, job_best, lower_bound, srpt_completions
 from slurm_elastic.sim.truth import truth
 from slurm_elastic.sim.workload import SimJobSpec, ones_longhorn, requested_time
 
@@ -123,3 +123,25 @@ def test_bound_by_hand_two_jobs_on_one_gpu_and_counted_subset() -> None:
     one = lower_bound(jobs, 1, 1, counted={"b"})  # SRPT over the counted job alone
     assert one.capacity == pytest.approx(t) and one.jobs == 1
     assert lower_bound(jobs, 1, 1, counted=set()).value is None
+
+
+class _Measured:
+    """A speed with measured shapes only (what :func:`_curves` reads)."""
+
+    def __init__(self, shapes: tuple[tuple[int, ...], ...]) -> None:
+        self.by_shape = dict.fromkeys(shapes)
+
+
+@pytest.mark.parametrize("measured", [(), ((4, 4), (2, 2), (1,), (4, 2, 1), (2, 1, 1, 1)), ((2, 1, 1),),
+                                      ((1, 1, 1, 1), (3, 1))])
+def test_curves_are_those_of_every_shape_listed(measured: tuple[tuple[int, ...], ...]) -> None:
+    # One shape per distinct curve, as listing every shape and keeping the first of each curve gives.
+    speed = _Measured(measured)
+    for per_node in (1, 2, 4, 8):
+        for nodes in (1, 2, 3, 5, 16):
+            for k in range(1, min(24, per_node * nodes) + 1):
+                seen: dict[object, tuple[int, ...]] = {}
+                for shape in _shapes(k, per_node, nodes):
+                    key = ("shape", shape) if shape in speed.by_shape else ("count", len(shape))
+                    seen.setdefault(key, shape)
+                assert sorted(_curves(speed, k, per_node, nodes)) == sorted(seen.values())  # type: ignore[arg-type]
