@@ -230,6 +230,7 @@ class VirtualCluster:
         self.jobs: dict[str, SimJob] = {}
         self.active: dict[str, SimJob] = {}
         self.finished: list[SimJob] = []
+        self.completed = 0  # finished jobs that were not dropped
         self.arrivals: list[float] = []
         self.profiles: dict[str, ThroughputModel] = {}
         self.fit_progress = fit_progress
@@ -300,6 +301,7 @@ class VirtualCluster:
         job.speed = job.rate = 0.0
         del self.active[job.spec.job_id]
         self.finished.append(job)
+        self.completed += not job.dropped
 
     # -- progress model (ONES learns it online from completed jobs) -------------------------------
 

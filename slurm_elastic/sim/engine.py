@@ -140,7 +140,7 @@ def simulate(jobs: Sequence[SimJobSpec], planner: Planner, *, gpus: int, gpus_pe
             timeline_t.pop(), timeline_busy.pop(), timeline_done.pop(), timeline_active.pop()
         timeline_t.append(cluster.now)
         timeline_busy.append(cluster.busy_gpus())
-        timeline_done.append(sum(1 for j in cluster.finished if not j.dropped))
+        timeline_done.append(cluster.completed)
         timeline_active.append(len(cluster.active))
     timeline: dict[str, list[float]] = {"t": timeline_t, "busy_gpus": [float(b) for b in timeline_busy],
                                         "completed": [float(c) for c in timeline_done],
