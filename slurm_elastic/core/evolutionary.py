@@ -94,6 +94,8 @@ class OnesMemo:
         seen: jobs known at the last executed update (later pending arrivals are "new").
         waiting_at_update: jobs left waiting by the last executed update (Resume halving).
         grids: uncorrected throughput grids by (job shape, cap, limit), reused across calls.
+        predictions: predicted throughput at the jobs' current configurations (their measured
+            correction's denominator) by (model, batch, GPUs, nodes), reused across calls.
         warm_score: expected score of the refreshed warm start in the call that made this memo.
         best_score: expected score of that call's ``S*`` (never above ``warm_score``).
         last_plan_time: when the search last ran (periodic mode).
@@ -106,6 +108,7 @@ class OnesMemo:
     seen: frozenset[JobId] = frozenset()
     waiting_at_update: frozenset[JobId] = frozenset()
     grids: dict[tuple[object, ...], FloatArr] = field(default_factory=dict)
+    predictions: dict[tuple[object, ...], float] = field(default_factory=dict)
     warm_score: float = 0.0
     best_score: float = 0.0
     last_plan_time: float | None = None
@@ -332,8 +335,8 @@ def _reorder(ctx: _Ctx, genomes: IntArr, counts: IntArr) -> tuple[IntArr, IntArr
     keys = np.where(genomes < 0, j, genomes)
     small = np.int16 if g < 32767 else np.int64  # int16 sorts by radix
     first = np.full((k, j + 1), g, dtype=small)
-    # Writing positions back to front leaves each job's first position (last write wins).
-    first[np.arange(k)[:, None], keys[:, ::-1]] = np.arange(g - 1, -1, -1, dtype=small)[None, :]
+    flat_keys = keys + (np.arange(k, dtype=np.int64) * (j + 1))[:, None]
+    np.minimum.at(first.reshape(-1), flat_keys.reshape(-1), np.tile(np.arange(g, dtype=small), k))
     first[:, j] = g  # idle GPUs last
     perm = np.argsort(first, axis=1, kind="stable")
     cnt = np.empty((k, j + 1), dtype=np.int64)
@@ -535,7 +538,8 @@ class OnesPlanner:
 
     def _context(self, snapshot: ClusterSnapshot, jobs: list[Job], limits: dict[JobId, sp.LimitState],
                  gpus: tuple[tuple[NodeName, int], ...], rng: np.random.Generator,
-                 cache: dict[tuple[object, ...], FloatArr], grids_out: dict[tuple[object, ...], FloatArr]) -> _Ctx:
+                 cache: dict[tuple[object, ...], FloatArr], grids_out: dict[tuple[object, ...], FloatArr],
+                 known: dict[tuple[object, ...], float], predictions: dict[tuple[object, ...], float]) -> _Ctx:
         node_ix = {n.name: i for i, n in enumerate(snapshot.nodes)}
         gnode = np.array([node_ix[n] for n, _ in gpus], dtype=np.int64)
         gpn = max((len(n.gpus) for n in snapshot.nodes), default=1) or 1
@@ -552,7 +556,7 @@ class OnesPlanner:
                 if raw is None:
                     raw = sizing.throughput_grid(job, model, cap, r, corrected=False)
                 grids_out[key] = raw
-            grid = raw * sizing.correction(job, model)
+            grid = raw * sizing.correction(job, model, known, predictions)
             feas = np.flatnonzero(grid[:, 0] > 0)
             feas = feas[feas >= job.min_gpus]
             kmins.append(int(feas[0]) if len(feas) else g + 1)
@@ -591,7 +595,8 @@ class OnesPlanner:
         gpus = snapshot.schedulable_gpus()
         limits = self._limits(snapshot, m, jobs)
         grids: dict[tuple[object, ...], FloatArr] = {}
-        ctx = self._context(snapshot, jobs, limits, gpus, rng, m.grids, grids)
+        predictions: dict[tuple[object, ...], float] = {}  # only this call's are carried, like the grids
+        ctx = self._context(snapshot, jobs, limits, gpus, rng, m.grids, grids, m.predictions, predictions)
         jix = {j.job_id: i for i, j in enumerate(jobs)}
         gix = {gpu: i for i, gpu in enumerate(gpus)}
         current = np.full(len(gpus), -1, dtype=np.int32)
@@ -641,6 +646,7 @@ class OnesPlanner:
                            if j.job_id in m.seen or j.job_id in running_now or j.state is not JobState.PENDING),
             waiting_at_update=frozenset(j.job_id for j in jobs if j.job_id not in running_now),
             grids=grids,
+            predictions=predictions,
             last_plan_time=snapshot.now,
             warm_score=warm_expected,
             best_score=float(expected[best]),

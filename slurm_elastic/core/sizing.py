@@ -22,6 +22,7 @@ job are multiplied by ``measured / predicted`` at its current configuration (cli
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -151,17 +152,27 @@ def best_exo_batch(job: Job, k: int, model: ThroughputModel) -> Sizing | None:
     return Sizing(best, math.ceil(best / k), 1, job.base_lr * best / job.base_batch)
 
 
-def correction(job: Job, model: ThroughputModel) -> float:
-    """Measured-over-predicted throughput factor at the job's current configuration (1 if none)."""
+def correction(job: Job, model: ThroughputModel, known: Mapping[tuple[object, ...], float] | None = None,
+               seen: dict[tuple[object, ...], float] | None = None) -> float:
+    """Measured-over-predicted throughput factor at the job's current configuration (1 if none).
+
+    A planner may carry the predicted throughputs from call to call (a job's configuration rarely
+    changes between rounds): they are looked up in ``known`` and recorded in ``seen``, by (model,
+    batch, GPUs, nodes).
+    """
     if job.observed_throughput is None or job.num_gpus == 0 or job.observed_throughput <= 0:
         return 1.0
-    predicted = float(
-        model.throughput(job.global_batch or job.local_batch * job.num_gpus, job.num_gpus, job.placement.num_nodes)
-    )
-    if predicted <= 0:
+    key = (model, job.global_batch or job.local_batch * job.num_gpus, job.num_gpus, job.placement.num_nodes)
+    cached = None if known is None else known.get(key)
+    if cached is None:
+        cached = float(model.throughput(job.global_batch or job.local_batch * job.num_gpus, job.num_gpus,
+                                        job.placement.num_nodes))
+    if seen is not None:
+        seen[key] = cached
+    if cached <= 0:
         return 1.0
     lo, hi = CORRECTION_CLIP
-    return min(hi, max(lo, job.observed_throughput / predicted))
+    return min(hi, max(lo, job.observed_throughput / cached))
 
 
 def throughput_grid(job: Job, model: ThroughputModel, kmax: int, batch_limit: int | None = None,
