@@ -79,6 +79,44 @@ def bench_planner(*, gpus: int, gpus_per_node: int, jobs: int, policy: str, repe
     }
 
 
+SCALING_GPUS = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+"""Cluster sizes of ``bench planner --scaling``."""
+
+
+def bench_planner_scaling(*, policy: str, gpus_per_node: int = 4, jobs_per_gpu: float = 0.25,
+                          repeat: int = 3, seed: int = 0, params: dict[str, Any] | None = None,
+                          sizes: tuple[int, ...] = SCALING_GPUS) -> list[dict[str, Any]]:
+    """:func:`bench_planner` at each cluster size of ``sizes`` (one process), with where the time goes.
+
+    Each size gets ``jobs_per_gpu`` jobs per GPU (1,024 jobs on 4,096 GPUs by default) and, beside
+    the latencies, ``profile``: the planner's own functions with the largest share of one more plan
+    (under cProfile, with the memo: cumulative, so nested functions overlap; entry points left out).
+    """
+    import cProfile
+    import pstats
+
+    rows = []
+    for gpus in sizes:
+        jobs = max(1, round(gpus * jobs_per_gpu))
+        row = bench_planner(gpus=gpus, gpus_per_node=gpus_per_node, jobs=jobs, policy=policy, repeat=repeat,
+                            seed=seed, params=params)
+        snap = random_snapshot(np.random.default_rng(seed), math.ceil(gpus / gpus_per_node), gpus_per_node, jobs)
+        planner = policies.create(policy, **dict(params or {}))
+        res = planner.plan(snap, None, np.random.default_rng(seed))
+        prof = cProfile.Profile()
+        prof.enable()
+        planner.plan(snap, res.memo, np.random.default_rng(seed + 1))
+        prof.disable()
+        stats: dict[Any, Any] = pstats.Stats(prof).stats  # type: ignore[attr-defined]
+        total = max(sum(tt for _, _, tt, _, _ in stats.values()), 1e-12)
+        own = [(ct, f"{file.rsplit('/', 1)[-1]}:{name}") for (file, _, name), (_, _, _, ct, _) in stats.items()
+               if "slurm_elastic" in file and ct < 0.95 * total]
+        own.sort(reverse=True)
+        row["profile"] = [{"function": name, "share": round(ct / total, 3)} for ct, name in own[:8]]
+        rows.append(row)
+    return rows
+
+
 def bench_simulate(*, jobs: int, gpus: int, policy: str, seed: int = 1, round_gap: float = 30.0) -> dict[str, Any]:
     """Wall time of simulating a Philly-like trace of ``jobs`` jobs on ``gpus`` GPUs."""
     from slurm_elastic.sim.engine import simulate

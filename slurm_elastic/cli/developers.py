@@ -244,8 +244,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
                              round_gap=args.round_gap)
         print(json.dumps(out, indent=2))
         return 0
+    if args.scaling:
+        from slurm_elastic.bench import bench_planner_scaling
+
+        rows = bench_planner_scaling(policy=args.policy, gpus_per_node=args.gpus_per_node,
+                                     repeat=args.repeat or 3, seed=args.seed, params=dict(args.param))
+        print(json.dumps(rows, indent=2))
+        return 0
     result = bench_planner(gpus=args.gpus, gpus_per_node=args.gpus_per_node, jobs=args.jobs,
-                           policy=args.policy, repeat=args.repeat, seed=args.seed, params=dict(args.param))
+                           policy=args.policy, repeat=args.repeat or 20, seed=args.seed, params=dict(args.param))
     print(json.dumps(result, indent=2))
     return 0
 

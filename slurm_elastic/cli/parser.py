@@ -113,10 +113,14 @@ def build_parser() -> argparse.ArgumentParser:
     bp.add_argument("--gpus-per-node", type=_gpus, default=4, help="GPUs per node (default 4)")
     bp.add_argument("--jobs", type=_jobs, default=1000, help="jobs in the synthetic queue (default 1000)")
     bp.add_argument("--policy", default="dp", help="the policy to time (default dp)")
-    bp.add_argument("--repeat", type=_repeat, default=20, help="timed plans; the median is reported (default 20)")
+    bp.add_argument("--repeat", type=_repeat, default=None,
+                    help="timed plans; the median is reported (default 20, 3 with --scaling)")
     bp.add_argument("--seed", type=_seed, default=0, help="seed of the synthetic cluster and queue (default 0)")
     bp.add_argument("--param", type=_param, action="append", default=[], metavar="KEY=VALUE",
                     help="planner parameter, e.g. generations=1 (repeatable)")
+    bp.add_argument("--scaling", action="store_true",
+                    help="time the policy at 64, 128, ... 16384 GPUs (a quarter job per GPU; --repeat default 3) "
+                         "and print one JSON row per size, with the functions taking the time")
     bp.add_argument("--json", action="store_true", help="print JSON (the default; kept for symmetry)")
     bz = bsub.add_parser("resize", help="pause of an in-place resize vs checkpoint-restart (the launcher)")
     bz.add_argument("--model", choices=("resnet18", "cnn"), default="resnet18",

@@ -121,3 +121,11 @@ def test_the_top_help_lists_every_command_once_under_who_uses_it(capsys: pytest.
     users = out[heads[0]:heads[1]]
     assert "submit" in users and "status" in users and "daemon" not in users
     assert "  report " in out[heads[2]:heads[3]]
+
+
+def test_bench_planner_scaling_gives_a_row_per_size() -> None:
+    from slurm_elastic.bench import bench_planner_scaling
+
+    rows = bench_planner_scaling(policy="ones", repeat=1, sizes=(16, 32), params={"generations": 1})
+    assert [r["jobs"] for r in rows] == [4, 8]
+    assert all(r["median_ms"] > 0 and r["profile"] and r["invalid_plans"] == 0 for r in rows)
