@@ -385,7 +385,8 @@ class JobHistory:
 
 
 def bounded_uniform_sample(
-    histories: Sequence[JobHistory], max_points: int, rng: np.random.Generator
+    histories: Sequence[JobHistory], max_points: int, rng: np.random.Generator,
+    pooled: Sequence[tuple[ProgressPoint, float]] | None = None,
 ) -> list[tuple[ProgressPoint, float]]:
     """Pool all points of all histories and subsample them uniformly to at most ``max_points``.
 
@@ -393,6 +394,8 @@ def bounded_uniform_sample(
         histories: Training logs of completed jobs.
         max_points: Bound on the training set size (>= 1).
         rng: Source of randomness (used only when subsampling is needed).
+        pooled: the histories' points already pooled (what this function would pool from
+            ``histories``, in order), kept by a caller that adds histories one by one.
 
     Returns:
         All points (in history order) when there are at most ``max_points``; otherwise
@@ -405,7 +408,8 @@ def bounded_uniform_sample(
     """
     if max_points < 1:
         raise ValueError(f"max_points must be >= 1, got {max_points}")
-    pool = [pair for history in histories for pair in history.progress_points()]
+    pool = list(pooled) if pooled is not None else [pair for history in histories
+                                                    for pair in history.progress_points()]
     if len(pool) <= max_points:
         return pool
     chosen = np.sort(rng.choice(len(pool), size=max_points, replace=False))
@@ -585,13 +589,15 @@ def mean_abs_progress_error(model: BetaProgressModel, data: Sequence[tuple[Progr
 
 
 def learn(histories: Sequence[JobHistory], previous: BetaProgressModel | None,
-          rng: np.random.Generator) -> tuple[BetaProgressModel, float]:
+          rng: np.random.Generator,
+          pooled: Sequence[tuple[ProgressPoint, float]] | None = None) -> tuple[BetaProgressModel, float]:
     """The model fitted on (a bounded uniform sample of) ``histories``, warm-started at
-    ``previous``, and its :func:`mean_abs_progress_error` on that training set.
+    ``previous``, and its :func:`mean_abs_progress_error` on that training set (``pooled``: as
+    :func:`bounded_uniform_sample`).
 
     Raises:
         ProfileError: a malformed history, or no usable point.
     """
-    data = bounded_uniform_sample(histories, TRAINING_POINTS, rng)
+    data = bounded_uniform_sample(histories, TRAINING_POINTS, rng, pooled)
     model = fit_progress_model(data, prior=previous)
     return model, mean_abs_progress_error(model, data)

@@ -60,7 +60,7 @@ from slurm_elastic.core.model import (
 from slurm_elastic.core.rounds import ActionOutcome
 from slurm_elastic.errors import ConfigError, ProfileError
 from slurm_elastic.sim.workload import SimJobSpec
-from slurm_elastic_predictor.progress import BetaProgressModel, JobHistory, learn, refit_due
+from slurm_elastic_predictor.progress import BetaProgressModel, JobHistory, ProgressPoint, learn, refit_due
 from slurm_elastic_predictor.throughput import ThroughputModel
 
 CHECKPOINT_RESTART_S = 30.0
@@ -235,6 +235,7 @@ class VirtualCluster:
         self.profiles: dict[str, ThroughputModel] = {}
         self.fit_progress = fit_progress
         self.histories: list[JobHistory] = []
+        self.pooled: list[tuple[ProgressPoint, float]] | None = []  # the histories' points, pooled once
         self.progress_model: BetaProgressModel | None = None
         self._fitted_at = 0
         self._errors: list[tuple[str, str, str]] = []
@@ -318,14 +319,20 @@ class VirtualCluster:
                 break
             points.append((processed, *_reports(spec, processed, spec.base_batch)))
         if points:
-            self.histories.append(JobHistory(float(spec.epoch_size), 1.0, float(total), tuple(points)))
+            history = JobHistory(float(spec.epoch_size), 1.0, float(total), tuple(points))
+            self.histories.append(history)
+            try:
+                if self.pooled is not None:
+                    self.pooled.extend(history.progress_points())
+            except ProfileError:
+                self.pooled = None  # learn() pools (and refuses) the histories itself
 
     def _maybe_refit(self) -> None:
         n = len(self.histories)
         if not self.fit_progress or not refit_due(n, self._fitted_at):
             return
         try:
-            self.progress_model, _ = learn(self.histories, self.progress_model, np.random.default_rng(n))
+            self.progress_model, _ = learn(self.histories, self.progress_model, np.random.default_rng(n), self.pooled)
         except ProfileError:
             return
         self._fitted_at = n
