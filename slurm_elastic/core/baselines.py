@@ -313,10 +313,13 @@ class OptimusMemo:
         last_plan_time: ``now`` of the last full re-plan (``None`` before the first).
         grids: uncorrected fixed-batch throughput per GPU count, by (job shape, largest count),
             reused across calls.
+        predictions: predicted throughput at the jobs' current configurations (their measured
+            correction's denominator; :func:`~slurm_elastic.core.sizing.correction`), reused across calls.
     """
 
     last_plan_time: float | None = None
     grids: dict[tuple[object, ...], FloatArr] = field(default_factory=dict)
+    predictions: dict[tuple[object, ...], float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,7 +369,8 @@ class OptimusPlanner:
 
     def _tables(self, snapshot: ClusterSnapshot, jobs: Sequence[Job], total: int,
                 cache: dict[tuple[object, ...], FloatArr],
-                out: dict[tuple[object, ...], FloatArr]) -> list[_Table]:
+                out: dict[tuple[object, ...], FloatArr], known: dict[tuple[object, ...], float],
+                predictions: dict[tuple[object, ...], float]) -> list[_Table]:
         tables: list[_Table] = []
         for job in jobs:
             model = snapshot.profiles[job.model]
@@ -380,7 +384,7 @@ class OptimusPlanner:
                     raw = sizing.throughput_grid(endo, model, cap, corrected=False)[:, 0]
                 out[key] = raw
             # The correction is measured at the job's real configuration, so it uses the job itself.
-            x = raw * sizing.correction(job, model)
+            x = raw * sizing.correction(job, model, known, predictions)
             feas = np.flatnonzero(x > 0)
             feas = feas[feas >= job.min_gpus]
             tables.append(_Table(x, int(feas[0]), int(feas[-1])) if len(feas) else _Table(x, 0, 0))
@@ -392,7 +396,8 @@ class OptimusPlanner:
         jobs = sorted(snapshot.elastic_jobs(), key=_order)
         total = len(snapshot.schedulable_gpus())
         grids: dict[tuple[object, ...], FloatArr] = {}
-        tabs = self._tables(snapshot, jobs, total, m.grids, grids)
+        predictions: dict[tuple[object, ...], float] = {}  # only this call's are carried, like the grids
+        tabs = self._tables(snapshot, jobs, total, m.grids, grids, m.predictions, predictions)
         tab = {j.job_id: t for j, t in zip(jobs, tabs, strict=True)}
 
         def choose(job: Job, k: int) -> sizing.Sizing | None:
@@ -418,7 +423,7 @@ class OptimusPlanner:
                     reasons[job.job_id] = f"waiting for the next optimus round at t={next_round:g} s"
             plan = build_plan(snapshot, self.name, counts, reasons=reasons, choose=choose,
                               notes=("between re-plans: allocation kept",))
-            return PlanResult(plan, OptimusMemo(last, grids))
+            return PlanResult(plan, OptimusMemo(last, grids, predictions))
 
         y = expected_remaining(*progress_shapes(snapshot, jobs, self.default_epochs_to_go))
         counts = {}
@@ -455,7 +460,7 @@ class OptimusPlanner:
                 heapq.heappush(heap, (-g, i))
         score = float(sum(y[i] / tabs[i].x[counts[j.job_id]] for i, j in enumerate(jobs) if j.job_id in counts))
         plan = build_plan(snapshot, self.name, counts, reasons=reasons, choose=choose, score=score)
-        return PlanResult(plan, OptimusMemo(snapshot.now, grids))
+        return PlanResult(plan, OptimusMemo(snapshot.now, grids, predictions))
 
     @staticmethod
     def _never(job: Job, total: int) -> str:
