@@ -321,7 +321,7 @@ def allocate(snapshot: ClusterSnapshot, spec: FeatureSpec, choose: Chooser, *, r
             state = np.concatenate([mat.ravel(), glob])
             # Liveness guard: "stop" is not offered while the whole cluster would stay idle.
             mask = np.append(can, bool(counts) or bool(alloc.any()))
-            step = Step(state, mask, slot_jobs, tuple(int(a) for a in alloc), free)
+            step = Step(state, mask, slot_jobs, tuple(alloc.tolist()), free)
             action = int(choose(step))
             if not (0 <= action < len(mask) and mask[action]):
                 raise ConfigError(f"{policy}: the chooser picked action {action}, which is not allowed")
