@@ -77,14 +77,14 @@ import heapq
 import itertools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from slurm_elastic.core import sizing
-from slurm_elastic.core.model import ClusterSnapshot, ElasticMode, Job, JobId, JobState
+from slurm_elastic.core.model import ClusterSnapshot, Job, JobId, JobState
 from slurm_elastic.core.planner import PlanResult, build_plan
 from slurm_elastic.core.remaining import expected_remaining, progress_shapes
 from slurm_elastic.errors import ConfigError
@@ -337,7 +337,7 @@ def fixed_batch_sizing(job: Job, k: int, snapshot: ClusterSnapshot) -> sizing.Si
     Endo-elastic sizing whatever the job's mode: per-GPU batch ``ceil(B / k)``, gradient
     accumulation when that does not fit, learning rate unchanged (it is the user's, at ``B``).
     """
-    return sizing.size_for(replace(job, mode=ElasticMode.ENDO), k, snapshot.profiles[job.model])
+    return sizing.size_for(job.as_endo(), k, snapshot.profiles[job.model])
 
 
 class OptimusPlanner:
@@ -374,7 +374,7 @@ class OptimusPlanner:
         tables: list[_Table] = []
         for job in jobs:
             model = snapshot.profiles[job.model]
-            endo = replace(job, mode=ElasticMode.ENDO)
+            endo = job.as_endo()
             cap = max(0, min(job.max_gpus, total))
             key = (*sizing.shape_key(endo), cap)
             raw = out.get(key)

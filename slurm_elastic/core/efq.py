@@ -45,14 +45,14 @@ leaves the cluster early (finished or cancelled) stays in GPS until ``V`` reache
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from slurm_elastic.core import sizing
-from slurm_elastic.core.model import ClusterSnapshot, ElasticMode, Job, JobId, JobState
+from slurm_elastic.core.model import ClusterSnapshot, Job, JobId, JobState
 from slurm_elastic.core.planner import PlanResult, build_plan
 from slurm_elastic.core.remaining import expected_remaining, progress_shapes
 from slurm_elastic.errors import ConfigError
@@ -119,7 +119,7 @@ def advance_gps(vtime: float, finish: list[float], capacity: int, duration: floa
 
 
 def _endo(job: Job) -> Job:
-    return job if job.mode is ElasticMode.ENDO else replace(job, mode=ElasticMode.ENDO)
+    return job.as_endo()
 
 
 def _sizing(job: Job, k: int, snapshot: ClusterSnapshot) -> sizing.Sizing | None:

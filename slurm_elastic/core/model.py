@@ -263,6 +263,17 @@ class Job:
         object.__setattr__(job, "run_time", float(run_time))
         return job
 
+    def as_endo(self) -> Job:
+        """This job with its global batch fixed (endo-elastic), as the fixed-batch policies size it (no rule
+        involves the mode, so none is checked again: ``dataclasses.replace`` would re-check them all)."""
+        if self.mode is ElasticMode.ENDO:
+            return self
+        job = object.__new__(Job)
+        for name in _JOB_FIELDS:
+            object.__setattr__(job, name, getattr(self, name))
+        object.__setattr__(job, "mode", ElasticMode.ENDO)
+        return job
+
     @property
     def num_gpus(self) -> int:
         """GPUs held now."""
