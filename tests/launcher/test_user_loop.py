@@ -60,7 +60,11 @@ def _descendants(pid: int) -> list[int]:
     """The processes below ``pid`` (Linux ``/proc``), children first."""
     out: list[int] = []
     for task in Path(f"/proc/{pid}/task").iterdir():
-        for child in (task / "children").read_text().split():
+        try:
+            children = (task / "children").read_text().split()
+        except FileNotFoundError:  # a thread that ended meanwhile
+            continue
+        for child in children:
             out += [int(child), *_descendants(int(child))]
     return out
 
