@@ -146,14 +146,15 @@ class ElasticLoader:
         if kwargs.get("num_workers", 0) > 0:
             kwargs.setdefault("persistent_workers", True)  # a resize restarts the iteration, not the workers
             kwargs["worker_init_fn"] = functools.partial(_loader_worker_init, kwargs.get("worker_init_fn"))
-            atexit.register(self.shutdown)  # before multiprocessing's own exit hook, which would wait on them
         self._loader = DataLoader(dataset, batch_sampler=self._batches, **kwargs)
+        if self._loader.num_workers > 0:
+            atexit.register(self.shutdown)  # before multiprocessing's own exit hook, which would wait on them
 
     def shutdown(self) -> None:
         """Stop the loader's worker processes: ask them, then kill any left (they ignore SIGTERM,
         so multiprocessing's exit hook, which terminates and then joins them, would wait forever).
         Done when the world closes, and at exit (a script that failed never closed it)."""
-        it = getattr(self._loader, "_iterator", None) if hasattr(self, "_loader") else None
+        it = getattr(self._loader, "_iterator", None)
         if it is None:
             return
         self._loader._iterator = None

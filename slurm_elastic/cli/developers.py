@@ -136,13 +136,10 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "reproduce.md").write_text(table)
     (args.out / "results.json").write_text(json.dumps(results, indent=1, default=float))
-    for gpus in sorted({r["gpus"] for r in results if r["workload"] == "ones-longhorn"}):
-        ones = [r for r in results if r["workload"] == "ones-longhorn" and r["gpus"] == gpus]
-        write_report(ones, args.out / f"ones-longhorn-{gpus}", title=f"ones-longhorn on {gpus} GPUs: ONES vs baselines")
-    for workload, gpus in sorted({(r["workload"], r["gpus"]) for r in results
-                                  if r["workload"] in ("ibm-categories", "ibm-categories-overload")}):
-        ibm = [r for r in results if r["workload"] == workload and r["gpus"] == gpus]
-        write_report(ibm, args.out / f"{workload}-{gpus}", title=f"{workload} on {gpus} GPUs")
+    reported = ("ones-longhorn", "ibm-categories", "ibm-categories-overload")
+    for workload, gpus in sorted({(r["workload"], r["gpus"]) for r in results if r["workload"] in reported}):
+        runs = [r for r in results if r["workload"] == workload and r["gpus"] == gpus]
+        write_report(runs, args.out / f"{workload}-{gpus}", title=f"{workload} on {gpus} GPUs")
     print(table)
     return 0
 

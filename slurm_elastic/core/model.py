@@ -15,7 +15,7 @@ import enum
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import NewType
+from typing import Any, NewType
 
 from slurm_elastic.errors import SnapshotError
 from slurm_elastic_predictor.progress import BetaProgressModel
@@ -254,25 +254,23 @@ class Job:
              and sum(in_blocks.values()) < max(1, self.placement.num_gpus),
              f"release blocks {self.release_blocks} must be GPUs it holds, never all of them")
 
+    def _unchecked(self, **changes: Any) -> Job:
+        """A copy with ``changes``, none of which any rule involves, so no rule is checked again
+        (``dataclasses.replace`` would re-check them all)."""
+        job = object.__new__(Job)
+        for name in _JOB_FIELDS:
+            object.__setattr__(job, name, changes.get(name, getattr(self, name)))
+        return job
+
     def ran_for(self, run_time: float) -> Job:
         """This job having run ``run_time`` seconds (no rule involves the run time, so none is checked again:
         an observer brings an unchanged running job to the snapshot's instant this way)."""
-        job = object.__new__(Job)
-        for name in _JOB_FIELDS:
-            object.__setattr__(job, name, getattr(self, name))
-        object.__setattr__(job, "run_time", float(run_time))
-        return job
+        return self._unchecked(run_time=float(run_time))
 
     def as_endo(self) -> Job:
         """This job with its global batch fixed (endo-elastic), as the fixed-batch policies size it (no rule
-        involves the mode, so none is checked again: ``dataclasses.replace`` would re-check them all)."""
-        if self.mode is ElasticMode.ENDO:
-            return self
-        job = object.__new__(Job)
-        for name in _JOB_FIELDS:
-            object.__setattr__(job, name, getattr(self, name))
-        object.__setattr__(job, "mode", ElasticMode.ENDO)
-        return job
+        involves the mode, so none is checked again)."""
+        return self if self.mode is ElasticMode.ENDO else self._unchecked(mode=ElasticMode.ENDO)
 
     @property
     def num_gpus(self) -> int:
