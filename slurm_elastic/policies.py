@@ -33,6 +33,7 @@ from slurm_elastic.core.dynprog import DynamicProgramPlanner, fixed_batch_planne
 from slurm_elastic.core.efq import EfqPlanner
 from slurm_elastic.core.evolutionary import OnesPlanner
 from slurm_elastic.core.guards import GuardedPlanner, Guards
+from slurm_elastic.core.minjct import MinJctPlanner
 from slurm_elastic.core.planner import Planner
 from slurm_elastic.drl.weights import drl
 from slurm_elastic.errors import ConfigError, UnknownPolicyError
@@ -52,6 +53,7 @@ _FACTORIES: dict[str, PlannerFactory] = {
     "drl": drl,
     "efq": EfqPlanner,
     "fifo": FifoPlanner,
+    "min-jct": MinJctPlanner,
     "ones": OnesPlanner,
     "optimus": OptimusPlanner,
     "tiresias": TiresiasPlanner,
@@ -171,6 +173,14 @@ PARAMETERS: dict[str, dict[str, Param]] = {
         "default_epochs_to_go": Param("float", 0.0, MAX_EPOCHS),
     },
     "fifo": {"backfill": _BOOL},
+    "min-jct": {
+        "ftf_bound": _FTF,
+        "grow_s": Param("float", 0.0, 3600.0),
+        "shrink_s": Param("float", 0.0, 3600.0),
+        "restart_s": Param("float", 0.0, 3600.0),
+        "kmax": Param("int", 1, 65536, optional=True),
+        "default_epochs_to_go": Param("float", 1.0, MAX_EPOCHS),
+    },
     "ones": {
         "population": Param("int", 2, 4096, optional=True),
         "population_cap": Param("int", 2, 4096),

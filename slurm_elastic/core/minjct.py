@@ -1,0 +1,385 @@
+"""The ``min-jct`` policy: GPUs and batch sizes chosen over the whole cluster to finish jobs soonest.
+
+This module owns the ``min-jct`` planner (our own policy) and the solver behind it,
+:func:`solve_hulls`. Pure: no I/O, no clock, no randomness (``rng`` is unused); what it learns
+between calls lives in its memo (:class:`MinJctMemo`).
+
+**Remaining work.** Each active elastic job ``j`` has ``R_j`` expected remaining samples: to its
+declared epochs; else to the mean of the ended jobs of its kind (:class:`WorkHistory`: the same
+user, model, epoch size and ranges, i.e. a script submitted again), while it has done less; else,
+before it starts, the mean ended job's time at its smallest size; else the ONES progress estimate
+of :mod:`~slurm_elastic.core.remaining`. ``X_j(k)`` is its throughput on ``k`` GPUs at the batch
+that maximises it (the IBM optimizer's ``b_opt(k)``; an endo-elastic job keeps its batch),
+corrected by what the job measured.
+
+**Admission: shortest first.** Running jobs keep at least their smallest feasible size (they are
+not preempted, as in ``dp``), at sizes Slurm can free (``Job.unreachable_sizes``). Waiting jobs
+are admitted at their smallest size while the GPUs last, in ascending expected time at that size
+``R_j / X_j(kmin)`` (SRPT's order), except the jobs already late: those whose finish-time
+fairness, were they started now at their requested size, would exceed ``ftf_bound`` go first,
+latest first.
+
+**Sizes: efficiency, less the price of a resize.** With the admitted set fixed, the planner
+chooses one size per job maximising
+
+    ``sum_j  X_j(k_j) / X_j(kmin_j)  *  (R_j / X_j(k_j)) / (c_j(k_j) + R_j / X_j(k_j))``
+
+that is, ``dp``'s objective (the cluster's throughput in single-GPU equivalents, the batch chosen
+with the size), each job's term reduced by the share of its remaining time ``R_j / X_j(k)`` that
+the pause ``c_j(k)`` to get there would take: the launcher's measured pause to grow or shrink in
+place, a checkpoint-restart for a job without the launcher (``can_rebatch`` false) or a preempted
+job that resumes, nothing to keep its size. A resize is made only when it pays for its pause.
+
+**Fairness.** Each admitted job gets at least the smallest size that keeps its estimated
+finish-time fairness within ``ftf_bound`` (the simulator's definition: its time so far plus its
+remaining time at that size, over its time alone at its requested size stretched to its share
+among the jobs active now), the latest jobs first, while the GPUs last.
+
+**Search.** The sizes are a multiple-choice knapsack over the whole cluster (one size per job,
+``K`` GPUs). :func:`solve_hulls` solves its linear relaxation exactly (each job's upper concave
+hull, hull segments taken in descending slope: Sinha and Zoltners 1979) and keeps the integral
+part: optimal when every job's values are concave from its start, otherwise within one hull
+segment's value of the optimum (tests check both against brute force). Cost ``O(S log S)`` for
+``S`` hull segments.
+
+When the running jobs' smallest sizes no longer fit (nodes lost), the most recently started are
+preempted until they do.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from slurm_elastic.core import fairness, sizing
+from slurm_elastic.core.model import ClusterSnapshot, ElasticMode, Job, JobId, JobState
+from slurm_elastic.core.planner import PlanResult, build_plan
+from slurm_elastic.core.remaining import expected_remaining, progress_shapes
+from slurm_elastic.errors import ConfigError
+
+FloatArr = NDArray[np.float64]
+NEG = -np.inf
+
+LAUNCHER_GROW_S = 2.7
+"""The launcher's measured pause to grow in place (../shared/PYTHON-STACK-FACTS.md)."""
+LAUNCHER_SHRINK_S = 0.9
+"""The launcher's measured pause to shrink in place."""
+RESTART_S = 30.0
+"""A checkpoint-restart (Pollux's figure): a job without the launcher, or a preempted job resuming."""
+
+
+WorkClass = tuple[Any, ...]
+"""Jobs of one kind: the same user, model, epoch size, ranges and mode (a script submitted again)."""
+
+
+def work_class(job: Job) -> WorkClass:
+    """The kind of work a job is, for :class:`WorkHistory`."""
+    return (job.user, job.model, job.epoch_size, job.min_batch, job.max_batch, job.min_gpus, job.max_gpus, job.mode)
+
+
+@dataclass(frozen=True, slots=True)
+class Sighting:
+    """A running job as last seen: its kind, samples, samples/s, when, and its samples/s at its smallest size."""
+
+    kind: WorkClass
+    samples: float
+    rate: float
+    time: float
+    smallest_rate: float
+
+
+@dataclass(frozen=True, slots=True)
+class WorkHistory:
+    """What the jobs that left taught: the mean samples of each kind, and the mean time a job
+    needs at its smallest size (over every kind).
+
+    A running job that leaves the snapshot has ended; its samples are those last seen plus its rate
+    over the time since (the planner runs when jobs end, so that is their end). A cancelled job
+    counts as ended too: the learned means are estimates, never promises.
+    """
+
+    seen: dict[JobId, Sighting] = field(default_factory=dict)
+    work: dict[WorkClass, tuple[int, float]] = field(default_factory=dict)
+    alone: tuple[int, float] = (0, 0.0)
+
+    def updated(self, snapshot: ClusterSnapshot, smallest_rate: dict[JobId, float]) -> WorkHistory:
+        """The history after ``snapshot``: the jobs last seen running and now gone are learned."""
+        present = {j.job_id for j in snapshot.jobs}
+        work = dict(self.work)
+        n_all, mean_all = self.alone
+        for job_id, last in self.seen.items():
+            if job_id in present:
+                continue
+            total = last.samples + last.rate * max(0.0, snapshot.now - last.time)
+            n, mean = work.get(last.kind, (0, 0.0))
+            work[last.kind] = (n + 1, mean + (total - mean) / (n + 1))
+            if last.smallest_rate > 0:
+                n_all += 1
+                mean_all += (total / last.smallest_rate - mean_all) / n_all
+        seen = {j.job_id: Sighting(work_class(j), float(j.samples_processed), float(j.observed_throughput or 0.0),
+                                   snapshot.now, smallest_rate.get(j.job_id, 0.0))
+                for j in snapshot.elastic_jobs() if j.state is JobState.RUNNING}
+        return WorkHistory(seen, work, (n_all, mean_all))
+
+
+@dataclass(frozen=True, slots=True)
+class MinJctMemo:
+    """Warm state of ``min-jct``: each job shape's throughput and batch tables, and the work history."""
+
+    tables: dict[tuple[Any, ...], tuple[FloatArr, NDArray[np.int64]]] = field(default_factory=dict)
+    history: WorkHistory = field(default_factory=WorkHistory)
+
+
+def throughput_table(job: Job, snapshot: ClusterSnapshot, kmax: int) -> tuple[FloatArr, NDArray[np.int64]]:
+    """Uncorrected samples/s and global batch for ``k = 0..kmax`` (0 where infeasible and at ``k = 0``):
+    ``b_opt(k)`` for an exo-elastic job, its own batch for an endo-elastic one."""
+    model = snapshot.profiles[job.model]
+    tp = np.zeros(kmax + 1)
+    batches = np.zeros(kmax + 1, dtype=np.int64)
+    if kmax < 1:
+        return tp, batches
+    ks = np.arange(1, kmax + 1, dtype=np.int64)
+    if job.mode is ElasticMode.ENDO:
+        tp[1:] = sizing.throughput_grid(job, model, kmax, corrected=False)[1:, 0]
+        batches[1:] = job.base_batch
+    else:
+        batches[1:], tp[1:] = sizing.best_exo_batches(job, model, ks)
+    return tp, batches
+
+
+def _hull(v: FloatArr, start: int) -> list[int]:
+    """The vertices of the upper concave hull of ``(k, v[k])`` from ``start`` to the best value
+    (feasible ``k >= start`` only; slopes strictly falling and positive)."""
+    hull = [start]
+    for k in (int(x) for x in np.flatnonzero(np.isfinite(v))):
+        if k <= start:
+            continue
+        while len(hull) >= 2:
+            a, b = hull[-2], hull[-1]
+            if (v[b] - v[a]) * (k - b) <= (v[k] - v[b]) * (b - a):  # b is not above the chord a-k
+                hull.pop()
+            else:
+                break
+        hull.append(k)
+    best = max(range(len(hull)), key=lambda i: (v[hull[i]], -i))
+    return hull[: best + 1]
+
+
+def solve_hulls(values: list[FloatArr], starts: list[int], total: int) -> list[int] | None:
+    """One size per job maximising ``sum_j values[j][k_j]`` with ``sum_j k_j <= total``.
+
+    Args:
+        values: per job, its value at ``k = 0..kmax`` (``-inf`` where infeasible).
+        starts: per job, the size it gets at least (feasible: ``values[j][starts[j]]`` finite).
+        total: GPUs (``K``).
+
+    Returns:
+        The sizes, or ``None`` when the starts alone exceed ``total``. Each job's hull segments are
+        taken in descending slope (ties: the job listed first, then its smaller sizes) while they
+        fit; a segment that does not fit ends its job's growth. Optimal when every job's values are
+        concave from its start; otherwise within the largest hull segment's value of the optimum.
+    """
+    sizes = [int(s) for s in starts]
+    left = total - sum(sizes)
+    if left < 0:
+        return None
+    slope: list[float] = []
+    owner: list[int] = []
+    step: list[int] = []
+    width: list[int] = []
+    for j, (v, s) in enumerate(zip(values, sizes, strict=True)):
+        hull = _hull(v, s)
+        for i, (a, b) in enumerate(itertools.pairwise(hull)):
+            slope.append(float(v[b] - v[a]) / (b - a))
+            owner.append(j)
+            step.append(i)
+            width.append(b - a)
+    if not slope:
+        return sizes
+    order = np.lexsort((np.asarray(step), np.asarray(owner), -np.asarray(slope)))
+    widths = np.asarray(width, dtype=np.int64)[order]
+    fits = int(np.searchsorted(np.cumsum(widths), left, side="right"))  # the prefix taken whole
+    blocked: set[int] = set()
+    for pos, idx in enumerate(order):
+        if pos >= fits and left <= 0:
+            break
+        j = owner[idx]
+        if j in blocked:
+            continue
+        if width[idx] > left:
+            blocked.add(j)
+            continue
+        sizes[j] += width[idx]
+        left -= width[idx]
+    return sizes
+
+
+class MinJctPlanner:
+    """The ``min-jct`` policy (module docstring).
+
+    Args:
+        ftf_bound: finish-time fairness bound (module docstring): late waiting jobs are admitted
+            first and admitted jobs get the size that keeps them within it; 0 = off.
+        grow_s, shrink_s: seconds of pause charged to grow or to shrink a launcher job in place.
+        restart_s: seconds charged to resize a job without the launcher, or to resume a preempted one.
+        kmax: cap on GPUs per job (each job's own ``max_gpus`` applies too).
+        default_epochs_to_go: progress prior of jobs that declared no epoch count.
+    """
+
+    name = "min-jct"
+    interval = 0.0
+    epoch_events = False
+    uses_progress = True
+
+    def __init__(self, ftf_bound: float = 1.1, grow_s: float = LAUNCHER_GROW_S, shrink_s: float = LAUNCHER_SHRINK_S,
+                 restart_s: float = RESTART_S, kmax: int | None = None, default_epochs_to_go: float = 10.0) -> None:
+        for key, value in (("grow_s", grow_s), ("shrink_s", shrink_s), ("restart_s", restart_s)):
+            if not (value >= 0 and np.isfinite(value)):
+                raise ConfigError(f"min-jct.{key} = {value!r}: must be a finite number of seconds >= 0")
+        if kmax is not None and kmax < 1:
+            raise ConfigError(f"min-jct.kmax = {kmax}: must be >= 1")
+        if not default_epochs_to_go >= 1:
+            raise ConfigError(f"min-jct.default_epochs_to_go = {default_epochs_to_go!r}: must be >= 1")
+        self.ftf_bound = fairness.check_bound(self.name, ftf_bound)
+        self.grow_s, self.shrink_s, self.restart_s = float(grow_s), float(shrink_s), float(restart_s)
+        self.kmax = kmax
+        self.default_epochs_to_go = float(default_epochs_to_go)
+
+    def _pause(self, job: Job, k: int) -> float:
+        """Seconds the job pauses to go from its size now to ``k`` GPUs."""
+        if job.is_waiting:
+            return self.restart_s if job.start_time is not None else 0.0
+        if k == job.num_gpus:
+            return 0.0
+        if not job.can_rebatch:
+            return self.restart_s
+        return self.grow_s if k > job.num_gpus else self.shrink_s
+
+    def _remaining(self, snapshot: ClusterSnapshot, jobs: list[Job], history: WorkHistory,
+                   smallest_rate: dict[JobId, float]) -> list[float]:
+        """Each job's expected remaining samples: to its declared epochs; else to the mean of its kind's
+        ended jobs, while it has done less; else, not started, the mean ended job's time at its smallest
+        size; else the ONES progress estimate."""
+        alpha, beta, yp = progress_shapes(snapshot, jobs, self.default_epochs_to_go)
+        estimate = expected_remaining(alpha, beta, yp)
+        out = []
+        for job, guess in zip(jobs, estimate, strict=True):
+            done = float(job.samples_processed)
+            learned = history.work.get(work_class(job))
+            if job.target_epochs is not None:
+                r = job.target_epochs * job.epoch_size - done
+            elif learned is not None and learned[1] > done:
+                r = learned[1] - done
+            elif done == 0 and history.alone[0]:
+                r = history.alone[1] * smallest_rate[job.job_id]
+            else:
+                r = float(guess)
+            out.append(max(r, 1.0))
+        return out
+
+    def _fair_sizes(self, snapshot: ClusterSnapshot, job: Job, x: FloatArr, ok: NDArray[np.bool_], pause: FloatArr,
+                    remaining: float, total: int) -> tuple[float, int]:
+        """The job's finish-time fairness were it run at its requested size from now, and the smallest
+        size that keeps it within ``ftf_bound`` (0 when none is needed or none can).
+
+        Fair time: its time alone at its requested size, stretched to its share of the cluster among
+        the jobs active now (the simulator's definition, with ``N`` now); its time so far counts."""
+        k0 = min(len(x) - 1, fairness.requested_size(job))
+        if k0 < 1 or x[k0] <= 0:
+            return 0.0, 0
+        fair = (job.samples_processed + remaining) / x[k0] * max(1.0, len(snapshot.elastic_jobs()) * k0 / max(total, 1))
+        elapsed = snapshot.now - job.submit_time
+        rho = (elapsed + pause[k0] + remaining / x[k0]) / fair
+        if not self.ftf_bound:
+            return rho, 0
+        with np.errstate(divide="ignore"):
+            keeps = ok & (elapsed + pause + remaining / np.where(x > 0, x, np.nan) <= self.ftf_bound * fair)
+        return rho, int(np.argmax(keeps)) if keeps.any() else 0
+
+    def plan(self, snapshot: ClusterSnapshot, memo: Any, rng: np.random.Generator) -> PlanResult:
+        """Admit shortest first (late jobs before), then size the admitted jobs (module docstring)."""
+        m = memo if isinstance(memo, MinJctMemo) else MinJctMemo()
+        total = len(snapshot.schedulable_gpus())
+        jobs = list(snapshot.elastic_jobs())
+        tables: dict[tuple[Any, ...], tuple[FloatArr, NDArray[np.int64]]] = {}
+        rates: dict[JobId, FloatArr] = {}
+        batch_of: dict[JobId, NDArray[np.int64]] = {}
+        allowed: dict[JobId, NDArray[np.bool_]] = {}
+        smallest_rate: dict[JobId, float] = {}
+        for job in jobs:
+            kmax = min(job.max_gpus, total, self.kmax or total)
+            key = (*sizing.shape_key(job), kmax)
+            if key not in tables:
+                cached = m.tables.get(key)
+                tables[key] = cached if cached is not None else throughput_table(job, snapshot, kmax)
+            tp, batch_of[job.job_id] = tables[key]
+            x = rates[job.job_id] = tp * sizing.correction(job, snapshot.profiles[job.model])
+            ok = (x > 0) & (np.arange(kmax + 1) >= job.min_gpus)
+            if job.state is JobState.RUNNING:
+                ok[[k for k in job.unreachable_sizes if k <= kmax]] = False
+                if not job.can_grow:
+                    ok[job.num_gpus + 1:] = False
+            allowed[job.job_id] = ok
+            feasible = np.flatnonzero(ok)
+            smallest_rate[job.job_id] = float(x[feasible[0]]) if len(feasible) else 0.0
+        history = m.history.updated(snapshot, smallest_rate)
+        remaining = dict(zip((j.job_id for j in jobs), self._remaining(snapshot, jobs, history, smallest_rate),
+                             strict=True))
+        values: dict[JobId, FloatArr] = {}
+        rho: dict[JobId, float] = {}
+        floor: dict[JobId, int] = {}
+        for job in jobs:
+            x, ok, r = rates[job.job_id], allowed[job.job_id], remaining[job.job_id]
+            pause = np.array([self._pause(job, k) for k in range(len(x))])
+            v = np.full(len(x), NEG)
+            # Single-GPU equivalents of throughput (dp's objective), less the share of the job's
+            # remaining time at that size its pause would take.
+            v[ok] = (x[ok] / smallest_rate[job.job_id]) * (r / x[ok]) / (pause[ok] + r / x[ok])
+            values[job.job_id] = v
+            rho[job.job_id], floor[job.job_id] = self._fair_sizes(snapshot, job, x, ok, pause, r, total)
+        kmin = {j.job_id: int(np.argmax(allowed[j.job_id])) if allowed[j.job_id].any() else total + 1 for j in jobs}
+        reasons: dict[JobId, str] = {}
+        executing = sorted((j for j in jobs if j.state is JobState.RUNNING),
+                           key=lambda j: (j.start_time or 0.0, j.job_id))
+        while executing and sum(kmin[j.job_id] for j in executing) > total:
+            gone = executing.pop()
+            reasons[gone.job_id] = f"preempted by min-jct: the running jobs need more than the {total} GPUs left"
+        used = sum(kmin[j.job_id] for j in executing)
+        planned = list(executing)
+        waiting = [j for j in jobs if j.is_waiting]
+        alone = {j.job_id: remaining[j.job_id] / smallest_rate[j.job_id] if smallest_rate[j.job_id] else np.inf
+                 for j in waiting}
+        late = {j.job_id for j in waiting if self.ftf_bound and rho[j.job_id] > self.ftf_bound}
+        for job in sorted(waiting, key=lambda j: (j.job_id not in late, -rho[j.job_id] if j.job_id in late
+                                                  else alone[j.job_id], j.submit_time, j.job_id)):
+            need = kmin[job.job_id]
+            if need > total:
+                reasons[job.job_id] = f"no feasible size: needs {need} GPUs at least, the cluster schedules {total}"
+            elif used + need <= total:
+                planned.append(job)
+                used += need
+            else:
+                reasons[job.job_id] = (f"queued by min-jct: needs {need} GPUs, {total - used} left after the jobs "
+                                       f"expected to finish sooner (it needs about {alone[job.job_id]:.0f} s)")
+        starts = {j.job_id: kmin[j.job_id] for j in planned}
+        for job in sorted(planned, key=lambda j: (-rho[j.job_id], j.submit_time, j.job_id)):
+            extra = floor[job.job_id] - starts[job.job_id]
+            if extra > 0 and used + extra <= total:
+                starts[job.job_id] += extra
+                used += extra
+        sizes = solve_hulls([values[j.job_id] for j in planned], [starts[j.job_id] for j in planned], total) or []
+        counts = {j.job_id: k for j, k in zip(planned, sizes, strict=False)}
+
+        def choose(job: Job, k: int) -> sizing.Sizing | None:
+            if job.mode is ElasticMode.ENDO:
+                return sizing.size_for(job, k, snapshot.profiles[job.model])
+            b = int(batch_of[job.job_id][k])
+            return sizing.Sizing(b, -(-b // k), 1, job.base_lr * b / job.base_batch) if b else None
+
+        score = float(sum(values[j.job_id][k] for j, k in zip(planned, sizes, strict=False)))
+        plan = build_plan(snapshot, self.name, counts, reasons=reasons, choose=choose, score=score)
+        return PlanResult(plan, MinJctMemo(tables, history))
