@@ -6,7 +6,7 @@ environment or the file again after :func:`load`. Example::
 
     [daemon]
     partitions = ["gpu"]          # partitions whose nodes the daemon manages ([] = all)
-    policy = "ones"               # a policy (slurm-elastic plan --list-policies)
+    policy = "min-jct"            # a policy (slurm-elastic plan --list-policies); min-jct is the default
     dry_run = true                # shadow mode: plan and log, never act
     store = "/var/lib/slurm-elastic/state.db"
     poll_interval = 2.0           # seconds between cheap queue checks (0.5 .. 3600)
@@ -17,8 +17,8 @@ environment or the file again after :func:`load`. Example::
     metrics_address = "127.0.0.1:9410"  # Prometheus /metrics, PORT 1..65535 ("" = off)
     backend = "auto"              # read Slurm with pyslurm when it matches, else the CLI; or "cli", "pyslurm"
 
-    [policy.ones]                 # parameters of the chosen policy, passed as keywords
-    generations = 10
+    [policy.min-jct]              # parameters of the chosen policy, passed as keywords
+    ftf_bound = 1.1
 
     [guards]                      # site limits around any policy (0 = no limit); the daemon,
                                   # simulate --config and what-if --config apply them
@@ -98,7 +98,7 @@ class DaemonConfig:
     """
 
     partitions: tuple[str, ...] = ()
-    policy: str = "ones"
+    policy: str = "min-jct"
     dry_run: bool = True
     store: Path = Path("/var/lib/slurm-elastic/state.db")
     poll_interval: float = 2.0

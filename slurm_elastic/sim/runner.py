@@ -159,7 +159,8 @@ def _fmt(x: float | None, unit: float = 1.0, digits: int = 0) -> str:
 
 
 def _m(runs: Sequence[dict[str, Any]], key: str) -> float | None:
-    return _mean([r["metrics"][key] for r in runs])
+    """The mean of a metric over runs (those that lack it, e.g. saved by an older release, left out)."""
+    return _mean([r["metrics"].get(key) for r in runs])
 
 
 LB_NOTE = ("LB avg JCT: a clairvoyant lower bound on the avg JCT of the same completed jobs, the larger of each "
@@ -227,7 +228,8 @@ def reproduce(seeds: Sequence[int], *, quick: bool = False,
             smoke runs).
     """
     ones_pols = [PolicySpec("ones"), PolicySpec("tiresias"), PolicySpec("optimus"), PolicySpec("dp"),
-                 PolicySpec("fifo"), *([PolicySpec("drl")] if "drl" in registry.available() else []),
+                 PolicySpec("fifo"), PolicySpec(DEFAULT_POLICY),
+                 *([PolicySpec("drl")] if "drl" in registry.available() else []),
                  PolicySpec("ones", {"sigma": 0.0, "gate": False}, "ones (sigma=0, no gate)")]
     seeds = list(seeds)[:1] if quick else list(seeds)
     ones_res = run_comparison(ones_pols, seeds, workload="ones-longhorn", gpus=64, progress=progress)
@@ -263,7 +265,7 @@ def reproduce(seeds: Sequence[int], *, quick: bool = False,
               "own issue). A p value for 'ONES < it' below 0.05 means ONES's per-job JCTs are significantly lower. "
               "The last row is an ablation, not a baseline: ONES without its convoy-effect scale-down "
               "(sigma = 0) and without its one-epoch update gate.", "", WORKLOAD_NOTE, "", LB_NOTE, ""]
-    scale_pols = [p for p in ones_pols if p.shown in SCALING_PAPER]
+    scale_pols = [p for p in ones_pols if p.shown in SCALING_PAPER or p.shown in ("dp", "min-jct")]
     by_gpus = {64: ones_res}
     for gpus in (() if quick else SCALING_GPUS):
         if gpus not in by_gpus:
@@ -302,7 +304,18 @@ def reproduce(seeds: Sequence[int], *, quick: bool = False,
               "different bounds.", ""]
     fair_lines, fair_res = fairness_section(seeds, quick=quick, progress=progress)
     lines += fair_lines
-    return "\n".join(lines) + "\n", ones_res + scaling_res + ibm_res + fair_res
+    peers: list[dict[str, Any]] = []
+    if not quick:  # the IBM overload in queue mode against every peer, not only dp-fixed
+        peers = run_comparison([PolicySpec(DEFAULT_POLICY), PolicySpec("ones"), PolicySpec("efq"),
+                                PolicySpec("tiresias"), PolicySpec("optimus"), PolicySpec("fifo")], seeds,
+                               workload="ibm-categories-overload", gpus=40, progress=progress)
+    ibm_queue = [*peers, *({**r, "policy": r["policy"].removesuffix(" (queue)")} for r in ibm_res
+                           if r["workload"] == "ibm-categories-overload" and r["policy"].endswith(" (queue)"))]
+    lines += default_policy_section([
+        *((f"ones-longhorn ({gpus} GPUs)", runs) for gpus, runs in sorted(by_gpus.items())),
+        ("ibm-categories-overload (queue)", ibm_queue),
+        *((wl, [r for r in fair_res if r["workload"] == wl]) for wl in dict.fromkeys(r["workload"] for r in fair_res))])
+    return "\n".join(lines) + "\n", ones_res + scaling_res + ibm_res + fair_res + peers
 
 
 FTF_BOUND = 1.5
@@ -310,12 +323,51 @@ PHILLY_JOBS, PHILLY_GPUS, PHILLY_LOAD = 160, 64, 0.9
 QUICK_PHILLY_JOBS, QUICK_PHILLY_GPUS = 24, 16
 
 
+DEFAULT_POLICY = "min-jct"
+GOAL_LB_RATIO = 1.25
+GOAL_WORST_FTF = 1.2
+"""Issue 16's goals for our own policy: the best avg JCT, within 1.25x of the bound, worst FTF at most 1.2
+(Sia's published worst case), fewer resizes per job than ``ones``."""
+
+
+def default_policy_section(workloads: Sequence[tuple[str, Sequence[dict[str, Any]]]]) -> list[str]:
+    """:data:`DEFAULT_POLICY` against every other policy run on each workload: its avg JCT and the best
+    other's, its ratio to the bound, its worst FTF, its resizes per job and ``ones``'s, and which goals it met."""
+    lines = [f"## `{DEFAULT_POLICY}`, our default policy, against every other policy run", "",
+             f"Goals: the best avg JCT, ×LB <= {GOAL_LB_RATIO:g}, worst FTF <= {GOAL_WORST_FTF:g}, fewer resizes "
+             "per job than `ones`. Means over the seeds each workload ran (see the tables above).", "",
+             "| workload | avg JCT (s) | best other (s) | ×LB | worst FTF | resizes/job | ones's | goal: best | "
+             f"goal: <= {GOAL_LB_RATIO:g} LB | goal: FTF | goal: resizes |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, runs in workloads:
+        ours = [r for r in runs if r["policy"] == DEFAULT_POLICY]
+        if not ours:
+            continue
+        avg = _m(ours, "avg_jct")
+        others = {r["policy"] for r in runs if r["policy"] != DEFAULT_POLICY}
+        best = min(((v, p) for p in others if (v := _m([r for r in runs if r["policy"] == p], "avg_jct")) is not None),
+                   default=None)
+        ratio, ftf, rz = _m(ours, "avg_jct_over_lower_bound"), _m(ours, "worst_ftf"), _m(ours, "resizes_per_job")
+        ones_rz = _m([r for r in runs if r["policy"] == "ones"], "resizes_per_job")
+
+        def met(ok: bool | None) -> str:
+            return "n/a" if ok is None else ("yes" if ok else "no")
+
+        lines.append(_row(name, _fmt(avg), "n/a" if best is None else f"{_fmt(best[0])} ({best[1]})", _lb_ratio(ours),
+                          _fmt(ftf, digits=2), _fmt(rz, digits=2), _fmt(ones_rz, digits=2),
+                          met(None if avg is None or best is None else avg <= best[0]),
+                          met(None if ratio is None else ratio <= GOAL_LB_RATIO),
+                          met(None if ftf is None else ftf <= GOAL_WORST_FTF),
+                          met(None if rz is None or ones_rz is None else rz < ones_rz)))
+    return [*lines, ""]
+
+
 def fairness_policies() -> list[PolicySpec]:
     """The policies of the fairness section; ``drl`` only when a policy of that name exists and its
     default trained model loads (it gets no parameters)."""
     pols = [PolicySpec("efq"), PolicySpec("ones"), PolicySpec("ones", {"ftf_bound": FTF_BOUND}, "ones+guard"),
             PolicySpec("dp"), PolicySpec("dp", {"ftf_bound": FTF_BOUND}, "dp+guard"), PolicySpec("tiresias"),
-            PolicySpec("optimus")]
+            PolicySpec("optimus"), PolicySpec(DEFAULT_POLICY)]
     if "drl" in registry.available():
         try:
             registry.create("drl")  # its default trained model must load

@@ -41,7 +41,7 @@ def test_drl_rows_only_when_drl_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(policies, "available", lambda: ("dp", "drl", "efq", "ones"))
     monkeypatch.setitem(policies._FACTORIES, "drl", lambda: policies.create("fifo"))
     names = [p.shown for p in runner.fairness_policies()]
-    assert names == ["efq", "ones", "ones+guard", "dp", "dp+guard", "tiresias", "optimus", "drl"]
+    assert names == ["efq", "ones", "ones+guard", "dp", "dp+guard", "tiresias", "optimus", "min-jct", "drl"]
     assert runner.fairness_policies()[-1].params == {}
 
 

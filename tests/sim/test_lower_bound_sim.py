@@ -100,14 +100,18 @@ def test_reproduce_tables_carry_the_ratio(monkeypatch: pytest.MonkeyPatch) -> No
     def fake(pols: Any, seeds: Any, **kw: Any) -> list[dict[str, Any]]:
         metrics = {k: 100.0 for k in ("avg_jct", "p50_jct", "p99_jct", "avg_queue", "avg_exec", "jobs",
                                       "jobs_completed", "jobs_dropped", "scaling_efficiency", "avg_utilization")}
-        metrics.update(lower_bound_avg_jct=40.0, avg_jct_over_lower_bound=2.5)
+        metrics.update(lower_bound_avg_jct=40.0, avg_jct_over_lower_bound=2.5, worst_ftf=1.1, resizes_per_job=0.5)
         return [{"policy": p.shown, "seed": s, "workload": kw["workload"], "metrics": dict(metrics), "jobs": []}
                 for s in seeds for p in pols]
 
     monkeypatch.setattr(runner, "run_comparison", fake)
     monkeypatch.setattr(runner, "fairness_section", lambda *a, **k: ([], []))
     text, _ = runner.reproduce([1], quick=True)
-    assert text.count("| ×LB |") == 3  # the ONES, its scalability (64 GPUs only when quick) and the IBM tables
+    # the ONES, its scalability (64 GPUs only when quick), the IBM tables, and min-jct against every peer
+    assert text.count("| ×LB |") == 4
+    assert ("| ones-longhorn (64 GPUs) | 100 | 100 (dp) | 2.50x | 1.10 | 0.50 | 0.50 | yes | no | yes | no |"
+            in text)
+    assert "| ibm-categories-overload (queue) | " not in text  # only dp and dp-fixed ran there: no min-jct row
     assert "| ones | 100 | 40 | 2.50x |" in text
     assert "| ibm-categories | 40 | drop | dp | 100 | 100 | 100 | 100 | 40 | 2.50x |" in text
     assert "| ibm-categories-overload | 40 | queue | dp-fixed | 100 | 100 | 100 | 100 | 40 | 2.50x |" in text
