@@ -132,10 +132,13 @@ class WorkHistory:
 
 @dataclass(frozen=True, slots=True)
 class MinJctMemo:
-    """Warm state of ``min-jct``: each job shape's throughput and batch tables, and the work history."""
+    """Warm state of ``min-jct``: each job shape's throughput and batch tables, the work history, and the
+    profile's predictions behind the throughput corrections."""
 
     tables: dict[tuple[Any, ...], tuple[FloatArr, NDArray[np.int64], float]] = field(default_factory=dict)
     history: WorkHistory = field(default_factory=WorkHistory)
+    predictions: dict[tuple[object, ...], float] = field(default_factory=dict)
+    """The profile's predictions at the jobs' configurations (the corrections' denominators)."""
 
 
 def throughput_table(job: Job, snapshot: ClusterSnapshot, kmax: int) -> tuple[FloatArr, NDArray[np.int64], float]:
@@ -278,15 +281,13 @@ class MinJctPlanner:
         self.kmax = kmax
         self.default_epochs_to_go = float(default_epochs_to_go)
 
-    def _pause(self, job: Job, k: int) -> float:
-        """Seconds the job pauses to go from its size now to ``k`` GPUs."""
+    def _pauses(self, job: Job, n: int) -> FloatArr:
+        """Seconds the job pauses to go from its size now to ``k`` GPUs, for ``k = 0..n-1``."""
         if job.is_waiting:
-            return self.restart_s if job.start_time is not None else 0.0
-        if k == job.num_gpus:
-            return 0.0
-        if not job.can_rebatch:
-            return self.restart_s
-        return self.grow_s if k > job.num_gpus else self.shrink_s
+            return np.full(n, self.restart_s if job.start_time is not None else 0.0)
+        ks = np.arange(n)
+        moved = self.restart_s if not job.can_rebatch else np.where(ks > job.num_gpus, self.grow_s, self.shrink_s)
+        return np.where(ks == job.num_gpus, 0.0, moved)
 
     def _remaining(self, snapshot: ClusterSnapshot, jobs: list[Job], history: WorkHistory,
                    smallest_rate: dict[JobId, float]) -> list[float]:
@@ -340,6 +341,7 @@ class MinJctPlanner:
         allowed: dict[JobId, NDArray[np.bool_]] = {}
         smallest_rate: dict[JobId, float] = {}
         scale: dict[JobId, FloatArr] = {}
+        predictions: dict[tuple[object, ...], float] = {}
         for job in jobs:
             kmax = min(job.max_gpus, total, self.kmax or total)
             key = (*sizing.shape_key(job), kmax)
@@ -347,7 +349,8 @@ class MinJctPlanner:
                 cached = m.tables.get(key)
                 tables[key] = cached if cached is not None else throughput_table(job, snapshot, kmax)
             tp, batch_of[job.job_id], peak = tables[key]
-            x = rates[job.job_id] = tp * sizing.correction(job, snapshot.profiles[job.model])
+            x = rates[job.job_id] = tp * sizing.correction(job, snapshot.profiles[job.model], m.predictions,
+                                                            predictions)
             scale[job.job_id] = tp / peak if peak > 0 else np.zeros_like(tp)
             ok = (x > 0) & (np.arange(kmax + 1) >= job.min_gpus)
             if job.state is JobState.RUNNING:
@@ -365,7 +368,7 @@ class MinJctPlanner:
         floor: dict[JobId, int] = {}
         for job in jobs:
             x, ok, r = rates[job.job_id], allowed[job.job_id], remaining[job.job_id]
-            pause = np.array([self._pause(job, k) for k in range(len(x))])
+            pause = self._pauses(job, len(x))
             v = np.full(len(x), NEG)
             # dp's objective (the job's rate in peak single GPUs), less the share of the job's
             # remaining time at that size its pause would take.
@@ -413,4 +416,4 @@ class MinJctPlanner:
 
         score = float(sum(values[j.job_id][k] for j, k in zip(planned, sizes, strict=False)))
         plan = build_plan(snapshot, self.name, counts, reasons=reasons, choose=choose, score=score)
-        return PlanResult(plan, MinJctMemo(tables, history))
+        return PlanResult(plan, MinJctMemo(tables, history, predictions))

@@ -197,3 +197,10 @@ def test_plans_of_a_busy_cluster_are_valid() -> None:
         validate_plan(snap, res.plan)
         assert sum(p.num_gpus for p in res.plan.jobs) == 16
         memo = res.memo
+
+
+def test_gpus_no_whole_hull_segment_fits_in_go_to_the_best_step_that_fits() -> None:
+    # The hull jumps from 0 to 3 GPUs (3 are worth far more), but only 2 are free: a step to 2 still gains.
+    v = np.array([0.0, 1.0, 1.1, 5.0])
+    assert solve_hulls([v], [0], 2) == [2]
+    assert solve_hulls([v], [0], 3) == [3]
