@@ -67,17 +67,18 @@ def test_interval_keeps_allocation_between_replans() -> None:
     assert "between re-plans" in res.plan.notes[0]
 
 
-def test_preempts_latest_started_when_running_set_no_longer_fits() -> None:
+@pytest.mark.parametrize("policy", ["dp", "min-jct"])
+def test_preempts_latest_started_when_running_set_no_longer_fits(policy: str) -> None:
     nodes = (Node(NodeName("n000"), (0, 1, 2), ()), Node(NodeName("n001"), (0, 1), (), NodeState.DOWN))
     a = replace(make_job("a", min_gpus=2, max_gpus=4, requested_gpus=2, placement=[("n000", 0), ("n000", 1)]),
                 start_time=10.0)
     b = replace(make_job("b", min_gpus=2, max_gpus=4, requested_gpus=2, placement=[("n001", 0), ("n001", 1)]),
                 start_time=50.0)
     snap = make_snapshot(nodes, [a, b])
-    plan = policies.create("dp").plan(snap, None, np.random.default_rng(0)).plan
+    plan = policies.create(policy).plan(snap, None, np.random.default_rng(0)).plan
     validate_plan(snap, plan)
     assert [p.job_id for p in plan.jobs] == ["a"]
-    assert "preempted by dp" in plan.unplaced[0].reason
+    assert f"preempted by {policy}" in plan.unplaced[0].reason
 
 
 def test_bad_parameters_are_refused() -> None:

@@ -11,7 +11,7 @@ import pytest
 from slurm_elastic import policies
 from slurm_elastic.core.constraints import plan_violations, validate_plan
 from slurm_elastic.core.minjct import MinJctMemo, MinJctPlanner, Sighting, WorkHistory, solve_hulls, work_class
-from slurm_elastic.core.model import JobId, JobState, Node, NodeName, NodeState
+from slurm_elastic.core.model import JobId, JobState, NodeName
 from slurm_elastic.errors import ConfigError
 from slurm_elastic.testing import make_job, make_nodes, make_snapshot
 
@@ -130,18 +130,6 @@ def test_a_job_that_cannot_grow_is_not_planned_above_its_size() -> None:
     job = replace(make_job("a", max_gpus=4, placement=[("n000", 0)], target_epochs=100), can_grow=False)
     snap = make_snapshot(make_nodes(1), [job])
     assert policies.create("min-jct").plan(snap, None, RNG).plan.by_job()[JobId("a")].num_gpus == 1
-
-
-def test_preempts_the_latest_started_when_the_running_jobs_no_longer_fit() -> None:
-    nodes = (Node(NodeName("n000"), (0, 1, 2), ()), Node(NodeName("n001"), (0, 1), (), NodeState.DOWN))
-    a = replace(make_job("a", min_gpus=2, max_gpus=4, requested_gpus=2, placement=[("n000", 0), ("n000", 1)]),
-                start_time=10.0)
-    b = replace(make_job("b", min_gpus=2, max_gpus=4, requested_gpus=2, placement=[("n001", 0), ("n001", 1)]),
-                start_time=50.0)
-    snap = make_snapshot(nodes, [a, b])
-    plan = policies.create("min-jct").plan(snap, None, RNG).plan
-    validate_plan(snap, plan)
-    assert [p.job_id for p in plan.jobs] == ["a"] and "preempted by min-jct" in plan.unplaced[0].reason
 
 
 def test_the_work_of_ended_jobs_is_learned_by_kind_and_estimates_the_next() -> None:
