@@ -32,6 +32,8 @@ PLAN_CASES = [  # (policy, params, nodes, gpus per node, jobs, seed)
     ("tiresias", {}, 8, 4, 40, 1),
     ("optimus", {}, 8, 4, 40, 1),
     ("drl", {}, 8, 4, 40, 1),
+    ("min-jct", {}, 8, 4, 40, 1),
+    ("min-jct", {}, 32, 4, 200, 2),
 ]
 
 SIM_CASES = [  # (policy, jobs, gpus, seed)
@@ -39,6 +41,7 @@ SIM_CASES = [  # (policy, jobs, gpus, seed)
     ("dp", 40, 16, 1),
     ("efq", 40, 16, 1),
     ("tiresias", 40, 16, 1),
+    ("min-jct", 40, 16, 1),
 ]
 
 
@@ -88,12 +91,15 @@ PLAN_PINS: dict[str, str] = {
     "tiresias/{}/8/4/40/1": "a1daa32da9197433",
     "optimus/{}/8/4/40/1": "eb804ce25a44a97c",
     "drl/{}/8/4/40/1": "ee72939bbed525c9",
+    "min-jct/{}/8/4/40/1": "cfb453705b1bac30",  # pinned when min-jct was added, before its speed work
+    "min-jct/{}/32/4/200/2": "25bb91499c721e0a",
 }
 SIM_PINS: dict[str, str] = {
     "ones/40/16/1": "1d4eb788f5febc4f",
     "dp/40/16/1": "e5609b12bd12b30d",
     "efq/40/16/1": "cb060e23f9f7dc9d",
     "tiresias/40/16/1": "42aabdc53502eebe",
+    "min-jct/40/16/1": "21f36ddba7613e8f",
 }
 
 
