@@ -53,7 +53,7 @@ preempted until they do.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -139,6 +139,19 @@ class MinJctMemo:
     history: WorkHistory = field(default_factory=WorkHistory)
     predictions: dict[tuple[object, ...], float] = field(default_factory=dict)
     """The profile's predictions at the jobs' configurations (the corrections' denominators)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Terms:
+    """One plan's per-job rows, padded to the widest job (``k = 0..kmax``): corrected samples/s,
+    ``dp``'s scaling factor, the sizes the job may take, and the batch at each size."""
+
+    jobs: list[Job]
+    rate: FloatArr
+    scale: FloatArr
+    ok: NDArray[np.bool_]
+    batch: NDArray[np.int64]
+    width: NDArray[np.int64]
 
 
 def throughput_table(job: Job, snapshot: ClusterSnapshot, kmax: int) -> tuple[FloatArr, NDArray[np.int64], float]:
@@ -250,6 +263,20 @@ def _fill(values: list[FloatArr], sizes: list[int], left: int) -> list[int]:
     return sizes
 
 
+def _floored(planned: list[Job], kmin: dict[JobId, int], floor: dict[JobId, int], rho: dict[JobId, float],
+             total: int) -> dict[JobId, int]:
+    """Each planned job's least size: its smallest, raised to its fairness floor, the latest jobs first,
+    while the GPUs last."""
+    starts = {j.job_id: kmin[j.job_id] for j in planned}
+    used = sum(starts.values())
+    for job in sorted(planned, key=lambda j: (-rho[j.job_id], j.submit_time, j.job_id)):
+        extra = floor[job.job_id] - starts[job.job_id]
+        if extra > 0 and used + extra <= total:
+            starts[job.job_id] += extra
+            used += extra
+    return starts
+
+
 class MinJctPlanner:
     """The ``min-jct`` policy (module docstring).
 
@@ -281,14 +308,6 @@ class MinJctPlanner:
         self.kmax = kmax
         self.default_epochs_to_go = float(default_epochs_to_go)
 
-    def _pauses(self, job: Job, n: int) -> FloatArr:
-        """Seconds the job pauses to go from its size now to ``k`` GPUs, for ``k = 0..n-1``."""
-        if job.is_waiting:
-            return np.full(n, self.restart_s if job.start_time is not None else 0.0)
-        ks = np.arange(n)
-        moved = self.restart_s if not job.can_rebatch else np.where(ks > job.num_gpus, self.grow_s, self.shrink_s)
-        return np.where(ks == job.num_gpus, 0.0, moved)
-
     def _remaining(self, snapshot: ClusterSnapshot, jobs: list[Job], history: WorkHistory,
                    smallest_rate: dict[JobId, float]) -> list[float]:
         """Each job's expected remaining samples: to its declared epochs; else to the mean of its kind's
@@ -311,71 +330,76 @@ class MinJctPlanner:
             out.append(max(r, 1.0))
         return out
 
-    def _fair_sizes(self, snapshot: ClusterSnapshot, job: Job, x: FloatArr, ok: NDArray[np.bool_], pause: FloatArr,
-                    remaining: float, total: int) -> tuple[float, int]:
-        """The job's finish-time fairness were it run at its requested size from now, and the smallest
+    def _pauses(self, terms: _Terms) -> FloatArr:
+        """Seconds each job pauses to go from its size now to ``k`` GPUs (rows: jobs, columns: ``k``)."""
+        jobs = terms.jobs
+        ks = np.arange(terms.rate.shape[1])[None, :]
+        now = np.array([j.num_gpus for j in jobs])[:, None]
+        waiting = np.array([j.is_waiting for j in jobs])[:, None]
+        resumed = np.array([j.start_time is not None for j in jobs])[:, None]
+        in_place = np.array([j.can_rebatch for j in jobs])[:, None]
+        moved = np.where(in_place, np.where(ks > now, self.grow_s, self.shrink_s), self.restart_s)
+        running = np.where(ks == now, 0.0, moved)
+        return np.where(waiting, np.where(resumed, self.restart_s, 0.0), running)
+
+    def _fairness(self, snapshot: ClusterSnapshot, terms: _Terms, pause: FloatArr, remaining: FloatArr,
+                  total: int) -> tuple[FloatArr, NDArray[np.int64]]:
+        """Each job's finish-time fairness were it run at its requested size from now, and the smallest
         size that keeps it within ``ftf_bound`` (0 when none is needed or none can).
 
         Fair time: its time alone at its requested size, stretched to its share of the cluster among
         the jobs active now (the simulator's definition, with ``N`` now); its time so far counts."""
-        k0 = min(len(x) - 1, fairness.requested_size(job))
-        if k0 < 1 or x[k0] <= 0:
-            return 0.0, 0
-        fair = (job.samples_processed + remaining) / x[k0] * max(1.0, len(snapshot.elastic_jobs()) * k0 / max(total, 1))
-        elapsed = snapshot.now - job.submit_time
-        rho = (elapsed + pause[k0] + remaining / x[k0]) / fair
+        jobs, rate, rows = terms.jobs, terms.rate, np.arange(len(terms.jobs))
+        k0 = np.minimum(terms.width - 1, [fairness.requested_size(j) for j in jobs])
+        x0 = rate[rows, k0]
+        known = (k0 >= 1) & (x0 > 0)
+        x0 = np.where(known, x0, 1.0)
+        done = np.array([j.samples_processed for j in jobs], dtype=np.float64)
+        stretch = np.maximum(1.0, len(snapshot.elastic_jobs()) * k0 / max(total, 1))
+        fair = (done + remaining) / x0 * stretch
+        elapsed = np.array([snapshot.now - j.submit_time for j in jobs])
+        rho = np.where(known, (elapsed + pause[rows, k0] + remaining / x0) / fair, 0.0)
         if not self.ftf_bound:
-            return rho, 0
-        with np.errstate(divide="ignore"):
-            keeps = ok & (elapsed + pause + remaining / np.where(x > 0, x, np.nan) <= self.ftf_bound * fair)
-        return rho, int(np.argmax(keeps)) if keeps.any() else 0
+            return rho, np.zeros(len(jobs), dtype=np.int64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ahead = remaining[:, None] / np.where(rate > 0, rate, np.nan)
+            keeps = terms.ok & (elapsed[:, None] + pause + ahead <= self.ftf_bound * fair[:, None]) & known[:, None]
+        return rho, np.where(keeps.any(axis=1), np.argmax(keeps, axis=1), 0)
 
-    def plan(self, snapshot: ClusterSnapshot, memo: Any, rng: np.random.Generator) -> PlanResult:
-        """Admit shortest first (late jobs before), then size the admitted jobs (module docstring)."""
-        m = memo if isinstance(memo, MinJctMemo) else MinJctMemo()
-        total = len(snapshot.schedulable_gpus())
+    def _terms(self, snapshot: ClusterSnapshot, memo: MinJctMemo, total: int) -> tuple[_Terms, MinJctMemo]:
+        """Every active elastic job's rates, scaling factors, feasible sizes and batches (one row each)."""
         jobs = list(snapshot.elastic_jobs())
         tables: dict[tuple[Any, ...], tuple[FloatArr, NDArray[np.int64], float]] = {}
-        rates: dict[JobId, FloatArr] = {}
-        batch_of: dict[JobId, NDArray[np.int64]] = {}
-        allowed: dict[JobId, NDArray[np.bool_]] = {}
-        smallest_rate: dict[JobId, float] = {}
-        scale: dict[JobId, FloatArr] = {}
         predictions: dict[tuple[object, ...], float] = {}
-        for job in jobs:
-            kmax = min(job.max_gpus, total, self.kmax or total)
-            key = (*sizing.shape_key(job), kmax)
+        widths = [min(j.max_gpus, total, self.kmax or total) + 1 for j in jobs]
+        wide = max(widths, default=1)
+        rate = np.zeros((len(jobs), wide))
+        scale = np.zeros((len(jobs), wide))
+        batch = np.zeros((len(jobs), wide), dtype=np.int64)
+        for i, (job, width) in enumerate(zip(jobs, widths, strict=True)):
+            key = (*sizing.shape_key(job), width - 1)
             if key not in tables:
-                cached = m.tables.get(key)
-                tables[key] = cached if cached is not None else throughput_table(job, snapshot, kmax)
-            tp, batch_of[job.job_id], peak = tables[key]
-            x = rates[job.job_id] = tp * sizing.correction(job, snapshot.profiles[job.model], m.predictions,
-                                                            predictions)
-            scale[job.job_id] = tp / peak if peak > 0 else np.zeros_like(tp)
-            ok = (x > 0) & (np.arange(kmax + 1) >= job.min_gpus)
+                cached = memo.tables.get(key)
+                tables[key] = cached if cached is not None else throughput_table(job, snapshot, width - 1)
+            tp, batch[i, :width], peak = tables[key]
+            rate[i, :width] = tp * sizing.correction(job, snapshot.profiles[job.model], memo.predictions, predictions)
+            if peak > 0:
+                scale[i, :width] = tp / peak
+        ks = np.arange(wide)[None, :]
+        ok = (rate > 0) & (ks >= np.array([j.min_gpus for j in jobs], dtype=np.int64).reshape(-1, 1))
+        for i, job in enumerate(jobs):
             if job.state is JobState.RUNNING:
-                ok[[k for k in job.unreachable_sizes if k <= kmax]] = False
+                ok[i, [k for k in job.unreachable_sizes if k < wide]] = False
                 if not job.can_grow:
-                    ok[job.num_gpus + 1:] = False
-            allowed[job.job_id] = ok
-            feasible = np.flatnonzero(ok)
-            smallest_rate[job.job_id] = float(x[feasible[0]]) if len(feasible) else 0.0
-        history = m.history.updated(snapshot, smallest_rate)
-        remaining = dict(zip((j.job_id for j in jobs), self._remaining(snapshot, jobs, history, smallest_rate),
-                             strict=True))
-        values: dict[JobId, FloatArr] = {}
-        rho: dict[JobId, float] = {}
-        floor: dict[JobId, int] = {}
-        for job in jobs:
-            x, ok, r = rates[job.job_id], allowed[job.job_id], remaining[job.job_id]
-            pause = self._pauses(job, len(x))
-            v = np.full(len(x), NEG)
-            # dp's objective (the job's rate in peak single GPUs), less the share of the job's
-            # remaining time at that size its pause would take.
-            v[ok] = scale[job.job_id][ok] * (r / x[ok]) / (pause[ok] + r / x[ok])
-            values[job.job_id] = v
-            rho[job.job_id], floor[job.job_id] = self._fair_sizes(snapshot, job, x, ok, pause, r, total)
-        kmin = {j.job_id: int(np.argmax(allowed[j.job_id])) if allowed[j.job_id].any() else total + 1 for j in jobs}
+                    ok[i, job.num_gpus + 1:] = False
+        terms = _Terms(jobs, rate, scale, ok, batch, np.array(widths, dtype=np.int64))
+        return terms, replace(memo, tables=tables, predictions=predictions)
+
+    def _admit(self, jobs: list[Job], kmin: dict[JobId, int], alone: dict[JobId, float], rho: dict[JobId, float],
+               total: int) -> tuple[list[Job], dict[JobId, str]]:
+        """The jobs planned (running ones first, the latest started preempted while their smallest sizes
+        do not fit; then waiting ones at their smallest size, late ones first, then shortest first),
+        and why each other job waits."""
         reasons: dict[JobId, str] = {}
         executing = sorted((j for j in jobs if j.state is JobState.RUNNING),
                            key=lambda j: (j.start_time or 0.0, j.job_id))
@@ -385,8 +409,6 @@ class MinJctPlanner:
         used = sum(kmin[j.job_id] for j in executing)
         planned = list(executing)
         waiting = [j for j in jobs if j.is_waiting]
-        alone = {j.job_id: remaining[j.job_id] / smallest_rate[j.job_id] if smallest_rate[j.job_id] else np.inf
-                 for j in waiting}
         late = {j.job_id for j in waiting if self.ftf_bound and rho[j.job_id] > self.ftf_bound}
         for job in sorted(waiting, key=lambda j: (j.job_id not in late, -rho[j.job_id] if j.job_id in late
                                                   else alone[j.job_id], j.submit_time, j.job_id)):
@@ -399,12 +421,36 @@ class MinJctPlanner:
             else:
                 reasons[job.job_id] = (f"queued by min-jct: needs {need} GPUs, {total - used} left after the jobs "
                                        f"expected to finish sooner (it needs about {alone[job.job_id]:.0f} s)")
-        starts = {j.job_id: kmin[j.job_id] for j in planned}
-        for job in sorted(planned, key=lambda j: (-rho[j.job_id], j.submit_time, j.job_id)):
-            extra = floor[job.job_id] - starts[job.job_id]
-            if extra > 0 and used + extra <= total:
-                starts[job.job_id] += extra
-                used += extra
+        return planned, reasons
+
+    def plan(self, snapshot: ClusterSnapshot, memo: Any, rng: np.random.Generator) -> PlanResult:
+        """Admit shortest first (late jobs before), then size the admitted jobs (module docstring)."""
+        m = memo if isinstance(memo, MinJctMemo) else MinJctMemo()
+        total = len(snapshot.schedulable_gpus())
+        terms, m = self._terms(snapshot, m, total)
+        jobs, rows = terms.jobs, np.arange(len(terms.jobs))
+        kmins = np.where(terms.ok.any(axis=1), np.argmax(terms.ok, axis=1), total + 1)
+        smallest = np.where(kmins <= total, terms.rate[rows, np.minimum(kmins, terms.rate.shape[1] - 1)], 0.0)
+        smallest_rate = {j.job_id: float(x) for j, x in zip(jobs, smallest, strict=True)}
+        history = m.history.updated(snapshot, smallest_rate)
+        left = np.array(self._remaining(snapshot, jobs, history, smallest_rate))
+        pause = self._pauses(terms)
+        # dp's objective (the job's rate in peak single GPUs), less the share of the job's remaining
+        # time at that size its pause would take.
+        with np.errstate(divide="ignore", invalid="ignore"):
+            life = left[:, None] / terms.rate
+            grid = np.where(terms.ok, terms.scale * life / (pause + life), NEG)
+        rho_of, floor_of = self._fairness(snapshot, terms, pause, left, total)
+        ids = [j.job_id for j in jobs]
+        values = {jid: grid[i, : terms.width[i]] for i, jid in enumerate(ids)}
+        batch_of = {jid: terms.batch[i] for i, jid in enumerate(ids)}
+        remaining = dict(zip(ids, left.tolist(), strict=True))
+        rho = dict(zip(ids, rho_of.tolist(), strict=True))
+        floor = dict(zip(ids, floor_of.tolist(), strict=True))
+        kmin = dict(zip(ids, kmins.tolist(), strict=True))
+        alone = {jid: remaining[jid] / smallest_rate[jid] if smallest_rate[jid] else np.inf for jid in ids}
+        planned, reasons = self._admit(jobs, kmin, alone, rho, total)
+        starts = _floored(planned, kmin, floor, rho, total)
         sizes = solve_hulls([values[j.job_id] for j in planned], [starts[j.job_id] for j in planned], total) or []
         counts = {j.job_id: k for j, k in zip(planned, sizes, strict=False)}
 
@@ -416,4 +462,4 @@ class MinJctPlanner:
 
         score = float(sum(values[j.job_id][k] for j, k in zip(planned, sizes, strict=False)))
         plan = build_plan(snapshot, self.name, counts, reasons=reasons, choose=choose, score=score)
-        return PlanResult(plan, MinJctMemo(tables, history, predictions))
+        return PlanResult(plan, replace(m, history=history))

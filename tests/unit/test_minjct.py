@@ -192,3 +192,8 @@ def test_gpus_no_whole_hull_segment_fits_in_go_to_the_best_step_that_fits() -> N
     v = np.array([0.0, 1.0, 1.1, 5.0])
     assert solve_hulls([v], [0], 2) == [2]
     assert solve_hulls([v], [0], 3) == [3]
+
+
+def test_an_empty_cluster_plans_nothing_and_keeps_its_memo() -> None:
+    res = policies.create("min-jct").plan(make_snapshot(make_nodes(2), []), None, RNG)
+    assert res.plan.jobs == () and res.plan.unplaced == () and isinstance(res.memo, MinJctMemo)
