@@ -350,7 +350,7 @@ class MinJctPlanner:
         Fair time: its time alone at its requested size, stretched to its share of the cluster among
         the jobs active now (the simulator's definition, with ``N`` now); its time so far counts."""
         jobs, rate, rows = terms.jobs, terms.rate, np.arange(len(terms.jobs))
-        k0 = np.minimum(terms.width - 1, [fairness.requested_size(j) for j in jobs])
+        k0 = np.minimum(terms.width - 1, np.array([fairness.requested_size(j) for j in jobs], dtype=np.int64))
         x0 = rate[rows, k0]
         known = (k0 >= 1) & (x0 > 0)
         x0 = np.where(known, x0, 1.0)
