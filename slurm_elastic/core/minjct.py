@@ -174,16 +174,17 @@ def throughput_table(job: Job, snapshot: ClusterSnapshot, kmax: int) -> tuple[Fl
     return tp, batches, peak
 
 
-def _hull(v: FloatArr, start: int) -> list[int]:
+def _hull(v: list[float], start: int) -> list[int]:
     """The vertices of the upper concave hull of ``(k, v[k])`` from ``start`` to the best value
-    (feasible ``k >= start`` only; slopes strictly falling and positive)."""
+    (feasible ``k >= start`` only, ``-inf`` infeasible; slopes strictly falling and positive)."""
     hull = [start]
-    for k in (int(x) for x in np.flatnonzero(np.isfinite(v))):
-        if k <= start:
+    for k in range(start + 1, len(v)):
+        vk = v[k]
+        if vk == NEG:
             continue
         while len(hull) >= 2:
             a, b = hull[-2], hull[-1]
-            if (v[b] - v[a]) * (k - b) <= (v[k] - v[b]) * (b - a):  # b is not above the chord a-k
+            if (v[b] - v[a]) * (k - b) <= (vk - v[b]) * (b - a):  # b is not above the chord a-k
                 hull.pop()
             else:
                 break
@@ -216,10 +217,11 @@ def solve_hulls(values: list[FloatArr], starts: list[int], total: int) -> list[i
     owner: list[int] = []
     step: list[int] = []
     width: list[int] = []
-    for j, (v, s) in enumerate(zip(values, sizes, strict=True)):
+    for j, (row, s) in enumerate(zip(values, sizes, strict=True)):
+        v = row.tolist()
         hull = _hull(v, s)
         for i, (a, b) in enumerate(itertools.pairwise(hull)):
-            slope.append(float(v[b] - v[a]) / (b - a))
+            slope.append((v[b] - v[a]) / (b - a))
             owner.append(j)
             step.append(i)
             width.append(b - a)
