@@ -76,6 +76,10 @@ RESTART_S = 30.0
 """A checkpoint-restart (Pollux's figure): a job without the launcher, or a preempted job resuming."""
 
 
+MAX_KINDS = 4096
+"""Kinds of work :class:`WorkHistory` remembers (the least recently ended are forgotten first): the
+kinds come from what users submit, so their number is bounded here, not by them."""
+
 WorkClass = tuple[Any, ...]
 """Jobs of one kind: the same user, model, epoch size, ranges and mode (a script submitted again)."""
 
@@ -103,7 +107,10 @@ class WorkHistory:
 
     A running job that leaves the snapshot has ended; its samples are those last seen plus its rate
     over the time since (the planner runs when jobs end, so that is their end). A cancelled job
-    counts as ended too: the learned means are estimates, never promises.
+    counts as ended too: the learned means are estimates, never promises. A kind includes its user,
+    so a user who cancels short jobs of a kind moves only the estimate of their own jobs of that
+    kind (which are then admitted earlier, until each outlives the mean; the fairness floor bounds
+    what the others lose). At most :data:`MAX_KINDS` kinds are kept.
     """
 
     seen: dict[JobId, Sighting] = field(default_factory=dict)
@@ -119,8 +126,10 @@ class WorkHistory:
             if job_id in present:
                 continue
             total = last.samples + last.rate * max(0.0, snapshot.now - last.time)
-            n, mean = work.get(last.kind, (0, 0.0))
-            work[last.kind] = (n + 1, mean + (total - mean) / (n + 1))
+            n, mean = work.pop(last.kind, (0, 0.0))
+            work[last.kind] = (n + 1, mean + (total - mean) / (n + 1))  # the most recent last
+            while len(work) > MAX_KINDS:
+                del work[next(iter(work))]
             if last.smallest_rate > 0:
                 n_all += 1
                 mean_all += (total / last.smallest_rate - mean_all) / n_all

@@ -197,3 +197,17 @@ def test_gpus_no_whole_hull_segment_fits_in_go_to_the_best_step_that_fits() -> N
 def test_an_empty_cluster_plans_nothing_and_keeps_its_memo() -> None:
     res = policies.create("min-jct").plan(make_snapshot(make_nodes(2), []), None, RNG)
     assert res.plan.jobs == () and res.plan.unplaced == () and isinstance(res.memo, MinJctMemo)
+
+
+def test_the_kinds_remembered_are_bounded_and_the_least_recent_go_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    import slurm_elastic.core.minjct as minjct
+
+    monkeypatch.setattr(minjct, "MAX_KINDS", 2)
+    history = WorkHistory()
+    kinds = []
+    for i in range(4):  # one job of a new kind (its own user) runs, then ends
+        job = replace(make_job(str(i), max_gpus=1, placement=[("n000", 0)], epochs_done=1.0), user=f"u{i}")
+        kinds.append(work_class(job))
+        history = history.updated(make_snapshot(make_nodes(1), [job], now=float(2 * i)), {job.job_id: 1.0})
+        history = history.updated(make_snapshot(make_nodes(1), [], now=float(2 * i + 1)), {})
+    assert list(history.work) == kinds[2:]
