@@ -180,6 +180,10 @@ def _read_validation(name: str) -> dict[int, list[dict[str, float]]]:
     return out
 
 
+NEAREST_CACHE = 4096
+"""Global batches a :class:`Convergence` remembers the nearest measured batch of (then it starts again)."""
+
+
 class Convergence:
     """Epochs one profile's model needs to reach its target at a global batch (see module doc)."""
 
@@ -195,6 +199,8 @@ class Convergence:
                   for b in batches]
         self._rising = rising
         self._curves = {b: np.array([r["metric"] for r in curves[b]]) for b in batches}
+        self._epochs_of = {b: np.arange(1, len(c) + 1, dtype=np.float64) for b, c in self._curves.items()}
+        self._nearest: dict[float, int] = {}  # global batch -> the nearest measured batch (batches repeat)
         self.batches = np.log2(np.array(batches, dtype=np.float64))
         self.epochs_at = np.array(epochs)
 
@@ -212,9 +218,13 @@ class Convergence:
     def relative_metric(self, global_batch: float, epoch: float) -> float:
         """The measured validation metric after ``epoch`` epochs at the nearest measured batch,
         relative to the target (1.0 = target reached; for falling metrics, target / metric)."""
-        b = min(self._curves, key=lambda m: abs(math.log2(m) - math.log2(max(global_batch, 1.0))))
-        curve = self._curves[b]
-        m = float(np.interp(epoch, np.arange(1, len(curve) + 1, dtype=np.float64), curve))
+        b = self._nearest.get(global_batch)
+        if b is None:
+            if len(self._nearest) >= NEAREST_CACHE:
+                self._nearest.clear()
+            b = self._nearest[global_batch] = min(
+                self._curves, key=lambda m: abs(math.log2(m) - math.log2(max(global_batch, 1.0))))
+        m = float(np.interp(epoch, self._epochs_of[b], self._curves[b]))
         return m / self.target if self._rising else self.target / max(m, 1e-9)
 
     def epochs(self, global_batch: float) -> float:

@@ -117,3 +117,15 @@ def test_a_worker_waiting_on_its_all_reduce_leaves_its_core_to_others(tmp_path: 
     slowed = _jcts([_job(site, "a", 2), _job(site, "b", 2)], host_cores=2)
     assert slowed["a"] == pytest.approx(free["a"] * (d / shared + 1 - d))
     assert slowed["a"] < free["a"] * 2  # not halved
+
+
+def test_the_nearest_measured_batch_is_remembered_within_a_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    import slurm_elastic.sim.truth as truth_module
+    from slurm_elastic.sim.truth import Convergence
+
+    conv = Convergence("cifar10")
+    plain = [conv.relative_metric(b, 3.0) for b in (1.0, 100.0, 200.0, 100.0, 5000.0)]
+    monkeypatch.setattr(truth_module, "NEAREST_CACHE", 2)
+    bounded = Convergence("cifar10")
+    assert [bounded.relative_metric(b, 3.0) for b in (1.0, 100.0, 200.0, 100.0, 5000.0)] == plain
+    assert len(bounded._nearest) <= 2
