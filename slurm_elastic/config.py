@@ -98,7 +98,7 @@ class DaemonConfig:
     """
 
     partitions: tuple[str, ...] = ()
-    policy: str = "min-jct"
+    policy: str = policies.DEFAULT_POLICY
     dry_run: bool = True
     store: Path = Path("/var/lib/slurm-elastic/state.db")
     poll_interval: float = 2.0

@@ -38,11 +38,14 @@ from slurm_elastic.core.planner import Planner
 from slurm_elastic.drl.weights import drl
 from slurm_elastic.errors import ConfigError, UnknownPolicyError
 
-__all__ = ["DEFAULT_GUARDS", "PARAMETERS", "Param", "PlannerFactory", "available", "build", "check_params", "create",
-           "validate"]
+__all__ = ["DEFAULT_GUARDS", "DEFAULT_POLICY", "PARAMETERS", "Param", "PlannerFactory", "available", "build",
+           "check_params", "create", "validate"]
 
 PlannerFactory = Callable[..., Planner]
 """Makes a planner from keyword parameters (a planner class, or a function such as ``drl``)."""
+
+DEFAULT_POLICY = "min-jct"
+"""The policy of a site whose ``elastic.toml`` names none (our own; docs/planners.md)."""
 
 DEFAULT_GUARDS = Guards()
 """The shipped site guards (``[guards]`` left out of ``elastic.toml``): only ``protect_rigid``."""

@@ -65,27 +65,41 @@ def scaling_values(job: Job, snapshot: ClusterSnapshot, kmax: int) -> NDArray[np
     return _table(job, snapshot, kmax)[0]
 
 
-def _table(job: Job, snapshot: ClusterSnapshot, kmax: int, fixed: bool = False) -> tuple[
-    NDArray[np.float64], NDArray[np.int64]
+def throughput_table(job: Job, snapshot: ClusterSnapshot, kmax: int, fixed: bool = False) -> tuple[
+    NDArray[np.float64], NDArray[np.int64], float
 ]:
-    """Scaling factors and batches for ``k = 0..kmax``: ``b_opt(k)``, or the job's own batch if ``fixed``."""
+    """Uncorrected samples/s and global batch for ``k = 0..kmax`` (0 where infeasible and at ``k = 0``):
+    ``b_opt(k)``, the job's own batch if ``fixed`` or endo-elastic; and ``T_j(b_max, 1)``, the model's
+    rate on one GPU at the largest per-GPU batch that fits, whatever the job's batch range (the
+    scaling factors' denominator; ``min-jct`` uses the same table)."""
     model = snapshot.profiles[job.model]
     base = float(model.throughput(sizing.max_local(job, model), 1))
-    out = np.full(kmax + 1, NEG)
+    tp = np.zeros(kmax + 1)
     batches = np.zeros(kmax + 1, dtype=np.int64)
-    if base <= 0 or kmax < 1:
-        return out, batches
+    if kmax < 1:
+        return tp, batches, base
     ks = np.arange(1, kmax + 1, dtype=np.int64)
     if fixed:
         batches[1:] = job.base_batch
         fits = (-(-job.base_batch // ks) <= sizing.max_local(job, model)) & (ks <= job.base_batch)
-        tp = np.where(fits, model.throughput(job.base_batch, ks), 0.0)
+        tp[1:] = np.where(fits, model.throughput(job.base_batch, ks), 0.0)
     elif job.mode is ElasticMode.ENDO:
-        tp = sizing.throughput_grid(job, model, kmax, corrected=False)[1:, 0]
+        tp[1:] = sizing.throughput_grid(job, model, kmax, corrected=False)[1:, 0]
         batches[1:] = job.base_batch
     else:
-        batches[1:], tp = sizing.best_exo_batches(job, model, ks)
-    out[1:] = np.where(tp > 0, tp / base, NEG)
+        batches[1:], tp[1:] = sizing.best_exo_batches(job, model, ks)
+    return tp, batches, base
+
+
+def _table(job: Job, snapshot: ClusterSnapshot, kmax: int, fixed: bool = False) -> tuple[
+    NDArray[np.float64], NDArray[np.int64]
+]:
+    """Scaling factors and batches for ``k = 0..kmax``: ``b_opt(k)``, or the job's own batch if ``fixed``."""
+    tp, batches, base = throughput_table(job, snapshot, kmax, fixed)
+    out = np.full(kmax + 1, NEG)
+    if base <= 0 or kmax < 1:
+        return out, batches
+    out[1:] = np.where(tp[1:] > 0, tp[1:] / base, NEG)
     return out, batches
 
 

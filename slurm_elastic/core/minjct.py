@@ -60,6 +60,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from slurm_elastic.core import fairness, sizing
+from slurm_elastic.core.dynprog import throughput_table
 from slurm_elastic.core.model import ClusterSnapshot, ElasticMode, Job, JobId, JobState
 from slurm_elastic.core.planner import PlanResult, build_plan
 from slurm_elastic.core.remaining import expected_remaining, progress_shapes
@@ -163,26 +164,6 @@ class _Terms:
     width: NDArray[np.int64]
 
 
-def throughput_table(job: Job, snapshot: ClusterSnapshot, kmax: int) -> tuple[FloatArr, NDArray[np.int64], float]:
-    """Uncorrected samples/s and global batch for ``k = 0..kmax`` (0 where infeasible and at ``k = 0``):
-    ``b_opt(k)`` for an exo-elastic job, its own batch for an endo-elastic one; and the model's peak
-    rate on one GPU (at the largest per-GPU batch that fits, whatever the job's batch range: ``dp``'s
-    ``T_j(b_max, 1)``)."""
-    model = snapshot.profiles[job.model]
-    tp = np.zeros(kmax + 1)
-    batches = np.zeros(kmax + 1, dtype=np.int64)
-    peak = float(model.throughput(sizing.max_local(job, model), 1))
-    if kmax < 1:
-        return tp, batches, peak
-    ks = np.arange(1, kmax + 1, dtype=np.int64)
-    if job.mode is ElasticMode.ENDO:
-        tp[1:] = sizing.throughput_grid(job, model, kmax, corrected=False)[1:, 0]
-        batches[1:] = job.base_batch
-    else:
-        batches[1:], tp[1:] = sizing.best_exo_batches(job, model, ks)
-    return tp, batches, peak
-
-
 def _hull(v: list[float], start: int) -> list[int]:
     """The vertices of the upper concave hull of ``(k, v[k])`` from ``start`` to the best value
     (feasible ``k >= start`` only, ``-inf`` infeasible; slopes strictly falling and positive)."""
@@ -237,11 +218,9 @@ def solve_hulls(values: list[FloatArr], starts: list[int], total: int) -> list[i
     if not slope:
         return sizes
     order = np.lexsort((np.asarray(step), np.asarray(owner), -np.asarray(slope)))
-    widths = np.asarray(width, dtype=np.int64)[order]
-    fits = int(np.searchsorted(np.cumsum(widths), left, side="right"))  # the prefix taken whole
     blocked: set[int] = set()
-    for pos, idx in enumerate(order):
-        if pos >= fits and left <= 0:
+    for idx in order:
+        if left <= 0:
             break
         j = owner[idx]
         if j in blocked:
@@ -455,11 +434,11 @@ class MinJctPlanner:
         ids = [j.job_id for j in jobs]
         values = {jid: grid[i, : terms.width[i]] for i, jid in enumerate(ids)}
         batch_of = {jid: terms.batch[i] for i, jid in enumerate(ids)}
-        remaining = dict(zip(ids, left.tolist(), strict=True))
         rho = dict(zip(ids, rho_of.tolist(), strict=True))
         floor = dict(zip(ids, floor_of.tolist(), strict=True))
         kmin = dict(zip(ids, kmins.tolist(), strict=True))
-        alone = {jid: remaining[jid] / smallest_rate[jid] if smallest_rate[jid] else np.inf for jid in ids}
+        with np.errstate(divide="ignore"):
+            alone = dict(zip(ids, np.where(smallest > 0, left / smallest, np.inf).tolist(), strict=True))
         planned, reasons = self._admit(jobs, kmin, alone, rho, total)
         starts = _floored(planned, kmin, floor, rho, total)
         sizes = solve_hulls([values[j.job_id] for j in planned], [starts[j.job_id] for j in planned], total) or []

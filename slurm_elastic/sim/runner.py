@@ -265,7 +265,7 @@ def reproduce(seeds: Sequence[int], *, quick: bool = False,
               "own issue). A p value for 'ONES < it' below 0.05 means ONES's per-job JCTs are significantly lower. "
               "The last row is an ablation, not a baseline: ONES without its convoy-effect scale-down "
               "(sigma = 0) and without its one-epoch update gate.", "", WORKLOAD_NOTE, "", LB_NOTE, ""]
-    scale_pols = [p for p in ones_pols if p.shown in SCALING_PAPER or p.shown in ("dp", "min-jct")]
+    scale_pols = [p for p in ones_pols if p.shown in SCALING_PAPER or p.shown in ("dp", DEFAULT_POLICY)]
     by_gpus = {64: ones_res}
     for gpus in (() if quick else SCALING_GPUS):
         if gpus not in by_gpus:
@@ -323,11 +323,15 @@ PHILLY_JOBS, PHILLY_GPUS, PHILLY_LOAD = 160, 64, 0.9
 QUICK_PHILLY_JOBS, QUICK_PHILLY_GPUS = 24, 16
 
 
-DEFAULT_POLICY = "min-jct"
+DEFAULT_POLICY = registry.DEFAULT_POLICY
 GOAL_LB_RATIO = 1.25
 GOAL_WORST_FTF = 1.2
 """Issue 16's goals for our own policy: the best avg JCT, within 1.25x of the bound, worst FTF at most 1.2
 (Sia's published worst case), fewer resizes per job than ``ones``."""
+
+
+def _met(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("yes" if ok else "no")
 
 
 def default_policy_section(workloads: Sequence[tuple[str, Sequence[dict[str, Any]]]]) -> list[str]:
@@ -349,16 +353,12 @@ def default_policy_section(workloads: Sequence[tuple[str, Sequence[dict[str, Any
                    default=None)
         ratio, ftf, rz = _m(ours, "avg_jct_over_lower_bound"), _m(ours, "worst_ftf"), _m(ours, "resizes_per_job")
         ones_rz = _m([r for r in runs if r["policy"] == "ones"], "resizes_per_job")
-
-        def met(ok: bool | None) -> str:
-            return "n/a" if ok is None else ("yes" if ok else "no")
-
         lines.append(_row(name, _fmt(avg), "n/a" if best is None else f"{_fmt(best[0])} ({best[1]})", _lb_ratio(ours),
                           _fmt(ftf, digits=2), _fmt(rz, digits=2), _fmt(ones_rz, digits=2),
-                          met(None if avg is None or best is None else avg <= best[0]),
-                          met(None if ratio is None else ratio <= GOAL_LB_RATIO),
-                          met(None if ftf is None else ftf <= GOAL_WORST_FTF),
-                          met(None if rz is None or ones_rz is None else rz < ones_rz)))
+                          _met(None if avg is None or best is None else avg <= best[0]),
+                          _met(None if ratio is None else ratio <= GOAL_LB_RATIO),
+                          _met(None if ftf is None else ftf <= GOAL_WORST_FTF),
+                          _met(None if rz is None or ones_rz is None else rz < ones_rz)))
     return [*lines, ""]
 
 

@@ -25,6 +25,7 @@ ALL = ("dp", "dp-fixed", "drl", "efq", "fifo", "min-jct", "ones", "optimus", "ti
 
 def test_available_lists_every_planner() -> None:
     assert policies.available() == ALL
+    assert policies.DEFAULT_POLICY in ALL
     core_planners = {cls for mod in (baselines, drl, dynprog, efq, evolutionary, minjct)
                      for _, cls in inspect.getmembers(mod, inspect.isclass)
                      if cls.__module__ == mod.__name__ and callable(getattr(cls, "plan", None))}
