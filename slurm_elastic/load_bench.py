@@ -23,11 +23,12 @@ from typing import Any
 
 from slurm_elastic.config import SITE_GUARD_DEFAULTS, Config, DaemonConfig
 from slurm_elastic.core.guards import Guards
-from slurm_elastic.core.model import JobState
 from slurm_elastic.dev import devcluster
 from slurm_elastic.errors import ConfigError
 from slurm_elastic.slurm.cli_backend import SlurmCli
 from slurm_elastic.slurm.commands import run_command
+from slurm_elastic.slurm.dialects import has_settled
+from slurm_elastic.slurm.records import JobRecord
 from slurm_elastic.store import Store
 from slurm_elastic.testing import shipped_profiles
 from slurm_elastic.wiring import cluster_view, slurm_daemon
@@ -37,8 +38,9 @@ NODES, GPUS_PER_NODE = 3, 2
 
 def bench_load(*, root: Path, jobs: int = 200, sleep_s: int = 20, policy: str = "efq", bring_up: bool = True,
                timeout_s: float = 3600.0) -> dict[str, Any]:
-    """Submit ``jobs`` elastic sleep jobs at once, run the acting daemon until they are all gone,
-    and print what the queue cost (see the module docstring).
+    """Submit ``jobs`` elastic sleep jobs at once, run the acting daemon until Slurm is done with
+    every one (terminal and no longer completing: a job being requeued completes first), and print
+    what the queue cost (see the module docstring).
 
     Raises:
         ConfigError: no dev cluster at ``root`` (with ``bring_up=False``), or the queue did not
@@ -68,27 +70,33 @@ def _run(root: Path, jobs: int, sleep_s: int, policy: str, timeout_s: float) -> 
         t0 = time.monotonic()
         ids = [_submit(env, tmp, sleep_s) for _ in range(jobs)]
         restarts: dict[str, int] = dict.fromkeys(ids, 0)
+        seen: set[str] = set()  # a job seen once and no longer listed has ended
         rounds: list[float] = []
         while True:
             if daemon.due():
                 t = time.perf_counter()
                 daemon.round()
                 rounds.append(time.perf_counter() - t)
-            live = {r.job_id: r for r in view.records.values() if r.job_id in restarts}
+            live: dict[str, JobRecord] = {r.job_id: r for r in view.records.values() if r.job_id in restarts}
             for jid, rec in live.items():
                 restarts[jid] = max(restarts[jid], rec.restart_count)
-            if not any(r.state is not JobState.FINISHED for r in live.values()):
+                seen.add(jid)
+            queued = [j for j in ids if j not in seen or (j in live and not has_settled(live[j].slurm_state))]
+            if not queued:
                 break
             if time.monotonic() - t0 > timeout_s:
-                raise ConfigError(f"bench load: {len(live)} of {jobs} jobs still queued after {timeout_s:.0f} s")
+                raise ConfigError(f"bench load: {len(queued)} of {jobs} jobs still queued after {timeout_s:.0f} s")
             time.sleep(cfg.daemon.poll_interval)
         drain = time.monotonic() - t0
         store.close()
-    completed = _completed(env, ids)
+    states = _final_states(env, ids)
+    completed = sum(1 for s in states.values() if s.startswith("COMPLETED"))
     preemptions = sum(restarts.values())
     ideal = math.ceil(jobs / gpus) * sleep_s
     return {"benchmark": "load", "jobs": jobs, "gpus": gpus, "sleep_s": sleep_s, "policy": policy,
-            "completed": completed, "preemptions": preemptions,
+            "completed": completed,
+            "not_completed": {j: s or "absent from sacct" for j, s in states.items() if not s.startswith("COMPLETED")},
+            "preemptions": preemptions,
             "preemptions_per_job": round(preemptions / jobs, 3), "most_preemptions_of_one_job": max(restarts.values()),
             "drain_s": round(drain, 1), "ideal_drain_s": ideal, "drain_over_ideal": round(drain / ideal, 3),
             "rounds": len(rounds), "round_p50_s": round(statistics.median(rounds), 4),
@@ -101,15 +109,16 @@ def _submit(env: dict[str, str], cwd: str, sleep_s: int) -> str:
     return out.stdout.strip().split(";")[0]
 
 
-def _completed(env: dict[str, str], ids: list[str]) -> int:
-    """How many of the jobs Slurm's accounting says COMPLETED (waits a little for slurmdbd)."""
+def _final_states(env: dict[str, str], ids: list[str]) -> dict[str, str]:
+    """Each job's state in Slurm's accounting ("" where it has none), waiting a little for slurmdbd
+    to record every job COMPLETED."""
     deadline = time.monotonic() + 30
     while True:
         out = run_command(["sacct", "-n", "-P", "-X", "-o", "JobID,State", "-j", ",".join(ids)], env=env)
-        states = dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
-        done = sum(1 for j in ids if states.get(j, "").startswith("COMPLETED"))
-        if done == len(ids) or time.monotonic() > deadline:
-            return done
+        found = dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
+        states = {j: found.get(j, "") for j in ids}
+        if all(s.startswith("COMPLETED") for s in states.values()) or time.monotonic() > deadline:
+            return states
         time.sleep(1.0)
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from slurm_elastic.collector import gc_paused
-from slurm_elastic.core.model import ClusterSnapshot
+from slurm_elastic.core.model import ClusterSnapshot, JobId, JobState
 from slurm_elastic.observe.bounds import limits_of
 from slurm_elastic.observe.history import ProgressLearner
 from slurm_elastic.observe.inflight import owed_by_store
@@ -103,6 +103,8 @@ class ClusterView:
     """The jobs of the last snapshot (an unchanged one is not made again)."""
     snapshot_s: float = 0.0
     """Seconds the last observation spent building its snapshot from the records (``bench observe``)."""
+    restart_counts: dict[JobId, int] = field(default_factory=dict)
+    """Each job's restart count when last read other than completing (:meth:`_requeues_under_way`)."""
 
     def _progress_model(self) -> BetaProgressModel | None:
         if self.store is None:
@@ -111,12 +113,37 @@ class ClusterView:
             self.learner = ProgressLearner(self.store, writes=self.writes_store)
         return self.learner.current()
 
-    def _jobs_read(self, jobs: list[JobRecord]) -> list[JobRecord]:
+    def _jobs_read(self, jobs: list[JobRecord]) -> tuple[list[JobRecord], list[JobRecord]]:
+        """Keep the records of this read and store the managed jobs' new reports; returns the
+        records (requeues under way told apart) and the managed ones among them."""
+        jobs = self._requeues_under_way(jobs)
         self.records = {j.job_id: j for j in jobs}
         self._quarantine(self.source.refused)
         managed = in_partitions(jobs, self.partitions)
         self.read_reports(managed)
-        return managed
+        return jobs, managed
+
+    def _requeues_under_way(self, jobs: list[JobRecord]) -> list[JobRecord]:
+        """Records in which a job being requeued waits again instead of having ended.
+
+        Slurm 22.05 prints a job whose processes are being killed as ``COMPLETING``, whether it ends
+        or was just requeued (25.11 prints ``PENDING`` with the flag; the dialect reads that). A
+        ``COMPLETING`` job whose restart count rose since it was last read is a requeue under way:
+        taken for ended, it would leave the plan (a policy learns it ended) and return a moment later."""
+        last = self.restart_counts
+        out: list[JobRecord] = []
+        counts: dict[JobId, int] = {}
+        for rec in jobs:
+            requeuing = rec.slurm_state == ("COMPLETING",)
+            if requeuing and rec.job_id in last:
+                counts[rec.job_id] = last[rec.job_id]
+                if rec.restart_count > last[rec.job_id]:
+                    rec = replace(rec, state=JobState.PREEMPTED)
+            elif not requeuing:
+                counts[rec.job_id] = rec.restart_count
+            out.append(rec)
+        self.restart_counts = counts
+        return out
 
     def read_reports(self, records: list[JobRecord]) -> int:
         """Store the new reports of these jobs, each checked against its job's bounds; returns how many."""
@@ -158,8 +185,7 @@ class ClusterView:
         """Read the queue and the jobs' new reports; return a key that changes when the queue does
         (the collector paused, as :meth:`observe`)."""
         with gc_paused():
-            jobs = self.source.jobs()
-            self._jobs_read(jobs)
+            jobs, _ = self._jobs_read(self.source.jobs())
             return fingerprint(jobs)
 
     def observe(self) -> ClusterSnapshot:
@@ -172,8 +198,7 @@ class ClusterView:
 
     def _observe(self) -> ClusterSnapshot:
         nodes, jobs = self.source.read()
-        jobs = self._first_submits(jobs)
-        managed = self._jobs_read(jobs)
+        jobs, managed = self._jobs_read(self._first_submits(jobs))
         self._nodes_left_out(self.source.refused_nodes)
         store = self.store
         refused: dict[str, str] = {}

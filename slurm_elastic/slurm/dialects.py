@@ -40,10 +40,15 @@ Node state mapping (:func:`map_node_state`; base state and flags upper-cased fir
 Job state mapping (:func:`map_job_state`; 22.05 prints one word in which a flag hides the base state,
 25.11 the base state then the flags):
 
+* ``PREEMPTED`` for a ``PENDING`` job with the ``COMPLETING`` flag (25.11): it was just requeued
+  and its processes are still being killed. It waits again, so it is not finished. 22.05 prints
+  such a job as ``COMPLETING``, as it prints a job that ends; the observer tells them apart by the
+  restart count (:class:`~slurm_elastic.observe.view.ClusterView`).
 * ``FINISHED`` when a ``COMPLETING``, ``STAGE_OUT`` or ``REVOKED`` flag is set or the base state is
   terminal (``COMPLETED``, ``CANCELLED``, ``FAILED``, ``TIMEOUT``, ``NODE_FAIL``, ``PREEMPTED``,
   ``BOOT_FAIL``, ``DEADLINE``, ``OUT_OF_MEMORY``). A completing job's GPUs stay busy on its nodes
-  (``gres_used``) but it is no longer a job to plan.
+  (``gres_used``) but it is no longer a job to plan. :func:`has_settled` says when Slurm is done
+  with it (terminal, no longer completing).
 * ``RUNNING`` for ``RUNNING`` (with ``CONFIGURING``, ``RESIZING``, ``SIGNALING``, ``STOPPED`` …).
 * ``PREEMPTED`` for ``SUSPENDED`` (it ran and now waits), for a ``PENDING`` job that was requeued
   (``REQUEUED``, ``REQUEUE_HOLD``, ``REQUEUE_FED``, ``SPECIAL_EXIT`` flags, or ``restart_cnt > 0``).
@@ -379,12 +384,7 @@ _LEGACY_FLAG_BASE = {
 }
 
 
-def map_job_state(states: Sequence[str], restart_count: int = 0) -> JobState:
-    """Reduce a Slurm job state (25.11: base then flags; 22.05: one word) to a core :class:`JobState`.
-
-    Raises:
-        SlurmJsonError: the list is empty or the base state is unknown.
-    """
+def _base_and_flags(states: Sequence[str]) -> tuple[str, set[str]]:
     if not states:
         raise SlurmJsonError("job_state: empty (rule: base state first)")
     words = [s.strip().upper() for s in states]
@@ -392,6 +392,29 @@ def map_job_state(states: Sequence[str], restart_count: int = 0) -> JobState:
     if base in _LEGACY_FLAG_BASE:
         flags.add(base)
         base = _LEGACY_FLAG_BASE[base]
+    return base, flags
+
+
+def has_settled(states: Sequence[str]) -> bool:
+    """Whether Slurm is done with a job in this state: terminal, and no longer completing (a job
+    that is completing may still be requeued, or be a requeue under way).
+
+    Raises:
+        SlurmJsonError: the list is empty.
+    """
+    base, flags = _base_and_flags(states)
+    return base in _JOB_TERMINAL and not flags & _JOB_ENDING_FLAGS
+
+
+def map_job_state(states: Sequence[str], restart_count: int = 0) -> JobState:
+    """Reduce a Slurm job state (25.11: base then flags; 22.05: one word) to a core :class:`JobState`.
+
+    Raises:
+        SlurmJsonError: the list is empty or the base state is unknown.
+    """
+    base, flags = _base_and_flags(states)
+    if base == "PENDING" and "COMPLETING" in flags:
+        return JobState.PREEMPTED
     if flags & _JOB_ENDING_FLAGS or base in _JOB_TERMINAL:
         return JobState.FINISHED
     if base == "RUNNING":

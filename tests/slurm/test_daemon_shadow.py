@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from slurm_elastic.config import parse
+from slurm_elastic.core.model import JobId, JobState
 from slurm_elastic.daemon import Daemon
 from slurm_elastic.observe.view import ClusterView
 from slurm_elastic.slurm.cli_backend import SlurmCli
@@ -83,4 +85,30 @@ def test_bench_reaction_on_the_real_cluster(cluster: DevCluster) -> None:
 
     out = bench_reaction(root=cluster.root, repeat=2, poll_interval=0.1)
     assert out["repeat"] == 2 and 0 < out["planned"]["median_ms"] <= out["running"]["median_ms"] < 60_000
+    cluster.cancel_all()
+
+
+def test_a_job_being_requeued_is_seen_waiting_never_ended(cluster: DevCluster) -> None:
+    """A requeued job completes before it waits again. Its batch shell and sleep ignore TERM, so it
+    stays completing until KillWait (5 s) ends it. Slurm 22.05 prints it then as a job that ends
+    (25.11 as pending and completing); the observer must see it waiting throughout, never ended."""
+    cluster.cancel_all()
+    job = cluster.sbatch("--elastic=1:4", "--gres=gpu:1", "-N1", "--output=/dev/null",
+                         "--wrap", "trap '' TERM; sleep 300")
+    cluster.wait_state(job, "RUNNING")
+    view = _observer(cluster)
+    assert view.observe().job(JobId(str(job))).state is JobState.RUNNING
+    cluster.run(["scontrol", "requeue", str(job)], check=True)
+    sightings = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        planned = {j.job_id: j.state for j in view.observe().jobs}
+        rec = view.records[str(job)]
+        sightings.append((rec.slurm_state, rec.state, planned.get(rec.job_id)))
+        if "COMPLETING" not in rec.slurm_state:
+            break
+        time.sleep(0.2)
+    completing = [s for s in sightings if "COMPLETING" in s[0]]
+    assert completing, f"the requeue never showed completing: {sightings}"
+    assert all(s[1] is JobState.PREEMPTED and s[2] is JobState.PREEMPTED for s in sightings), sightings
     cluster.cancel_all()
