@@ -13,7 +13,10 @@ know them. Pure: its state (when each job last changed) lives in its memo.
   the last hour (as seen by this planner: each new ``last_change_time``), keeps its current size.
 * **No preemption churn** (``min_run_s``, ``max_preemptions``): a running job the inner planner
   would stop keeps its size when it started or changed less than ``min_run_s`` ago, or has been
-  preempted ``max_preemptions`` times already (``Job.preemptions``).
+  preempted ``max_preemptions`` times already (``Job.preemptions``). So does a running job
+  without the launcher (``Job.can_rebatch`` false) that it would resize: Slurm resizes such a job
+  by requeueing it, which stops it as a preemption does. The inner planner sees such a job pinned
+  at its size, so the GPUs it would have had go to the others.
 * **Whole blocks**: a running job whose GPUs are released only in whole blocks
   (``Job.shrink_sizes``: a launcher job on Slurm frees a node of its own allocation or a whole
   satellite, never part of one) is never planned to a size in between: its shrink is rounded up
@@ -54,7 +57,7 @@ class Guards:
         max_gpus_per_account: cap on the GPUs of all elastic jobs of one account.
         protect_rigid: keep GPUs free for waiting rigid jobs.
         min_run_s: least seconds a running job keeps its allocation (since it started or last
-            changed) before it may be preempted.
+            changed) before it may be preempted (or, without the launcher, resized: a requeue).
         max_preemptions: most times one job is preempted; a job preempted that often runs on.
     """
 
@@ -124,17 +127,23 @@ class GuardedPlanner(PlannerWrapper):
             view = replace(view, jobs=tuple(
                 replace(j, max_gpus=max(j.min_gpus, min(j.max_gpus, j.num_gpus))) if not j.can_grow and j.num_gpus
                 else j for j in view.jobs))
+        sched_all = set(snapshot.schedulable_gpus())
+        pinned = {j.job_id for j in view.jobs if j.elastic and j.state is JobState.RUNNING and not j.can_rebatch
+                  and self._unpreemptable(j, snapshot.now) and j.placement.gpu_set() <= sched_all}
+        if pinned:  # a resize would requeue them: the inner planner gives their growth to others
+            view = replace(view, jobs=tuple(replace(j, min_gpus=j.num_gpus, max_gpus=j.num_gpus)
+                                            if j.job_id in pinned else j for j in view.jobs))
         inner = self.inner.plan(view, m.inner, rng)
         counts = {p.job_id: p.num_gpus for p in inner.plan.jobs}
         inner_counts = dict(counts)
         reasons = {u.job_id: u.reason for u in inner.plan.unplaced}
-        sched = set(snapshot.schedulable_gpus())
+        sched = sched_all
         frozen: dict[JobId, str] = {}
         for job in snapshot.elastic_jobs():
             if job.state is not JobState.RUNNING or counts.get(job.job_id, 0) == job.num_gpus:
                 continue
             why = self._frozen(job, changes.get(job.job_id, ()), snapshot.now)
-            if not why and not counts.get(job.job_id):
+            if not why and (not counts.get(job.job_id) or not job.can_rebatch):  # stopped, or requeued
                 why = self._unpreemptable(job, snapshot.now)
             kept = len(job.placement.gpu_set() & sched)  # GPUs on lost or draining nodes cannot be kept
             if why and kept >= job.min_gpus:

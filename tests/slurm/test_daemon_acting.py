@@ -166,13 +166,15 @@ def test_while_the_daemon_runs_it_alone_starts_elastic_jobs(cluster: DevCluster,
 
 def test_bench_load_drains_a_queue_without_preemption_churn(cluster: DevCluster) -> None:
     """``bench load`` at a small size (issue 14, finding 2: 200 jobs on 6 GPUs were requeued 490
-    times). Figures live in the benchmark; here: every job completes, none is requeued more often
-    than the guards allow, and the JSON has the issue's keys."""
+    times). Figures live in the benchmark; here: every job completes, and the JSON has the issue's
+    keys. None is requeued: the guards keep a job without the launcher at its size for its first
+    ``min_run_s`` (120 s; these jobs run 5 s). Before, 6 runs in 22 regrew jobs by requeue, up to
+    17 requeues a run, and twice the benchmark stopped while a requeued job still had to run."""
     from slurm_elastic.load_bench import bench_load
 
     cluster.cancel_all()
     out = bench_load(root=cluster.root, jobs=24, sleep_s=5, bring_up=False, timeout_s=300)
-    assert out["completed"] == 24 and out["most_preemptions_of_one_job"] <= 3, out
+    assert out["completed"] == 24 and out["preemptions"] == 0, out
     assert {"preemptions", "preemptions_per_job", "drain_s", "ideal_drain_s", "round_p50_s", "round_p99_s"} <= set(out)
 
 

@@ -133,3 +133,34 @@ def test_a_job_is_not_preempted_again_before_its_minimum_run_nor_too_often() -> 
     kept, notes = plan(often, Guards(protect_rigid=False, max_preemptions=3))
     assert kept == {"a"} and "preempted 3 times, limit 3" in notes[-1]
     assert plan(replace(often, preemptions=2), Guards(protect_rigid=False, max_preemptions=3))[0] == {"b"}
+
+
+@pytest.mark.parametrize("policy", ["efq", "dp"])  # min-jct already charges a requeue its restart
+def test_a_job_without_the_launcher_is_not_requeued_to_resize_before_its_minimum_run(policy: str) -> None:
+    """``bench load`` (CI flake): 5 s sleep jobs were grown 1 -> 2 -> 3 -> 4 GPUs by requeue within
+    seconds, each requeue a restart. Without the launcher a resize is a requeue: the churn guards
+    apply, the job keeps its size, and the GPUs it would have had go to the waiting job."""
+    from dataclasses import replace
+
+    from slurm_elastic.core.model import JobState
+
+    sleeper = make_job("a", state=JobState.RUNNING, min_gpus=1, max_gpus=4, requested_gpus=1, submit_time=0.0,
+                       placement=[("n000", 0)], run_time=10)
+    sleeper = replace(sleeper, can_rebatch=False)
+    waiting = make_job("b", min_gpus=1, max_gpus=4, requested_gpus=1, submit_time=5.0)
+
+    def sizes(job, guards: Guards) -> dict[str, int]:  # type: ignore[no-untyped-def]
+        snap = make_snapshot(make_nodes(1, 4), [job, waiting], now=1000.0)
+        res = _plan(snap, guards, policy=policy).plan
+        assert plan_violations(snap, res) == ()
+        return {p.job_id: p.num_gpus for p in res.jobs}
+
+    fresh = replace(sleeper, last_change_time=990.0)
+    unguarded = sizes(fresh, Guards(protect_rigid=False))
+    assert unguarded.get(JobId("a")) != 1, unguarded  # the policy would resize it
+    guarded = sizes(fresh, Guards(protect_rigid=False, min_run_s=120))
+    assert guarded == {"a": 1, "b": 3}, guarded
+    often = replace(sleeper, last_change_time=0.0, preemptions=3)
+    assert sizes(often, Guards(protect_rigid=False, max_preemptions=3)) == {"a": 1, "b": 3}
+    assert sizes(replace(fresh, can_rebatch=True), Guards(protect_rigid=False, min_run_s=120)).get(
+        JobId("a")) != 1  # a launcher job resizes in place: no requeue, no guard
