@@ -83,16 +83,19 @@ class Channel:
         path: its orders file.
         secret: its secret (the bytes of the secret file's text).
         uid: the job's user, who must own every file of the channel.
+        run: the job's run (Slurm's restart count): orders are signed for it, and the orders of an
+            earlier run name workers a requeue ended.
     """
 
     job_id: str
     path: Path
     secret: bytes
     uid: int
+    run: int = 0
 
     @classmethod
-    def open(cls, job_id: str, user: str, comment: str) -> Channel:
-        """Find and verify the channel of a job from its comment and user.
+    def open(cls, job_id: str, user: str, comment: str, run: int = 0) -> Channel:
+        """Find and verify the channel of a job from its comment and user, for its run ``run``.
 
         Raises:
             NoChannel: the comment names no channel (the job never had the launcher).
@@ -116,7 +119,7 @@ class Channel:
             raise ChannelError(f"job {job_id}: {exc}") from None
         if len(secret) < 16:
             raise ChannelError(f"job {job_id}: secret in {path.with_suffix('')} is shorter than 16 bytes")
-        return cls(job_id, path, secret, uid)
+        return cls(job_id, path, secret, uid, run)
 
     @property
     def reports_path(self) -> Path:
@@ -200,14 +203,18 @@ class Channel:
             ChannelError: the orders file breaks a rule or cannot be written.
         """
         seq = max((o.seq for o in self.history()), default=0) + 1
-        line = sign_order(self.job_id, seq, kind, workers, local_batch, self.secret) + "\n"
+        line = sign_order(self.job_id, seq, kind, workers, local_batch, self.secret, self.run) + "\n"
         try:
             jobfiles.append(self.path, self.uid, line.encode("ascii"), max_size=ORDERS_MAX_BYTES)
         except JobFileError as exc:
             raise ChannelError(f"job {self.job_id}: {exc}") from None
         return seq
 
+    def orders_of_run(self) -> list[Order]:
+        """The signed orders of this run (:meth:`history` holds every run's)."""
+        return [o for o in self.history() if o.run == self.run]
+
     def workers(self, initial: Sequence[str]) -> list[str]:
-        """The job's current workers: those of the last signed resize order, else ``initial``."""
-        resizes = [o for o in self.history() if o.kind == "resize"]
+        """The job's current workers: those of this run's last signed resize order, else ``initial``."""
+        resizes = [o for o in self.orders_of_run() if o.kind == "resize"]
         return list(resizes[-1].workers) if resizes else list(initial)

@@ -49,7 +49,7 @@ from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, NodeName, Placement, Plan
 from slurm_elastic.errors import ElasticError
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 LOCK_WAIT_S = 2.0
 """How long a call waits for another process's write lock before it fails (sqlite's busy timeout)."""
 
@@ -104,6 +104,7 @@ CREATE TABLE IF NOT EXISTS workers (
     alloc TEXT NOT NULL,
     PRIMARY KEY (job_id, worker)
 );
+CREATE TABLE IF NOT EXISTS worker_runs (job_id TEXT PRIMARY KEY, run INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS releases (
     job_id TEXT PRIMARY KEY,
     nodes TEXT NOT NULL,
@@ -157,7 +158,9 @@ _MIGRATIONS = {1: _MIGRATE_1_TO_2 + _MIGRATE_2_TO_3 + _MIGRATE_5_TO_6 + _MIGRATE
                3: _MIGRATE_5_TO_6 + _MIGRATE_6_TO_7 + _MIGRATE_7_TO_8,
                4: _MIGRATE_5_TO_6 + _MIGRATE_6_TO_7 + _MIGRATE_7_TO_8,
                5: _MIGRATE_5_TO_6 + _MIGRATE_6_TO_7 + _MIGRATE_7_TO_8,
-               6: _MIGRATE_6_TO_7 + _MIGRATE_7_TO_8, 7: _MIGRATE_7_TO_8}
+               6: _MIGRATE_6_TO_7 + _MIGRATE_7_TO_8, 7: _MIGRATE_7_TO_8, 8: ()}
+# Version 8 stores lack the run each job's worker layout belongs to (the schema script creates the
+# table; a layout without a run is the first run's).
 
 
 class StoreError(ElasticError):
@@ -589,14 +592,29 @@ class Store:
 
     # -- workers and satellites -------------------------------------------------------------------
 
-    def add_workers(self, job_id: str, workers: list[tuple[str, str, str]]) -> None:
-        """Record workers of a job as ``(worker, node, alloc)``; a worker already known is kept."""
+    def add_workers(self, job_id: str, workers: list[tuple[str, str, str]], run: int = 0) -> None:
+        """Record the workers a job's run ``run`` starts with, as ``(worker, node, alloc)``. The
+        workers of an earlier run are forgotten: a requeue started every worker again, on nodes of
+        its new allocation, under the same ids. Within a run, a worker already known is kept."""
         with self._tx():
+            if self.workers_run(job_id) not in (None, run):
+                self._db.execute("DELETE FROM workers WHERE job_id = ?", (job_id,))
+            self._db.execute("INSERT INTO worker_runs(job_id, run) VALUES (?, ?) ON CONFLICT(job_id) DO UPDATE "
+                             "SET run=excluded.run", (job_id, run))
             self._db.executemany("INSERT OR IGNORE INTO workers(job_id, worker, node, alloc) VALUES (?, ?, ?, ?)",
                                  [(job_id, w, n, a) for w, n, a in workers])
 
+    def workers_run(self, job_id: str) -> int | None:
+        """The run of a job the recorded workers belong to (``None``: none recorded)."""
+        row = self._db.execute("SELECT run FROM worker_runs WHERE job_id = ?", (job_id,)).fetchone()
+        if row is not None:
+            return int(row[0])
+        known = self._db.execute("SELECT 1 FROM workers WHERE job_id = ? LIMIT 1", (job_id,)).fetchone()
+        return 0 if known else None
+
     def workers_of(self, job_id: str) -> dict[str, tuple[str, str]]:
-        """Every worker ever recorded for a job: worker id -> (node, Slurm allocation)."""
+        """Every worker recorded for a job's latest run (:meth:`add_workers`): worker id -> (node,
+        Slurm allocation)."""
         rows = self._db.execute("SELECT worker, node, alloc FROM workers WHERE job_id = ?", (job_id,)).fetchall()
         return {r[0]: (r[1], r[2]) for r in rows}
 

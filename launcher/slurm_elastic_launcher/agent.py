@@ -388,6 +388,7 @@ class Agent:
         self.source = source
         self.clock = clock
         self.me = env.worker_id
+        self.job_run = env.run  # the job's run it acts for: Slurm's restart count, a joiner's order's run
         self.sampler = ElasticSampler(len(job.dataset), SamplerState(env.seed))
         self.state = TrainingState(job.model, job.optimizer, job.scheduler, self.sampler, backend.ops)
         self.status = AgentState.STARTING
@@ -559,6 +560,7 @@ class Agent:
     def _start(self) -> None:
         if self.env.join:
             order = self.await_order()
+            self.job_run = order.run  # its own allocation's restart count is not the job's
             self._warm_up()
             self.join(order)
         else:
@@ -709,7 +711,8 @@ class Agent:
         """Rank 0: the control words of this step (resize/stop seq, once joiners are ready)."""
         words = [0] * self.CONTROL_WORDS
         applied = int(self.extra["applied_seq"])
-        newer = [o for o in self._valid_orders() if o.seq > applied]
+        newer = [o for o in self._valid_orders() if o.seq > applied and o.run == self.job_run]  # an earlier run's
+        # orders name the workers of that run, gone since the requeue
         if newer:  # every order is a whole target world: the latest one supersedes any still waiting
             self._pending = max(newer, key=lambda o: o.seq)
         elif self._pending is not None and self._pending.seq <= applied:

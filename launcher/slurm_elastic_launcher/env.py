@@ -40,6 +40,9 @@ Variables (name, type, default, rule):
 * ``SLURM_ELASTIC_DIST_BACKEND`` (``auto``, ``gloo`` or ``nccl``, ``auto``): the collectives' library;
   ``auto`` is NCCL when CUDA is available, else gloo. ``gloo`` on a GPU moves CUDA tensors through
   the host: the way two workers can share one GPU, which NCCL refuses.
+
+One variable is Slurm's own: ``SLURM_RESTART_COUNT`` (int ≥ 0, ``0``), how many times the job was
+requeued; the initial workers act only on the orders of this run (:mod:`.orders`).
 """
 
 from __future__ import annotations
@@ -97,6 +100,7 @@ class LauncherEnv:
         reports: progress report file, or empty.
         report_every_s: least seconds between two progress reports.
         model: the model's name for the reports, or empty.
+        run: the job's run (``SLURM_RESTART_COUNT``; 0: never requeued).
     """
 
     job_id: str
@@ -125,6 +129,7 @@ class LauncherEnv:
     report_every_s: float = 2.0
     model: str = ""
     dist_backend: str = "auto"
+    run: int = 0
 
     @classmethod
     def from_mapping(cls, environ: Mapping[str, str]) -> LauncherEnv:
@@ -194,7 +199,17 @@ class LauncherEnv:
             report_every_s=p.number("REPORT_EVERY_S", float, 2.0, lambda v: v > 0, "a number > 0"),
             model=model,
             dist_backend=dist_backend,
+            run=_restart_count(environ),
         )
+
+
+def _restart_count(environ: Mapping[str, str]) -> int:
+    raw = environ.get("SLURM_RESTART_COUNT", "").strip()
+    if not raw:
+        return 0
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 9:
+        raise EnvError(f"SLURM_RESTART_COUNT={raw[:80]!r}: must be an integer ≥ 0 (Slurm sets it)")
+    return int(raw)
 
 
 class _Parser:

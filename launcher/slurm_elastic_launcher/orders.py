@@ -11,9 +11,12 @@ separators=(",", ":"))``) holding the body and ``mac``, the hex HMAC-SHA256, key
 secret, of :func:`canonical` of the body (the same JSON without ``mac``). Every line names its job
 (``job_id``); a line for another job is refused, so each side can speak only for its own job.
 
-* An order is ``{"job_id", "seq", "kind", "workers", "local_batch", "mac"}``: ``seq`` ≥ 1 increases by
-  one per order of the job, ``kind`` is one of :data:`ORDER_KINDS`, ``workers`` the worker ids of the
-  new world in rank order (unique, non-empty for a resize), ``local_batch`` ≥ 0 (0: keep the policy's).
+* An order is ``{"job_id", "seq", "kind", "workers", "local_batch", "mac"}``, and ``"run"`` when the
+  job has been requeued: ``seq`` ≥ 1 increases by one per order of the job, ``kind`` is one of
+  :data:`ORDER_KINDS`, ``workers`` the worker ids of the new world in rank order (unique, non-empty
+  for a resize), ``local_batch`` ≥ 0 (0: keep the policy's), ``run`` ≥ 1 the run of the job the order
+  is for (Slurm's restart count; absent: the first run, 0). A requeued job starts its workers again,
+  so the orders of an earlier run name workers that are gone: the launcher acts only on its run's.
 * A report is any JSON object with ``job_id`` and ``kind`` (one of :data:`REPORT_KINDS`); its fields
   are described in :mod:`.reports`, which writes them. The job identity a report may carry is
   bounded here, for both sides: ``model`` matches :data:`MODEL_NAME` and ``params`` is an integer
@@ -47,6 +50,7 @@ MAC_KEY = "mac"
 ORDER_KINDS = ("resize", "stop")
 REPORT_KINDS = ("progress", "resize", "end", "left")
 _ORDER_FIELDS = frozenset({"job_id", "seq", "kind", "workers", "local_batch"})
+_ORDER_OPTIONAL = frozenset({"run"})
 MODEL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 """A report's ``model`` (the name the user gives the model): 1 to 64 ASCII letters, digits, ``_ . -``."""
 MODEL_NAME_RULE = "1 to 64 of A-Z a-z 0-9 _ . -"
@@ -114,14 +118,18 @@ def _open(line: str | bytes, secret: bytes) -> tuple[dict[str, Any], str]:
 # -- orders --------------------------------------------------------------------------------------
 
 
-def order_body(job_id: str, seq: int, kind: str, workers: Sequence[str], local_batch: int) -> dict[str, Any]:
-    """The body of an order, without its MAC (what :func:`canonical` turns into the signed bytes)."""
-    return {"job_id": job_id, "seq": seq, "kind": kind, "workers": list(workers), "local_batch": local_batch}
+def order_body(job_id: str, seq: int, kind: str, workers: Sequence[str], local_batch: int,
+               run: int = 0) -> dict[str, Any]:
+    """The body of an order, without its MAC (what :func:`canonical` turns into the signed bytes);
+    ``run`` is written only when it is not the first (0), so first-run orders keep their bytes."""
+    body = {"job_id": job_id, "seq": seq, "kind": kind, "workers": list(workers), "local_batch": local_batch}
+    return {**body, "run": run} if run else body
 
 
-def sign_order(job_id: str, seq: int, kind: str, workers: Sequence[str], local_batch: int, secret: bytes) -> str:
+def sign_order(job_id: str, seq: int, kind: str, workers: Sequence[str], local_batch: int, secret: bytes,
+               run: int = 0) -> str:
     """One order's wire line (no newline), signed with the job's secret."""
-    return _sign(order_body(job_id, seq, kind, workers, local_batch), secret)
+    return _sign(order_body(job_id, seq, kind, workers, local_batch, run), secret)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +143,7 @@ class Order:
         workers: worker ids of the new world in rank order (resize only).
         local_batch: new per-worker batch (exo) or global batch (endo), or 0 to keep the policy's.
         mac: hex HMAC-SHA256 over :meth:`canonical` with the job's secret.
+        run: the job's run it is for (Slurm's restart count; 0: the first).
     """
 
     job_id: str
@@ -143,10 +152,11 @@ class Order:
     workers: tuple[str, ...] = ()
     local_batch: int = 0
     mac: str = ""
+    run: int = 0
 
     def body(self) -> dict[str, Any]:
         """Every field but the MAC."""
-        return order_body(self.job_id, self.seq, self.kind, self.workers, self.local_batch)
+        return order_body(self.job_id, self.seq, self.kind, self.workers, self.local_batch, self.run)
 
     def canonical(self) -> bytes:
         """The signed bytes: sorted compact JSON of every field but the MAC."""
@@ -154,7 +164,8 @@ class Order:
 
     def signed(self, secret: bytes) -> Order:
         """This order with its MAC set."""
-        return Order(self.job_id, self.seq, self.kind, self.workers, self.local_batch, _mac(self.body(), secret))
+        return Order(self.job_id, self.seq, self.kind, self.workers, self.local_batch, _mac(self.body(), secret),
+                     self.run)
 
     def to_json(self) -> str:
         """Wire form (one line)."""
@@ -180,13 +191,17 @@ class Order:
             body, mac = _open(raw, secret)
         except _RefusedError as exc:
             raise OrderRejectedError(f"{'malformed ' if exc.malformed else ''}order {_excerpt(raw)}: {exc}") from None
-        if set(body) != _ORDER_FIELDS:
-            raise OrderRejectedError(f"malformed order {_excerpt(raw)}: fields must be {sorted(_ORDER_FIELDS)}")
+        if not _ORDER_FIELDS <= set(body) <= _ORDER_FIELDS | _ORDER_OPTIONAL:
+            raise OrderRejectedError(f"malformed order {_excerpt(raw)}: fields must be {sorted(_ORDER_FIELDS)}, "
+                                     f"and {sorted(_ORDER_OPTIONAL)} after a requeue")
         job, seq, kind, workers, local_batch = (body[k] for k in ("job_id", "seq", "kind", "workers", "local_batch"))
+        run = body.get("run", 0)
         if not (isinstance(job, str) and isinstance(kind, str) and _is_int(seq) and _is_int(local_batch)
-                and isinstance(workers, list) and all(isinstance(w, str) for w in workers)):
+                and _is_int(run) and isinstance(workers, list) and all(isinstance(w, str) for w in workers)):
             raise OrderRejectedError(f"malformed order {_excerpt(raw)}: a field has the wrong type")
-        order = cls(job, seq, kind, tuple(workers), local_batch, mac)
+        if "run" in body and run < 1:
+            raise OrderRejectedError(f"order {seq}: run {run} must be ≥ 1 (the first run writes none)")
+        order = cls(job, seq, kind, tuple(workers), local_batch, mac, run)
         if order.job_id != job_id:
             raise OrderRejectedError(f"order {order.seq} is for job {order.job_id!r}, not {job_id!r}")
         if order.kind not in ORDER_KINDS or order.seq < 1:

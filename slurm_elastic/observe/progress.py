@@ -223,9 +223,9 @@ def ingest(store: Store, records: Iterable[JobRecord], limits: Callable[[JobReco
 
 
 def _layout(store: Store, rec: JobRecord) -> dict[str, str]:
-    """Worker id -> node of a launcher job: the store's layout (recorded at its first resize), else
-    the one its allocation starts with (:func:`~slurm_elastic.slurm.records.initial_workers`)."""
-    recorded = store.workers_of(rec.job_id)
+    """Worker id -> node of a launcher job: the store's layout of its run (recorded at its first
+    resize), else the one its allocation starts with (:func:`~slurm_elastic.slurm.records.initial_workers`)."""
+    recorded = store.workers_of(rec.job_id) if store.workers_run(rec.job_id) == rec.restart_count else {}
     if recorded:
         return {w: node for w, (node, _) in recorded.items()}
     return {w: node for w, node, _ in initial_workers(rec)}

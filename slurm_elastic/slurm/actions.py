@@ -308,7 +308,7 @@ class SlurmActuator:
         if rec is None or not rec.comment:
             return None
         try:
-            return Channel.open(rec.job_id, rec.user, rec.comment)
+            return Channel.open(rec.job_id, rec.user, rec.comment, rec.restart_count)
         except NoChannel:
             return None
         except ChannelError as exc:
@@ -316,12 +316,13 @@ class SlurmActuator:
                                  "(a launcher job is never requeued instead)") from None
 
     def _initial(self, rec: JobRecord, channel: Channel) -> list[str]:
-        """The job's initial worker ids; records the worker layout the first time it is needed."""
+        """The initial worker ids of the job's run; records the run's worker layout the first time it
+        is needed (a requeued job's earlier layout is replaced: its workers started again)."""
         layout = self.store.workers_of(rec.job_id)
-        if not layout:
-            if channel.history():
+        if not layout or self.store.workers_run(rec.job_id) != rec.restart_count:
+            if channel.orders_of_run():
                 raise NotExpressible(f"job {rec.job_id}: orders were sent but its workers' nodes are unknown")
-            self.store.add_workers(rec.job_id, initial_workers(rec))
+            self.store.add_workers(rec.job_id, initial_workers(rec), rec.restart_count)
             layout = self.store.workers_of(rec.job_id)
         return sorted((w for w, (_, alloc) in layout.items() if alloc == rec.job_id), key=lambda w: int(w[1:]))
 

@@ -193,10 +193,10 @@ def test_a_store_of_schema_7_gains_the_identity_columns_and_keeps_its_rows(tmp_p
     db.commit()
     db.close()
     store = Store(path)
-    assert SCHEMA_VERSION == 8 and store.progress_of("7") == [ProgressRow(1.0, "progress", 10, 2, 64, 5.0, nodes=1)]
+    assert SCHEMA_VERSION == 9 and store.progress_of("7") == [ProgressRow(1.0, "progress", 10, 2, 64, 5.0, nodes=1)]
     store.add_progress("7", ProgressRow(2.0, "progress", 20, 2, 64, 5.0, nodes=1, model="m", params=5))
     assert store.progress_of("7")[-1].model == "m" and store.progress_of("7")[-1].params == 5
-    assert sqlite3.connect(path).execute("SELECT value FROM meta WHERE key='schema'").fetchone() == ("8",)
+    assert sqlite3.connect(path).execute("SELECT value FROM meta WHERE key='schema'").fetchone() == ("9",)
 
 
 # -- runtime and snapshot ---------------------------------------------------------------------------
