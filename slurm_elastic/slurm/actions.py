@@ -653,13 +653,14 @@ class SlurmActuator:
 
     def _settle_order(self, a: Action, steps: list[tuple[str, dict[str, Any], float]],
                       records: Mapping[str, JobRecord]) -> tuple[bool, str]:
-        """A shrink or a rebatch: done when the job holds its order (the latest signed one names the
-        journaled workers), with a shrink's node release owed again if that step did not run."""
+        """A shrink or a rebatch: done when the job holds its order (the latest signed one of its
+        run names the journaled workers), with a shrink's node release owed again if that step did
+        not run. An order of an earlier run is moot: the requeue ended the workers it named."""
         order = next(d for n, d, _ in steps if n == "order")
         workers = list(order.get("stay", order.get("workers", [])))
         job = records.get(a.job_id)
         channel = self._channel(job)
-        history = channel.history() if channel is not None else []
+        history = channel.orders_of_run() if channel is not None else []
         if not history or list(history[-1].workers) != workers:
             return False, "not done after a restart: the job never got the order"
         keep = order.get("keep")

@@ -55,3 +55,26 @@ def test_a_store_keeps_one_runs_layout_per_job(tmp_path: Path) -> None:
     assert store.workers_run("7") == 0 and store.workers_of("7") == {"w0": ("n0", "7"), "w1": ("n1", "7")}
     store.add_workers("7", [("w0", "n5", "7")], run=1)
     assert store.workers_run("7") == 1 and store.workers_of("7") == {"w0": ("n5", "7")}
+
+
+def test_a_shrink_cut_short_then_requeued_owes_no_release_of_the_new_run(tmp_path: Path) -> None:
+    """The daemon died after a shrink's order and before its owed release; Slurm requeued the job
+    before the daemon came back. The order named the first run's workers: it is moot, and no node
+    of the new allocation is given back by it."""
+    import pytest
+
+    from .test_crash_points import Killed, crash_at, restart
+
+    comment, _ = _job_files(tmp_path)
+    slurm = FakeSlurm({"7": rec("7", {"n000": 2, "n001": 2}, comment=comment)})
+    store = Store(tmp_path / "s.db")
+    first = SlurmActuator(slurm, store, clock=lambda: 5.0, records=lambda: slurm.records,
+                          crash=crash_at("shrink:order+"))
+    shrink = Action(ActionKind.SHRINK, JobId("7"), place({"n000": 2, "n001": 2}), place({"n000": 2}), 64, 32, 1, 0.1)
+    with pytest.raises(Killed):
+        first.apply(snapshot_of(slurm), (shrink,))
+    slurm.records["7"] = replace(rec("7", {"n002": 2, "n001": 2}, comment=comment), restart_count=1)
+    _, lines = restart(tmp_path, slurm, store)
+    (entry,) = store.actions_of("7")
+    assert entry.state != "done" and "never got the order" in entry.message, lines
+    assert store.releases() == []
