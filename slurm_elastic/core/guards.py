@@ -127,9 +127,9 @@ class GuardedPlanner(PlannerWrapper):
             view = replace(view, jobs=tuple(
                 replace(j, max_gpus=max(j.min_gpus, min(j.max_gpus, j.num_gpus))) if not j.can_grow and j.num_gpus
                 else j for j in view.jobs))
-        sched_all = set(snapshot.schedulable_gpus())
+        sched = set(snapshot.schedulable_gpus())
         pinned = {j.job_id for j in view.jobs if j.elastic and j.state is JobState.RUNNING and not j.can_rebatch
-                  and self._unpreemptable(j, snapshot.now) and j.placement.gpu_set() <= sched_all}
+                  and self._unpreemptable(j, snapshot.now) and j.placement.gpu_set() <= sched}
         if pinned:  # a resize would requeue them: the inner planner gives their growth to others
             view = replace(view, jobs=tuple(replace(j, min_gpus=j.num_gpus, max_gpus=j.num_gpus)
                                             if j.job_id in pinned else j for j in view.jobs))
@@ -137,7 +137,6 @@ class GuardedPlanner(PlannerWrapper):
         counts = {p.job_id: p.num_gpus for p in inner.plan.jobs}
         inner_counts = dict(counts)
         reasons = {u.job_id: u.reason for u in inner.plan.unplaced}
-        sched = sched_all
         frozen: dict[JobId, str] = {}
         for job in snapshot.elastic_jobs():
             if job.state is not JobState.RUNNING or counts.get(job.job_id, 0) == job.num_gpus:

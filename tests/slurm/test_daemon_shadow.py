@@ -112,3 +112,27 @@ def test_a_job_being_requeued_is_seen_waiting_never_ended(cluster: DevCluster) -
     assert completing, f"the requeue never showed completing: {sightings}"
     assert all(s[1] is JobState.PREEMPTED and s[2] is JobState.PREEMPTED for s in sightings), sightings
     cluster.cancel_all()
+
+
+def test_the_run_a_requeued_job_sees_is_the_run_the_daemon_reads(cluster: DevCluster) -> None:
+    """Orders are signed for the run the daemon reads (``restart_cnt``) and acted on by the workers
+    of the run they see (``SLURM_RESTART_COUNT``, absent before the first requeue): the two must agree."""
+    cluster.cancel_all()
+    out = cluster.root / "jobs" / f"runs-{time.monotonic_ns()}.txt"
+    job = cluster.sbatch("--gres=gpu:1", "-N1", "--output=/dev/null",
+                         "--wrap", f'echo "run=${{SLURM_RESTART_COUNT:-0}}" >> {out}; sleep 300')
+    view = _observer(cluster)
+    seen = []
+    for run in range(3):
+        cluster.wait_state(job, "RUNNING", timeout=60)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and (not out.exists() or out.read_text().count("run=") <= run):
+            time.sleep(0.2)
+        view.poll()
+        seen.append((view.records[str(job)].restart_count, out.read_text().split()[-1]))
+        if run < 2:
+            cluster.run(["scontrol", "requeue", str(job)], check=True)
+            cluster.wait_state(job, "PENDING", timeout=30)  # else it waits 2 minutes (BeginTime)
+            cluster.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True)
+    assert seen == [(0, "run=0"), (1, "run=1"), (2, "run=2")], seen
+    cluster.cancel_all()
