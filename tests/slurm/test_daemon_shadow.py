@@ -36,8 +36,10 @@ def test_shadow_daemon_plans_the_real_queue(cluster: DevCluster, tmp_path: Path)
     rigid = cluster.sbatch("--gres=gpu:2", "-N1", "--wrap", "sleep 120")
     cluster.wait_state(elastic, "RUNNING")
     cluster.wait_state(rigid, "RUNNING")
+    # min_run_s = 0: the elastic job has no launcher, so growing it requeues it, which the site
+    # default (120 s) allows only once it has run that long (tests/unit/test_guards.py)
     cfg = parse(f'[daemon]\npartitions = ["gpu"]\npolicy = "dp"\nstore = "{tmp_path / "state.db"}"\n'
-                "poll_interval = 0.5\nmax_idle = 0.5\n")
+                "poll_interval = 0.5\nmax_idle = 0.5\n[guards]\nmin_run_s = 0\n")
     store = Store(cfg.daemon.store)
     daemon = Daemon(cfg, _observer(cluster), store, sleep=lambda s: None)
     assert daemon.run(max_rounds=2) == 2
@@ -119,7 +121,7 @@ def test_the_run_a_requeued_job_sees_is_the_run_the_daemon_reads(cluster: DevClu
     of the run they see (``SLURM_RESTART_COUNT``, absent before the first requeue): the two must agree."""
     cluster.cancel_all()
     out = cluster.root / "jobs" / f"runs-{time.monotonic_ns()}.txt"
-    job = cluster.sbatch("--gres=gpu:1", "-N1", "--output=/dev/null",
+    job = cluster.sbatch("--gres=gpu:1", "-N1", f"--output={out}.log",
                          "--wrap", f'echo "run=${{SLURM_RESTART_COUNT:-0}}" >> {out}; sleep 300')
     view = _observer(cluster)
     seen = []

@@ -88,8 +88,10 @@ def _acting_daemon(cluster: DevCluster, tmp_path: Path, monkeypatch: pytest.Monk
     for key, value in cluster.env.items():
         monkeypatch.setenv(key, value)
     runner = _runner(cluster)
+    # min_run_s = 0: these sleep jobs have no launcher, so a shrink requeues them, which the site
+    # default (120 s) allows only once a job has run that long (tests/unit/test_guards.py)
     cfg = parse(f'[daemon]\npartitions = ["gpu"]\npolicy = "dp"\ndry_run = false\nstore = "{tmp_path / "s.db"}"\n'
-                "poll_interval = 0.5\nmax_idle = 0.5\n")
+                "poll_interval = 0.5\nmax_idle = 0.5\n[guards]\nmin_run_s = 0\n")
     store = Store(cfg.daemon.store)
     source = choose_source(runner, prefer="auto")
     if os.environ.get("SLURM_ELASTIC_REQUIRE_PYSLURM") == "1":
