@@ -93,8 +93,10 @@ left. A daemon that is gone renews nothing, and Slurm starts the job itself when
 the fallback (``job_submit.lua`` holds a new job for its first seconds the same way)."""
 LEASE_BATCH = 200
 """Job ids per lease command."""
-UNSTARTABLE = frozenset({"SUSPENDED", "REQUEUE_HOLD"})
-"""Slurm states of a waiting job that ``StartTime=now`` does not start."""
+UNSTARTABLE = frozenset({"SUSPENDED", "REQUEUE_HOLD", "COMPLETING"})
+"""Slurm states of a waiting job that ``StartTime=now`` does not start. A requeued job still
+completing (25.11: ``PENDING`` with the flag; 22.05: ``COMPLETING``) gets its begin time set two
+minutes ahead when the requeue completes, undoing a start sent before: it is started next round."""
 SATELLITE_START_TIMEOUT_S = 120.0
 EXIT_GRACE_S = 3.0
 SWITCH_GRACE_S = 20.0
@@ -221,8 +223,9 @@ class SlurmActuator:
         channel = self._channel(rec) if a.kind in (ActionKind.GROW, ActionKind.SHRINK, ActionKind.REBATCH,
                                                    ActionKind.MOVE) else None
         if a.kind is ActionKind.START and rec is not None and set(rec.slurm_state) & UNSTARTABLE:
-            raise NotExpressible(f"job {a.job_id} is {'+'.join(rec.slurm_state)}: a suspended or held job is "
-                                 "not started (it waits until it is resumed or released)")
+            raise NotExpressible(f"job {a.job_id} is {'+'.join(rec.slurm_state)}: a suspended, held or still "
+                                 "completing job is not started (it waits until it is resumed, released or done "
+                                 "completing)")
         if channel is None or rec is None:
             for argv in commands(snapshot, a, rec):
                 steps.run(step_of(argv), partial(self._command, argv), argv=list(argv))

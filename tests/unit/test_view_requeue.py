@@ -59,3 +59,26 @@ def test_22_05_a_job_first_read_completing_has_ended(tmp_path: Path) -> None:
     v = view(tmp_path, source)
     v.poll()
     assert v.records["8"].state is JobState.FINISHED
+
+
+@pytest.mark.parametrize("states", [("PENDING", "COMPLETING"), ("COMPLETING",)])
+def test_a_job_still_completing_its_requeue_is_started_next_round(tmp_path: Path, states: tuple[str, ...]) -> None:
+    """25.11: a start sent while the requeue completes was undone (the job waited out a 2-minute
+    begin time); now the start is refused, journaled, and the next round starts it."""
+    from slurm_elastic.core.actions import Action, ActionKind
+    from slurm_elastic.core.model import JobId
+    from slurm_elastic.slurm.actions import SlurmActuator
+    from slurm_elastic.store import Store
+
+    from .test_crash_points import FakeSlurm, snapshot_of
+    from .test_satellites import place, rec
+
+    requeued = replace(rec("8", {}, state=JobState.PREEMPTED), slurm_state=states, restart_count=1)
+    slurm = FakeSlurm({"8": requeued})
+    act = SlurmActuator(slurm, Store(tmp_path / "s.db"), clock=lambda: 5.0, records=lambda: slurm.records)
+    start = Action(ActionKind.START, JobId("8"), place({}), place({"n000": 2}), 64, 32, 1, 0.1)
+    (out,) = act.apply(snapshot_of(slurm), (start,))
+    assert not out.ok and "completing" in out.message and slurm.ran == []
+    slurm.records["8"] = replace(requeued, slurm_state=("PENDING",))
+    (out,) = act.apply(snapshot_of(slurm), (start,))
+    assert out.ok, out.message
