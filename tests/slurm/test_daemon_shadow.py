@@ -18,7 +18,7 @@ from slurm_elastic.slurm.commands import run_command
 from slurm_elastic.store import Store
 from slurm_elastic.testing import shipped_profiles
 
-from .conftest import DevCluster, base_state
+from .conftest import DevCluster
 
 pytestmark = pytest.mark.slurm
 
@@ -115,29 +115,3 @@ def test_a_job_being_requeued_is_seen_waiting_never_ended(cluster: DevCluster) -
     assert all(s[1] is JobState.PREEMPTED and s[2] is JobState.PREEMPTED for s in sightings), sightings
     cluster.cancel_all()
 
-
-def test_the_run_a_requeued_job_sees_is_the_run_the_daemon_reads(cluster: DevCluster) -> None:
-    """Orders are signed for the run the daemon reads (``restart_cnt``) and acted on by the workers
-    of the run they see (``SLURM_RESTART_COUNT``, absent before the first requeue): the two must agree."""
-    cluster.cancel_all()
-    out = cluster.root / "jobs" / f"runs-{time.monotonic_ns()}.txt"
-    job = cluster.sbatch("--gres=gpu:1", "-N1", f"--output={out}.log",
-                         "--wrap", f'echo "run=${{SLURM_RESTART_COUNT:-0}}" >> {out}; sleep 300')
-    view = _observer(cluster)
-    seen = []
-    for run in range(3):
-        cluster.wait_state(job, "RUNNING", timeout=60)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and (not out.exists() or out.read_text().count("run=") <= run):
-            time.sleep(0.2)
-        view.poll()
-        seen.append((view.records[str(job)].restart_count, out.read_text().split()[-1]))
-        if run < 2:
-            cluster.run(["scontrol", "requeue", str(job)], check=True)
-            deadline = time.monotonic() + 30  # a start sent while it completes is undone (SlurmActuator)
-            while "COMPLETING" in cluster.job(job)["job_state"] or base_state(cluster.job(job)) != "PENDING":
-                assert time.monotonic() < deadline, cluster.job(job)["job_state"]
-                time.sleep(0.2)
-            cluster.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True)
-    assert seen == [(0, "run=0"), (1, "run=1"), (2, "run=2")], seen
-    cluster.cancel_all()
