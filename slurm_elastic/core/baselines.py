@@ -337,7 +337,7 @@ def fixed_batch_sizing(job: Job, k: int, snapshot: ClusterSnapshot) -> sizing.Si
     Endo-elastic sizing whatever the job's mode: per-GPU batch ``ceil(B / k)``, gradient
     accumulation when that does not fit, learning rate unchanged (it is the user's, at ``B``).
     """
-    return sizing.size_for(job.as_endo(), k, snapshot.profiles[job.model])
+    return sizing.size_for(job, k, snapshot.profiles[job.model], fixed_batch=True)
 
 
 class OptimusPlanner:
@@ -374,14 +374,13 @@ class OptimusPlanner:
         tables: list[_Table] = []
         for job in jobs:
             model = snapshot.profiles[job.model]
-            endo = job.as_endo()
             cap = max(0, min(job.max_gpus, total))
-            key = (*sizing.shape_key(endo), cap)
+            key = (*sizing.shape_key(job, fixed_batch=True), cap)
             raw = out.get(key)
             if raw is None:
                 raw = cache.get(key)
                 if raw is None:
-                    raw = sizing.throughput_grid(endo, model, cap, corrected=False)[:, 0]
+                    raw = sizing.throughput_grid(job, model, cap, corrected=False, fixed_batch=True)[:, 0]
                 out[key] = raw
             # The correction is measured at the job's real configuration, so it uses the job itself.
             x = raw * sizing.correction(job, model, known, predictions)

@@ -118,13 +118,9 @@ def advance_gps(vtime: float, finish: list[float], capacity: int, duration: floa
     return vtime
 
 
-def _endo(job: Job) -> Job:
-    return job.as_endo()
-
-
 def _sizing(job: Job, k: int, snapshot: ClusterSnapshot) -> sizing.Sizing | None:
     """Endo-elastic configuration: the user's global batch on ``k`` GPUs, LR unchanged."""
-    return sizing.size_for(_endo(job), k, snapshot.profiles[job.model])
+    return sizing.size_for(job, k, snapshot.profiles[job.model], fixed_batch=True)
 
 
 class EfqPlanner:
@@ -157,14 +153,14 @@ class EfqPlanner:
 
     def _grid(self, job: Job, snapshot: ClusterSnapshot, total: int, cache: dict[tuple[object, ...], FloatArr],
               out: dict[tuple[object, ...], FloatArr]) -> FloatArr:
-        endo = _endo(job)
         cap = max(0, min(job.max_gpus, total, job.base_batch))
-        key = (*sizing.shape_key(endo), cap)
+        key = (*sizing.shape_key(job, fixed_batch=True), cap)
         grid = out.get(key)
         if grid is None:
             grid = cache.get(key)
             if grid is None:
-                grid = sizing.throughput_grid(endo, snapshot.profiles[job.model], cap, corrected=False)[:, 0]
+                model = snapshot.profiles[job.model]
+                grid = sizing.throughput_grid(job, model, cap, corrected=False, fixed_batch=True)[:, 0]
             out[key] = grid
         return grid
 

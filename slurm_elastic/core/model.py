@@ -262,15 +262,22 @@ class Job:
             object.__setattr__(job, name, changes.get(name, getattr(self, name)))
         return job
 
+    def progressed(self, samples_processed: int, run_time: float, progress: ProgressReport) -> Job:
+        """This job later, changed only in its progress, as an observer sees a job that runs on unchanged.
+        Samples never go back, so the one rule they are in still holds and none is checked again.
+
+        Raises:
+            SnapshotError: ``samples_processed`` below this job's.
+        """
+        if samples_processed < self.samples_processed:
+            raise SnapshotError(f"job {self.job_id}: samples processed went back from {self.samples_processed} "
+                                f"to {samples_processed}")
+        return self._unchecked(samples_processed=samples_processed, run_time=float(run_time), progress=progress)
+
     def ran_for(self, run_time: float) -> Job:
         """This job having run ``run_time`` seconds (no rule involves the run time, so none is checked again:
         an observer brings an unchanged running job to the snapshot's instant this way)."""
         return self._unchecked(run_time=float(run_time))
-
-    def as_endo(self) -> Job:
-        """This job with its global batch fixed (endo-elastic), as the fixed-batch policies size it (no rule
-        involves the mode, so none is checked again)."""
-        return self if self.mode is ElasticMode.ENDO else self._unchecked(mode=ElasticMode.ENDO)
 
     @property
     def num_gpus(self) -> int:

@@ -96,6 +96,7 @@ def place(snapshot: ClusterSnapshot, counts: Mapping[JobId, int]) -> dict[JobId,
     wanted = {j: c for j, c in counts.items() if c > 0}
     sched = set(snapshot.schedulable_gpus())
     held: dict[JobId, dict[NodeName, list[int]]] = {}
+    kept: dict[JobId, Placement] = {}  # jobs planned at their size on GPUs all still schedulable: unchanged
     taken: set[tuple[NodeName, int]] = set()
     for job in snapshot.jobs:
         k = wanted.get(job.job_id, 0)
@@ -103,6 +104,11 @@ def place(snapshot: ClusterSnapshot, counts: Mapping[JobId, int]) -> dict[JobId,
             continue
         if not job.placement.slots:  # a waiting job holds nothing to keep or shrink
             held[job.job_id] = {}
+            continue
+        owned = job.placement.gpu_set()
+        if k == len(owned) and owned <= sched:
+            kept[job.job_id] = job.placement
+            taken |= owned
             continue
         per_node: dict[NodeName, list[int]] = {}
         for node, gpus in job.placement.slots:
@@ -129,7 +135,7 @@ def place(snapshot: ClusterSnapshot, counts: Mapping[JobId, int]) -> dict[JobId,
         if nd.state is NodeState.UP:
             free[nd.name] = [g for g in nd.gpus if (nd.name, g) in sched and (nd.name, g) not in taken]
     pool = _FreePool(free, width)
-    need = {j: wanted[j] - sum(map(len, held.get(j, {}).values())) for j in wanted}
+    need = {j: wanted[j] - sum(map(len, held.get(j, {}).values())) for j in wanted if j not in kept}
     if sum(n for n in need.values() if n > 0) > pool.total:
         raise InvalidPlanError(
             (f"planned {sum(wanted.values())} GPUs but only {len(sched)} are schedulable",)
@@ -158,7 +164,7 @@ def place(snapshot: ClusterSnapshot, counts: Mapping[JobId, int]) -> dict[JobId,
             per_node[node] = per_node.get(node, []) + got
             need[job_id] -= len(got)
     current = {j.job_id: j.placement for j in snapshot.jobs if j.job_id in held}
-    out: dict[JobId, Placement] = {}
+    out: dict[JobId, Placement] = dict(kept)
     for j, per_node in held.items():
         if not per_node:
             continue

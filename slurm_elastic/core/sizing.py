@@ -51,13 +51,19 @@ def kept(job: Job) -> Sizing:
                   job.base_lr * job.global_batch / job.base_batch)
 
 
-def shape_key(job: Job) -> tuple[object, ...]:
+def _endo(job: Job, fixed_batch: bool) -> bool:
+    return fixed_batch or job.mode is ElasticMode.ENDO
+
+
+def shape_key(job: Job, fixed_batch: bool = False) -> tuple[object, ...]:
     """Everything that decides a job's sizes and predicted throughput, except measurements.
 
     Jobs with the same key have the same sizing and (uncorrected) throughput tables, so planners
-    cache tables by it across jobs and rounds.
+    cache tables by it across jobs and rounds. ``fixed_batch``: the key of the job sized
+    endo-elastic whatever its mode (as :func:`size_for` with ``fixed_batch``).
     """
-    return (job.model, job.mode, job.min_batch, job.max_batch, job.base_batch, job.requested_gpus,
+    mode = ElasticMode.ENDO if fixed_batch else job.mode
+    return (job.model, mode, job.min_batch, job.max_batch, job.base_batch, job.requested_gpus,
             job.max_local_batch)
 
 
@@ -66,14 +72,16 @@ def max_local(job: Job, model: ThroughputModel) -> int:
     return max(1, min(job.max_local_batch, model.max_local_batch))
 
 
-def sizes(job: Job, model: ThroughputModel, ks: NDArray[np.int64], batch_limit: int | None = None) -> tuple[
-    NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], NDArray[np.bool_]
-]:
+IntArr = NDArray[np.int64]
+
+
+def sizes(job: Job, model: ThroughputModel, ks: IntArr, batch_limit: int | None = None,
+          fixed_batch: bool = False) -> tuple[IntArr, IntArr, IntArr, NDArray[np.bool_]]:
     """Vectorised :func:`size_for` over GPU counts ``ks``: (global, per-GPU, accumulation, valid)."""
     ks = np.asarray(ks, dtype=np.int64)
     kk = np.maximum(ks, 1)
     limit = max_local(job, model)
-    if job.mode is ElasticMode.ENDO:
+    if _endo(job, fixed_batch):
         b = np.full(ks.shape, job.base_batch, dtype=np.int64)
         accum = np.maximum(1, -(-b // (kk * limit)))
         local = -(-b // (kk * accum))
@@ -86,7 +94,8 @@ def sizes(job: Job, model: ThroughputModel, ks: NDArray[np.int64], batch_limit: 
     return b, -(-b // kk), np.ones(ks.shape, dtype=np.int64), valid
 
 
-def size_for(job: Job, k: int, model: ThroughputModel, batch_limit: int | None = None) -> Sizing | None:
+def size_for(job: Job, k: int, model: ThroughputModel, batch_limit: int | None = None,
+             fixed_batch: bool = False) -> Sizing | None:
     """The configuration of ``job`` on ``k`` GPUs, or ``None`` when no valid one exists.
 
     Args:
@@ -94,12 +103,15 @@ def size_for(job: Job, k: int, model: ThroughputModel, batch_limit: int | None =
         k: GPU count (>= 1).
         model: the job's throughput model (for its memory limit).
         batch_limit: ONES's ``R_j``: the global batch may not exceed it (exo only).
+        fixed_batch: size it endo-elastic whatever its mode (the user's global batch, gradient
+            accumulation when it does not fit, learning rate unchanged), as the fixed-batch
+            policies do.
     """
     # Scalar twin of :func:`sizes` (planners call this once per planned job; numpy would dominate).
     if k < 1:
         return None
     limit = max_local(job, model)
-    if job.mode is ElasticMode.ENDO:
+    if _endo(job, fixed_batch):
         b = job.base_batch
         if b < k:
             return None
@@ -176,17 +188,18 @@ def correction(job: Job, model: ThroughputModel, known: Mapping[tuple[object, ..
 
 
 def throughput_grid(job: Job, model: ThroughputModel, kmax: int, batch_limit: int | None = None,
-                    corrected: bool = True) -> NDArray[np.float64]:
+                    corrected: bool = True, fixed_batch: bool = False) -> NDArray[np.float64]:
     """Corrected throughput (samples/s) of ``job`` for ``k = 0..kmax`` GPUs, packed and spread.
 
     Returns:
         Array of shape ``(kmax + 1, 2)``: column 0 with the ``k`` GPUs on the fewest nodes
         (``ceil(k / gpus_per_node)``), column 1 on one node more (a fragmented placement).
         Entries are 0 where the configuration is infeasible (and for ``k = 0``). With
-        ``corrected`` the job's measured-over-predicted factor is applied.
+        ``corrected`` the job's measured-over-predicted factor is applied. ``fixed_batch`` as in
+        :func:`size_for`.
     """
     ks = np.arange(kmax + 1, dtype=np.int64)
-    b, local, accum, valid = sizes(job, model, ks, batch_limit)
+    b, local, accum, valid = sizes(job, model, ks, batch_limit, fixed_batch)
     kk = np.maximum(ks, 1)
     packed = -(-kk // model.gpus_per_node)
     out = np.zeros((kmax + 1, 2), dtype=np.float64)

@@ -7,6 +7,12 @@ builds the same :class:`~slurm_elastic.core.model.ClusterSnapshot` the Slurm obs
 configured resize cost. Job progress follows :mod:`slurm_elastic.sim.truth`. It never talks to
 Slurm and never reads a real clock.
 
+Moving the clock touches no job: a running job progresses at a constant rate until its
+configuration changes, so its finish time is known when it is configured, and its progress is
+brought up to the clock (:meth:`SimJob.sync`) only where it is read or changed (an observation, an
+action, a completion). A 10,000-job trace has tens of thousands of events and hundreds of running
+jobs at each.
+
 Resize costs (a job makes no progress while paused):
 
 * ``in-place`` (default): the launcher's measured pause on our machines
@@ -136,6 +142,8 @@ class SimJob:
     """Mutable state of one simulated job."""
 
     spec: SimJobSpec
+    seq: int = 0  # its place in the order of arrival
+    synced: float = 0.0  # the time up to which its progress is accounted (SimJob.sync)
     state: JobState = JobState.PENDING
     placement: Placement = field(default_factory=Placement)
     global_batch: int = 0
@@ -156,21 +164,34 @@ class SimJob:
     speed: float = 0.0  # samples/s while not paused
     rate: float = 0.0  # work fraction/s while not paused
     cpu_share: float = 1.0  # of its profiled speed, with the host's cores shared (VirtualCluster.host_cores)
-    view: Job | None = None  # the planner's view of a waiting job, reused until it changes
+    finish_at: float = math.inf  # absolute time of completion at the current configuration
+    view: Job | None = None  # the planner's view, reused until the configuration changes
 
     @property
     def active(self) -> bool:
         return self.end is None
 
-    def configure(self) -> None:
-        """Recompute speed and rate after a change of placement or batch."""
+    def sync(self, now: float) -> None:
+        """Account its progress up to ``now`` at its current configuration."""
+        if now > self.synced:
+            self.advance(self.synced, now)
+            self.synced = now
+
+    def configure(self, now: float) -> None:
+        """Recompute speed, rate and finish time after a change (of placement, batch, pause or core
+        share) at ``now``, its progress accounted up to ``now`` first. The finish time then stays put
+        while the job runs unchanged: progress at a constant rate moves the job and the clock alike."""
+        self.sync(now)
+        self.view = None
         if self.state is not JobState.RUNNING:
             self.speed = self.rate = 0.0
+            self.finish_at = math.inf
             return
         shape = tuple(len(g) for _, g in self.placement.slots)
         self.speed = self.cpu_share * self.spec.model_truth.speed.throughput(self.global_batch, self.local_batch, shape,
                                                                              self.accumulation)
         self.rate = self.speed / (self.spec.epoch_size * self.spec.epochs_needed(self.global_batch))
+        self.finish_at = self.time_to_finish(now)
 
     def advance(self, t0: float, t1: float) -> None:
         """Progress from ``t0`` to ``t1`` at the current configuration."""
@@ -195,6 +216,8 @@ class SimJob:
             return math.inf
         size = self.spec.epoch_size
         left = size - (self.samples % size)
+        if left <= size * DONE_EPS:  # at a boundary but for the rounding of the samples: the next one
+            left += size
         return max(now, self.paused_until) + left / self.speed
 
 
@@ -228,7 +251,8 @@ class VirtualCluster:
         self.cost = cost
         self.now = 0.0
         self.jobs: dict[str, SimJob] = {}
-        self.active: dict[str, SimJob] = {}
+        self.active: dict[str, SimJob] = {}  # submitted, not finished
+        self.running: dict[str, SimJob] = {}  # the active jobs in state RUNNING
         self.finished: list[SimJob] = []
         self.completed = 0  # finished jobs that were not dropped
         self.arrivals: list[float] = []
@@ -247,21 +271,29 @@ class VirtualCluster:
 
     def busy_gpus(self) -> int:
         """GPUs held by running jobs."""
-        return sum(j.placement.num_gpus for j in self.active.values())
+        return sum(j.placement.num_gpus for j in self.running.values())
 
     # -- time -------------------------------------------------------------------------------------
 
     def advance(self, t: float) -> None:
-        """Move the clock to ``t``, progressing every running job."""
-        for job in self.active.values():
-            job.advance(self.now, t)
+        """Move the clock to ``t`` (running jobs progress; :meth:`sync` accounts it)."""
         self.now = max(self.now, t)
+
+    def sync(self) -> None:
+        """Account every running job's progress up to now."""
+        for job in self.running.values():
+            job.sync(self.now)
+
+    def next_epoch_end(self) -> float:
+        """The soonest epoch boundary of a running job (``inf`` when none runs)."""
+        self.sync()
+        return min((j.time_to_epoch_end(self.now) for j in self.running.values()), default=math.inf)
 
     def arrive(self, spec: SimJobSpec) -> None:
         """A job is submitted now."""
         if spec.job_id in self.jobs:
             raise ConfigError(f"job id {spec.job_id!r} submitted twice")
-        job = SimJob(spec)
+        job = SimJob(spec, len(self.jobs), self.now)
         self.jobs[spec.job_id] = job
         self.active[spec.job_id] = job
         self.arrivals.append(self.now)
@@ -270,7 +302,12 @@ class VirtualCluster:
 
     def complete_finished(self, eps: float = DONE_EPS) -> list[SimJob]:
         """Finish every job whose work is done; returns them."""
-        done = [j for j in self.active.values() if j.state is JobState.RUNNING and j.done >= 1.0 - eps]
+        # Only a job whose finish time has come can be done (2 * eps: the rounding of the finish time).
+        due = [j for j in self.running.values()
+               if j.done >= 1.0 - eps or (j.rate > 0 and j.finish_at - self.now <= 2 * eps / j.rate)]
+        for job in due:
+            job.sync(self.now)
+        done = sorted((j for j in due if j.done >= 1.0 - eps), key=lambda j: j.seq)
         for job in done:
             self._finish(job)
             self._record_history(job)
@@ -283,7 +320,7 @@ class VirtualCluster:
         """Rescale every running job's speed to its workers' share of the host's cores (module docstring)."""
         if self.host_cores is None:
             return
-        running = [j for j in self.active.values() if j.state is JobState.RUNNING and j.placement.num_gpus]
+        running = [j for j in self.running.values() if j.placement.num_gpus]
         asks = {j.spec.job_id: _cpu_ask(j) for j in running}
         given = min(1.0, self.host_cores / sum(j.placement.num_gpus * asks[j.spec.job_id] for j in running)) \
             if running else 1.0
@@ -293,14 +330,17 @@ class VirtualCluster:
             share = 1.0 / (d * alone / given + 1.0 - d)
             if share != job.cpu_share:
                 job.cpu_share = share
-                job.configure()
+                job.configure(self.now)
 
     def _finish(self, job: SimJob) -> None:
+        job.sync(self.now)
         job.end = self.now
         job.state = JobState.FINISHED
         job.placement = Placement()
         job.speed = job.rate = 0.0
+        job.finish_at = math.inf
         del self.active[job.spec.job_id]
+        self.running.pop(job.spec.job_id, None)
         self.finished.append(job)
         self.completed += not job.dropped
 
@@ -341,6 +381,7 @@ class VirtualCluster:
 
     def observe(self) -> ClusterSnapshot:
         """The snapshot a planner sees now."""
+        self.sync()
         held: dict[NodeName, set[int]] = {}
         for job in self.active.values():
             for node, gpus in job.placement.slots:
@@ -363,10 +404,17 @@ class VirtualCluster:
         )
 
     def _view(self, j: SimJob) -> Job:
-        # A waiting job does not change between rounds; a running one does (samples, run time).
-        if j.state is JobState.RUNNING or j.view is None:
+        # A waiting job does not change between rounds; a running one changes only in its progress
+        # until its configuration changes (SimJob.configure forgets the view).
+        if j.view is None:
             j.view = self._job(j)
+        elif j.state is JobState.RUNNING:
+            j.view = j.view.progressed(int(j.samples), j.run_time, self._progress(j))
         return j.view
+
+    def _progress(self, j: SimJob) -> ProgressReport:
+        return ProgressReport(1.0, *_reports(j.spec, j.samples, j.global_batch)) if self.fit_progress \
+            else ProgressReport()
 
     def _job(self, j: SimJob) -> Job:
         s = j.spec
@@ -380,8 +428,7 @@ class VirtualCluster:
             placement=j.placement, local_batch=j.local_batch if running else 0, start_time=j.start,
             run_time=j.run_time, last_change_time=j.last_change, samples_at_last_change=int(j.samples_at_change),
             model=s.model, preemptions=j.preemptions,
-            progress=ProgressReport(1.0, *_reports(s, j.samples, j.global_batch)) if self.fit_progress
-            else ProgressReport(),
+            progress=self._progress(j),
         )
 
     # -- actuator ---------------------------------------------------------------------------------
@@ -402,6 +449,7 @@ class VirtualCluster:
 
     def _apply(self, job: SimJob, a: Action) -> None:
         now = self.now
+        job.sync(now)  # its progress so far, at the configuration it had
         job.view = None
         if a.kind is ActionKind.DROP:
             job.dropped = True
@@ -413,11 +461,13 @@ class VirtualCluster:
             job.placement = Placement()
             job.last_change = now
             job.samples_at_change = job.samples
-            job.configure()
+            del self.running[job.spec.job_id]
+            job.configure(now)
             return
         resumed = job.state is JobState.PREEMPTED
         if a.kind is ActionKind.START:
             job.state = JobState.RUNNING
+            self.running[job.spec.job_id] = job
             if job.start is None:
                 job.start = now
             pause = self.overhead_s + (self.cost.restart if resumed else 0.0)
@@ -438,4 +488,4 @@ class VirtualCluster:
         job.paused_until = max(job.paused_until, now + pause) if pause else job.paused_until
         job.last_change = now
         job.samples_at_change = job.samples
-        job.configure()
+        job.configure(now)

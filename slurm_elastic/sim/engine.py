@@ -92,11 +92,10 @@ def simulate(jobs: Sequence[SimJobSpec], planner: Planner, *, gpus: int, gpus_pe
     total = len(order)
     while nxt < total or cluster.active:
         t_arrival = order[nxt].submit_time if nxt < total else math.inf
-        running = [j for j in cluster.active.values() if j.rate > 0]
-        t_finish = min((j.time_to_finish(cluster.now) for j in running), default=math.inf)
+        t_finish = min((j.finish_at for j in cluster.running.values()), default=math.inf)
         t_epoch = math.inf
         if epoch_events:
-            t_epoch = min((j.time_to_epoch_end(cluster.now) for j in running), default=math.inf)
+            t_epoch = cluster.next_epoch_end()
         t_epoch = max(t_epoch, last_round + epoch_gap)
         t_due = max(cluster.now, last_round + round_gap) if pending else math.inf
         t = min(t_arrival, t_finish, next_tick, t_epoch, t_due)
@@ -145,6 +144,7 @@ def simulate(jobs: Sequence[SimJobSpec], planner: Planner, *, gpus: int, gpus_pe
     timeline: dict[str, list[float]] = {"t": timeline_t, "busy_gpus": [float(b) for b in timeline_busy],
                                         "completed": [float(c) for c in timeline_done],
                                         "active": [float(a) for a in timeline_active]}
+    cluster.sync()  # jobs left unfinished at the horizon
     records = [_record(j) for j in cluster.jobs.values()]
     return {
         "workload": workload,

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from slurm_elastic.core.model import ElasticMode, JobState, Node, NodeName, NodeState, Placement
 from slurm_elastic.errors import SnapshotError
-from slurm_elastic.testing import make_job, make_nodes, make_snapshot, random_snapshot
+from slurm_elastic.testing import make_job, make_nodes, make_snapshot
 
 
 def test_placement_groups_and_sorts() -> None:
@@ -65,12 +64,3 @@ def test_schedulable_gpus_exclude_rigid_down_and_draining() -> None:
     snap = make_snapshot(nodes, [rigid, elastic_on_draining])
     got = set(snap.schedulable_gpus())
     assert got == {("n000", 1), ("n000", 2), ("n000", 3)}
-
-
-def test_as_endo_is_the_job_with_its_batch_fixed() -> None:
-    from dataclasses import replace
-
-    for job in random_snapshot(np.random.default_rng(3), 4, 4, 30).jobs:
-        endo = job.as_endo()
-        assert endo == replace(job, mode=ElasticMode.ENDO) and endo.mode is ElasticMode.ENDO
-        assert job.as_endo() is job or job.mode is not ElasticMode.ENDO

@@ -50,3 +50,20 @@ def test_grid_zero_where_infeasible_and_spread_is_slower() -> None:
     assert grid[0, 0] == 0.0
     assert (grid[1:, 0] > 0).all()
     assert grid[4, 1] < grid[4, 0]
+
+
+def test_fixed_batch_sizes_any_job_as_its_endo_elastic_twin() -> None:
+    from dataclasses import replace
+
+    from slurm_elastic.testing import random_snapshot
+
+    snap = random_snapshot(np.random.default_rng(3), 4, 4, 30)
+    for job in snap.jobs:
+        twin = replace(job, mode=ElasticMode.ENDO)
+        model = snap.profiles[job.model]
+        assert sizing.shape_key(job, fixed_batch=True) == sizing.shape_key(twin)
+        for k in range(1, 17):
+            assert sizing.size_for(job, k, model, fixed_batch=True) == sizing.size_for(twin, k, model)
+        np.testing.assert_array_equal(sizing.throughput_grid(job, model, 16, fixed_batch=True),
+                                      sizing.throughput_grid(twin, model, 16))
+    assert any(j.mode is not ElasticMode.ENDO for j in snap.jobs)
