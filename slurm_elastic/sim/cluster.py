@@ -253,6 +253,7 @@ class VirtualCluster:
         self.jobs: dict[str, SimJob] = {}
         self.active: dict[str, SimJob] = {}  # submitted, not finished
         self.running: dict[str, SimJob] = {}  # the active jobs in state RUNNING
+        self._busy = 0  # GPUs they hold
         self.finished: list[SimJob] = []
         self.completed = 0  # finished jobs that were not dropped
         self.arrivals: list[float] = []
@@ -271,7 +272,11 @@ class VirtualCluster:
 
     def busy_gpus(self) -> int:
         """GPUs held by running jobs."""
-        return sum(j.placement.num_gpus for j in self.running.values())
+        return self._busy
+
+    def _place(self, job: SimJob, placement: Placement) -> None:
+        self._busy += placement.num_gpus - job.placement.num_gpus
+        job.placement = placement
 
     # -- time -------------------------------------------------------------------------------------
 
@@ -336,7 +341,7 @@ class VirtualCluster:
         job.sync(self.now)
         job.end = self.now
         job.state = JobState.FINISHED
-        job.placement = Placement()
+        self._place(job, Placement())
         job.speed = job.rate = 0.0
         job.finish_at = math.inf
         del self.active[job.spec.job_id]
@@ -458,7 +463,7 @@ class VirtualCluster:
         if a.kind is ActionKind.PREEMPT:
             job.preemptions += 1
             job.state = JobState.PREEMPTED
-            job.placement = Placement()
+            self._place(job, Placement())
             job.last_change = now
             job.samples_at_change = job.samples
             del self.running[job.spec.job_id]
@@ -475,11 +480,11 @@ class VirtualCluster:
             job.resizes += 1
             grew = a.after.num_gpus > a.before.num_gpus
             pause = self.cost.grow if grew else self.cost.shrink
-        job.placement = a.after
+        self._place(job, a.after)
         job.global_batch, job.local_batch, job.accumulation = a.global_batch, a.local_batch, a.accumulation
         if a.kind is ActionKind.START and self.equal_start and a.after.num_gpus:
             fewest = min(len(g) for _, g in a.after.slots)
-            job.placement = Placement(tuple((n, g[:fewest]) for n, g in a.after.slots))
+            self._place(job, Placement(tuple((n, g[:fewest]) for n, g in a.after.slots)))
             k = job.placement.num_gpus
             if job.spec.mode is ElasticMode.EXO:  # the batch follows the GPUs
                 job.global_batch = a.local_batch * a.accumulation * k

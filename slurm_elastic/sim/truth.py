@@ -199,7 +199,7 @@ class Convergence:
                   for b in batches]
         self._rising = rising
         self._curves = {b: np.array([r["metric"] for r in curves[b]]) for b in batches}
-        self._epochs_of = {b: np.arange(1, len(c) + 1, dtype=np.float64) for b, c in self._curves.items()}
+        self._values = {b: [float(x) for x in c] for b, c in self._curves.items()}  # at epochs 1, 2, ...
         self._nearest: dict[float, int] = {}  # global batch -> the nearest measured batch (batches repeat)
         self.batches = np.log2(np.array(batches, dtype=np.float64))
         self.epochs_at = np.array(epochs)
@@ -224,12 +224,24 @@ class Convergence:
                 self._nearest.clear()
             b = self._nearest[global_batch] = min(
                 self._curves, key=lambda m: abs(math.log2(m) - math.log2(max(global_batch, 1.0))))
-        m = float(np.interp(epoch, self._epochs_of[b], self._curves[b]))
+        m = _on_unit_grid(self._values[b], epoch)
         return m / self.target if self._rising else self.target / max(m, 1e-9)
 
     def epochs(self, global_batch: float) -> float:
         """Epochs to the target at this global batch (interpolated in log2 of the batch)."""
         return float(np.interp(math.log2(max(global_batch, 1.0)), self.batches, self.epochs_at))
+
+
+def _on_unit_grid(values: list[float], x: float) -> float:
+    """``np.interp(x, [1, 2, ..., n], values)``, the same arithmetic without numpy's per-call cost (a
+    simulated job reports its metric at every round)."""
+    if x <= 1.0:
+        return values[0]
+    if x >= len(values):
+        return values[-1]
+    i = int(x)
+    lo = values[i - 1]
+    return (values[i] - lo) * (x - i) + lo
 
 
 @dataclass(frozen=True)

@@ -50,3 +50,16 @@ def test_an_epoch_end_just_reached_is_not_due_again() -> None:
     assert job.time_to_epoch_end(50.0) == pytest.approx(50.0 + size / 100.0)
     job.samples = 3 * size + 0.5 * size
     assert job.time_to_epoch_end(50.0) == pytest.approx(50.0 + 0.5 * size / 100.0)
+
+
+def test_the_busy_gpus_counted_as_jobs_change_are_the_ones_they_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[int, int]] = []
+
+    class Checked(VirtualCluster):
+        def observe(self):  # type: ignore[no-untyped-def]
+            seen.append((self.busy_gpus(), sum(j.placement.num_gpus for j in self.active.values())))
+            return super().observe()
+
+    monkeypatch.setattr(engine, "VirtualCluster", Checked)
+    engine.simulate(philly_like(40, 16, 1), policies.create("efq"), gpus=16, seed=1, equal_start=True)
+    assert len(seen) > 10 and all(a == b for a, b in seen) and any(a > 0 for a, _ in seen)
