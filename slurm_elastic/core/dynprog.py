@@ -13,7 +13,10 @@ stay idle) and ``-inf`` for configurations that are infeasible. ``P(J, K) = -inf
 infeasible. Cost ``O(J * K * kmax)`` as in the paper; the forward pass is vectorised over ``K``
 and restricted, per job, to the ``K`` that matter (row ``j`` is ``-inf`` below the sum of the
 smallest sizes so far and flat above the sum of the largest), and only the argmax of the ``J``
-cells on the optimal path is recomputed on the way back.
+cells on the optimal path is recomputed on the way back. Row ``j`` depends only on the values of
+the first ``j`` jobs, so the table is kept in the memo (:class:`Table`) and the next call, whose
+jobs begin with the same values (running jobs in start order come first, and most stay from one
+event to the next), starts from the last row they share (:func:`fill_table`).
 
 Autoscaler (Fig. 4): jobs already executing stay; waiting jobs are tried one by one in arrival
 order and kept when the optimizer still finds a feasible solution, else skipped (the pseudocode
@@ -53,11 +56,30 @@ NEG = -np.inf
 
 
 @dataclass(frozen=True, slots=True)
+class Table:
+    """Eq. 4's table over a sequence of jobs: ``rows[j]`` is ``P(j, 0..total)``.
+
+    Attributes:
+        values: the jobs' scaling factors, in row order.
+        total: ``K``.
+        rows: ``P``, shape ``(len(values) + 1, total + 1)``; never written once made.
+        bounds: per row, ``(lo, hi)``: ``P`` is ``-inf`` below ``lo`` and flat from ``hi`` on.
+    """
+
+    values: tuple[NDArray[np.float64], ...]
+    total: int
+    rows: NDArray[np.float64]
+    bounds: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class DpMemo:
-    """Warm state of the ``dp`` planner: when it last re-planned, and its value tables."""
+    """Warm state of the ``dp`` planner: when it last re-planned, its value tables, and its last
+    Eq. 4 table (``None`` when the greedy optimum served)."""
 
     last_plan_time: float | None = None
     tables: dict[tuple[Any, ...], tuple[NDArray[np.float64], NDArray[np.int64]]] = field(default_factory=dict)
+    table: Table | None = None
 
 
 def scaling_values(job: Job, snapshot: ClusterSnapshot, kmax: int) -> NDArray[np.float64]:
@@ -175,19 +197,45 @@ def solve_concave(values: list[NDArray[np.float64]], total: int) -> tuple[float,
 
 def solve_table(values: list[NDArray[np.float64]], total: int) -> tuple[float, list[int]]:
     """Eq. 4 by its dynamic program (see the module docstring); the same contract as :func:`solve`."""
+    table = fill_table(values, total)
+    return read_table(table) if table is not None else (NEG, [])
+
+
+def _shared_rows(values: list[NDArray[np.float64]], total: int, prior: Table | None) -> int:
+    """How many leading jobs ``values`` shares with ``prior`` (the same factors, the same ``K``)."""
+    if prior is None or prior.total != total:
+        return 0
+    n = 0
+    for v, w in zip(values, prior.values, strict=False):
+        if v is not w and not np.array_equal(v, w):
+            break
+        n += 1
+    return n
+
+
+def fill_table(values: list[NDArray[np.float64]], total: int, prior: Table | None = None) -> Table | None:
+    """Eq. 4's table over ``values`` (``None``: infeasible), from the rows it shares with ``prior``."""
     n = len(values)
-    rows = np.full((n + 1, total + 1), NEG)
-    rows[0, :] = 0.0
-    lo_prev, hi_prev = 0, 0  # row j-1 is -inf below lo_prev and flat from hi_prev on
-    for j, v in enumerate(values, start=1):
+    reuse = _shared_rows(values, total, prior)
+    rows = np.empty((n + 1, total + 1))
+    bounds: list[tuple[int, int]] = [(0, 0)]  # row j-1 is -inf below lo_prev and flat from hi_prev on
+    if prior is not None and reuse:
+        rows[: reuse + 1] = prior.rows[: reuse + 1]
+        bounds = list(prior.bounds[: reuse + 1])
+    else:
+        rows[0, :] = 0.0
+    rows[reuse + 1 :] = NEG
+    lo_prev, hi_prev = bounds[-1]
+    for j in range(reuse + 1, n + 1):
+        v = values[j - 1]
         prev, cur = rows[j - 1], rows[j]
         sizes = [int(k) for k in np.flatnonzero(np.isfinite(v)) if 0 < k <= total]
         if not sizes:
-            return NEG, []
+            return None
         lo = lo_prev + sizes[0]  # every earlier job needs its smallest size: P is -inf below
         hi = min(total, hi_prev + sizes[-1])  # more GPUs than all jobs can use stay idle: P is flat above
         if lo > total:
-            return NEG, []
+            return None
         for k in sizes:
             a = max(lo, lo_prev + k)
             if a > hi:
@@ -195,6 +243,14 @@ def solve_table(values: list[NDArray[np.float64]], total: int) -> tuple[float, l
             np.maximum(cur[a : hi + 1], prev[a - k : hi + 1 - k] + v[k], out=cur[a : hi + 1])
         cur[hi + 1 :] = cur[hi]
         lo_prev, hi_prev = lo, hi
+        bounds.append((lo, hi))
+    rows.flags.writeable = False
+    return Table(tuple(values), total, rows, tuple(bounds))
+
+
+def read_table(table: Table) -> tuple[float, list[int]]:
+    """``(P(J, K), k_j per job)`` from a filled table; ``(-inf, [])`` when infeasible."""
+    rows, values, total, n = table.rows, table.values, table.total, len(table.values)
     best = float(rows[n, total])
     if not np.isfinite(best):
         return NEG, []
@@ -306,7 +362,14 @@ class DynamicProgramPlanner:
                 dropped.add(job.job_id)
             else:
                 reasons[job.job_id] = f"queued by dp: needs {need} GPUs, {total - used} left after admitted jobs"
-        best, ks = solve([vals[j.job_id] for j in admitted], total)
+        values = [vals[j.job_id] for j in admitted]
+        table = None
+        greedy = solve_concave(values, total)
+        if greedy is not None:
+            best, ks = greedy
+        else:
+            table = fill_table(values, total, m.table)
+            best, ks = read_table(table) if table is not None else (NEG, [])
         counts = {j.job_id: k for j, k in zip(admitted, ks, strict=True)}
 
         def choose(job: Job, k: int) -> sizing.Sizing | None:
@@ -324,7 +387,7 @@ class DynamicProgramPlanner:
             plan = replace(
                 plan, unplaced=tuple(replace(u, dropped=u.job_id in dropped) for u in plan.unplaced)
             )
-        return PlanResult(plan, DpMemo(snapshot.now, tables))
+        return PlanResult(plan, DpMemo(snapshot.now, tables, table))
 
 
 def fixed_batch_planner(mode: str = "queue", kmax: int | None = None, interval: float = 0.0,

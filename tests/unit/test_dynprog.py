@@ -9,7 +9,15 @@ import pytest
 
 from slurm_elastic import policies
 from slurm_elastic.core.constraints import validate_plan
-from slurm_elastic.core.dynprog import DpMemo, DynamicProgramPlanner, solve, solve_concave, solve_table
+from slurm_elastic.core.dynprog import (
+    DpMemo,
+    DynamicProgramPlanner,
+    fill_table,
+    read_table,
+    solve,
+    solve_concave,
+    solve_table,
+)
 from slurm_elastic.core.model import JobId, Node, NodeName, NodeState
 from slurm_elastic.errors import ConfigError
 from slurm_elastic.testing import make_job, make_nodes, make_snapshot
@@ -130,11 +138,49 @@ def test_a_large_queue_of_concave_jobs_is_planned_without_the_table(monkeypatch:
     (the shipped profiles' shape) are solved greedily, to the same optimum."""
     import slurm_elastic.core.dynprog as dynprog
 
-    def no_table(values: list[np.ndarray], total: int) -> tuple[float, list[int]]:
+    def no_table(values: list[np.ndarray], total: int, prior: object = None) -> object:
         raise AssertionError(f"the table was built for {len(values)} jobs x {total} GPUs")
 
     snap = make_snapshot(make_nodes(8, 4), [make_job(f"{i}", max_gpus=4, submit_time=float(i)) for i in range(40)])
     expected = DynamicProgramPlanner().plan(snap, None, np.random.default_rng(0)).plan
-    monkeypatch.setattr(dynprog, "solve_table", no_table)
+    monkeypatch.setattr(dynprog, "fill_table", no_table)
     plan = DynamicProgramPlanner().plan(snap, None, np.random.default_rng(0)).plan
     assert plan.score == pytest.approx(expected.score) and sum(j.num_gpus for j in plan.jobs) == 32
+
+
+def _bumpy(rng: np.random.Generator, kmax: int) -> np.ndarray:
+    v = np.full(kmax + 1, NEG)
+    lo = int(rng.integers(1, 3))
+    v[lo : kmax + 1] = np.cumsum(rng.uniform(0.0, 1.0, kmax + 1 - lo))
+    v[rng.integers(lo, kmax + 1, 2)] = NEG  # gaps: no greedy path
+    return v
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_table_extended_from_the_last_one_is_the_table_made_afresh(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    before = [_bumpy(rng, 6) for _ in range(10)]
+    keep = int(rng.integers(0, 11))
+    after = [v.copy() for v in before[:keep]] + [_bumpy(rng, 6) for _ in range(int(rng.integers(0, 8)))]
+    total = int(rng.integers(4, 40))
+    prior = fill_table(before, total)
+    fresh, extended = fill_table(after, total), fill_table(after, total, prior)
+    if fresh is None:
+        assert extended is None
+        return
+    assert extended is not None
+    np.testing.assert_array_equal(extended.rows, fresh.rows)
+    assert extended.bounds == fresh.bounds and read_table(extended) == read_table(fresh)
+    other_k = fill_table(after, total + 1, prior)  # another K shares no row
+    assert other_k is not None and read_table(other_k) == solve_table(after, total + 1)
+
+
+def test_the_planner_keeps_its_table_and_plans_the_same_from_it() -> None:
+    jobs = [make_job(f"{i}", max_gpus=8, submit_time=float(i)) for i in range(12)]
+    snap = make_snapshot(make_nodes(8, 4), jobs)
+    planner = DynamicProgramPlanner(batch="fixed")
+    first = planner.plan(snap, None, np.random.default_rng(0))
+    assert isinstance(first.memo, DpMemo) and first.memo.table is not None
+    again = planner.plan(snap, first.memo, np.random.default_rng(0))
+    cold = planner.plan(snap, None, np.random.default_rng(0))
+    assert again.plan == cold.plan
