@@ -254,6 +254,10 @@ class VirtualCluster:
         self.active: dict[str, SimJob] = {}  # submitted, not finished
         self.running: dict[str, SimJob] = {}  # the active jobs in state RUNNING
         self._busy = 0  # GPUs they hold
+        self._held: dict[NodeName, set[int]] = {name: set() for name in self.node_names}  # GPUs held, by node
+        every = tuple(range(gpus_per_node))
+        self._nodes = {name: Node(name, every, every) for name in self.node_names}  # as last seen
+        self._changed: set[NodeName] = set()
         self.finished: list[SimJob] = []
         self.completed = 0  # finished jobs that were not dropped
         self.arrivals: list[float] = []
@@ -276,6 +280,12 @@ class VirtualCluster:
 
     def _place(self, job: SimJob, placement: Placement) -> None:
         self._busy += placement.num_gpus - job.placement.num_gpus
+        for node, gpus in job.placement.slots:
+            self._held[node].difference_update(gpus)
+            self._changed.add(node)
+        for node, gpus in placement.slots:
+            self._held[node].update(gpus)
+            self._changed.add(node)
         job.placement = placement
 
     # -- time -------------------------------------------------------------------------------------
@@ -387,14 +397,11 @@ class VirtualCluster:
     def observe(self) -> ClusterSnapshot:
         """The snapshot a planner sees now."""
         self.sync()
-        held: dict[NodeName, set[int]] = {}
-        for job in self.active.values():
-            for node, gpus in job.placement.slots:
-                held.setdefault(node, set()).update(gpus)
         gpus = tuple(range(self.gpus_per_node))
-        nodes = tuple(
-            Node(name, gpus, tuple(g for g in gpus if g not in held.get(name, ()))) for name in self.node_names
-        )
+        for name in self._changed:  # the nodes whose GPUs were taken or given back since the last look
+            self._nodes[name] = Node(name, gpus, tuple(g for g in gpus if g not in self._held[name]))
+        self._changed.clear()
+        nodes = tuple(self._nodes.values())
         jobs = tuple(self._view(j) for j in self.active.values())
         window = min(self.now, ARRIVAL_WINDOW_S)
         # Arrivals are appended in time order: count the window's by bisection, not by a scan per round.

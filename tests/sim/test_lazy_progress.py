@@ -63,3 +63,20 @@ def test_the_busy_gpus_counted_as_jobs_change_are_the_ones_they_hold(monkeypatch
     monkeypatch.setattr(engine, "VirtualCluster", Checked)
     engine.simulate(philly_like(40, 16, 1), policies.create("efq"), gpus=16, seed=1, equal_start=True)
     assert len(seen) > 10 and all(a == b for a, b in seen) and any(a > 0 for a, _ in seen)
+
+
+def test_the_nodes_seen_are_the_ones_the_jobs_leave_free(monkeypatch: pytest.MonkeyPatch) -> None:
+    looks = 0
+
+    class Checked(VirtualCluster):
+        def observe(self):  # type: ignore[no-untyped-def]
+            nonlocal looks
+            snap = super().observe()
+            held = {(n, g) for j in self.active.values() for n, gs in j.placement.slots for g in gs}
+            assert {(n.name, g) for n in snap.nodes for g in n.gpus if g not in n.free_gpus} == held
+            looks += 1
+            return snap
+
+    monkeypatch.setattr(engine, "VirtualCluster", Checked)
+    engine.simulate(philly_like(40, 16, 1), policies.create("dp"), gpus=16, seed=1, equal_start=True)
+    assert looks > 10

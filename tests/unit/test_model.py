@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import pytest
 
 from slurm_elastic.core.model import ElasticMode, JobState, Node, NodeName, NodeState, Placement
@@ -45,11 +47,25 @@ def test_snapshot_rejects_gpu_held_twice() -> None:
         make_snapshot(nodes, [a, b])
 
 
+def test_snapshot_names_a_gpu_unknown_or_held_twice_by_one_job() -> None:
+    nodes = make_nodes(2)
+    fine = make_job(1, placement=[("n000", 0), ("n001", 3)])
+    unknown = make_job(2, placement=[("n000", 1), ("n009", 0)])
+    with pytest.raises(SnapshotError, match=r"job 2 holds GPUs n009:\(0,\) unknown to the snapshot"):
+        make_snapshot(nodes, [fine, unknown])
+    twice = Placement(((NodeName("n001"), (2, 2)),))
+    job = make_job(3, placement=[("n001", 2)])
+    object.__setattr__(job, "placement", twice)
+    with pytest.raises(SnapshotError, match="GPU n001:2 is held by two jobs"):
+        make_snapshot(nodes, [fine, job])
+    assert len(make_snapshot(nodes, [fine, make_job(4, placement=[("n001", 2)])]).jobs) == 2
+
+
 def test_snapshot_rejects_unknown_profile() -> None:
     job = make_job(1)
     bad = type(job).__new__(type(job))
-    for f in job.__slots__:
-        object.__setattr__(bad, f, getattr(job, f))
+    for f in fields(job):
+        object.__setattr__(bad, f.name, getattr(job, f.name))
     object.__setattr__(bad, "model", "no-such-model")
     with pytest.raises(SnapshotError, match="no throughput profile named 'no-such-model'"):
         make_snapshot(make_nodes(1), [bad])
