@@ -296,7 +296,7 @@ def job_best(spec: SimJobSpec, gpus: int, gpus_per_node: int) -> JobBest:
             total += _pair_count(a_cut, k, hi, l_max)
         a_idx, l_idx = _pairs(1, a_cut, k, hi, l_max)
         for shape in _curves(speed, k, gpus_per_node, nodes):
-            compute, sync = speed.step_parts(locals_, shape)
+            compute, sync = _step_parts(speed, l_max, shape)
             if a_idx.size:
                 step = a_idx * compute[l_idx - 1] + sync[l_idx - 1]
                 h = np.minimum(hi, (l_idx * k * a_idx)).astype(np.float64)
@@ -312,6 +312,17 @@ def job_best(spec: SimJobSpec, gpus: int, gpus_per_node: int) -> JobBest:
                 best_t = min(best_t, t_low)
                 best_w = min(best_w, k * t_low)
     return JobBest(best_t * SLACK, best_w * SLACK)
+
+
+@lru_cache(maxsize=65536)
+def _step_parts(speed: MeasuredSpeed, l_max: int, shape: Shape) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """:meth:`MeasuredSpeed.step_parts` of per-GPU batches ``1..l_max`` (read-only): jobs of one model
+    that differ in their batch range share every curve."""
+    compute, sync = (np.array(part, dtype=np.float64) for part in
+                     speed.step_parts(np.arange(1, l_max + 1, dtype=np.int64), shape))
+    compute.flags.writeable = False
+    sync.flags.writeable = False
+    return compute, sync
 
 
 def _shape_key(spec: SimJobSpec) -> SimJobSpec:
