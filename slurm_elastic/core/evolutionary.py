@@ -545,6 +545,7 @@ class OnesPlanner:
         gpn = max((len(n.gpus) for n in snapshot.nodes), default=1) or 1
         g = len(gpus)
         caps, kmins, grids = [], [], []
+        ranges: dict[tuple[object, ...], tuple[int, int]] = {}  # by (shape, min GPUs): the correction keeps it
         for job in jobs:
             model = snapshot.profiles[job.model]
             r = limits[job.job_id].limit
@@ -556,11 +557,15 @@ class OnesPlanner:
                 if raw is None:
                     raw = sizing.throughput_grid(job, model, cap, r, corrected=False)
                 grids_out[key] = raw
-            grid = raw * sizing.correction(job, model, known, predictions)
-            feas = np.flatnonzero(grid[:, 0] > 0)
-            feas = feas[feas >= job.min_gpus]
-            kmins.append(int(feas[0]) if len(feas) else g + 1)
-            caps.append(int(feas[-1]) if len(feas) else 0)
+            factor = sizing.correction(job, model, known, predictions)
+            grid = raw if factor == 1.0 else raw * factor
+            span = ranges.get((key, job.min_gpus))
+            if span is None:
+                feas = np.flatnonzero(raw[:, 0] > 0)
+                feas = feas[feas >= job.min_gpus]
+                span = ranges[(key, job.min_gpus)] = (int(feas[0]), int(feas[-1])) if len(feas) else (g + 1, 0)
+            kmins.append(span[0])
+            caps.append(span[1])
             grids.append(grid)
         kc = max(caps, default=0)
         xtab = np.zeros((len(jobs), kc + 1, 2))
