@@ -25,6 +25,7 @@ from slurm_elastic.observe.history import ProgressLearner
 from slurm_elastic.observe.inflight import owed_by_store
 from slurm_elastic.observe.progress import ingest, join_checked, runtimes
 from slurm_elastic.observe.snapshot import SnapshotMemo, fingerprint, in_partitions, snapshot_of
+from slurm_elastic.slurm.dialects import is_bare_completing
 from slurm_elastic.slurm.records import JobRecord, NodeRecord
 from slurm_elastic.store import Store
 from slurm_elastic_predictor.progress import BetaProgressModel
@@ -134,7 +135,7 @@ class ClusterView:
         out: list[JobRecord] = []
         counts: dict[JobId, int] = {}
         for rec in jobs:
-            requeuing = rec.slurm_state == ("COMPLETING",)
+            requeuing = is_bare_completing(rec.slurm_state)
             if requeuing and rec.job_id in last:
                 counts[rec.job_id] = last[rec.job_id]
                 if rec.restart_count > last[rec.job_id]:

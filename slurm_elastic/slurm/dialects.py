@@ -406,6 +406,13 @@ def has_settled(states: Sequence[str]) -> bool:
     return base in _JOB_TERMINAL and not flags & _JOB_ENDING_FLAGS
 
 
+def is_bare_completing(states: Sequence[str]) -> bool:
+    """Whether the state is the one word ``COMPLETING`` (22.05): the job's processes are being
+    killed, and the state does not say whether it ends or was requeued (25.11 says it: a requeue
+    under way is ``PENDING`` with the ``COMPLETING`` flag, an end its terminal state with the flag)."""
+    return len(states) == 1 and states[0] == "COMPLETING"
+
+
 def map_job_state(states: Sequence[str], restart_count: int = 0) -> JobState:
     """Reduce a Slurm job state (25.11: base then flags; 22.05: one word) to a core :class:`JobState`.
 

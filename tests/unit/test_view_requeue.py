@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from slurm_elastic.core.model import JobState
-from slurm_elastic.slurm.dialects import has_settled, map_job_state
+from slurm_elastic.slurm.dialects import has_settled, is_bare_completing, map_job_state
 
 from .test_hostile_job_input import Source, nodes, record, view
 
@@ -82,3 +82,13 @@ def test_a_job_still_completing_its_requeue_is_started_next_round(tmp_path: Path
     slurm.records["8"] = replace(requeued, slurm_state=("PENDING",))
     (out,) = act.apply(snapshot_of(slurm), (start,))
     assert out.ok, out.message
+
+
+@pytest.mark.parametrize(("states", "bare"), [
+    (["COMPLETING"], True),  # 22.05: ending or being requeued, the state does not say
+    (["PENDING", "COMPLETING"], False),  # 25.11: a requeue under way
+    (["COMPLETED", "COMPLETING"], False),  # 25.11: an end
+    (["COMPLETED"], False), (["RUNNING"], False),
+])
+def test_only_the_one_word_completing_leaves_an_end_and_a_requeue_apart(states: list[str], bare: bool) -> None:
+    assert is_bare_completing(states) is bare
