@@ -54,6 +54,10 @@ from slurm_elastic.errors import ConfigError
 
 NEG = -np.inf
 
+MEMO_TABLE_BYTES = 64 << 20
+"""The largest Eq. 4 table the memo keeps (64 MiB: 8,000 jobs x 1,024 GPUs); a larger one, of a
+cluster of many thousand GPUs, is made afresh each call rather than held twice over."""
+
 
 @dataclass(frozen=True, slots=True)
 class Table:
@@ -387,7 +391,8 @@ class DynamicProgramPlanner:
             plan = replace(
                 plan, unplaced=tuple(replace(u, dropped=u.job_id in dropped) for u in plan.unplaced)
             )
-        return PlanResult(plan, DpMemo(snapshot.now, tables, table))
+        kept = table if table is not None and table.rows.nbytes <= MEMO_TABLE_BYTES else None
+        return PlanResult(plan, DpMemo(snapshot.now, tables, kept))
 
 
 def fixed_batch_planner(mode: str = "queue", kmax: int | None = None, interval: float = 0.0,

@@ -184,3 +184,15 @@ def test_the_planner_keeps_its_table_and_plans_the_same_from_it() -> None:
     again = planner.plan(snap, first.memo, np.random.default_rng(0))
     cold = planner.plan(snap, None, np.random.default_rng(0))
     assert again.plan == cold.plan
+
+
+def test_a_table_too_large_is_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    import slurm_elastic.core.dynprog as dynprog
+
+    jobs = [make_job(f"{i}", max_gpus=8, submit_time=float(i)) for i in range(12)]
+    snap = make_snapshot(make_nodes(8, 4), jobs)
+    kept = DynamicProgramPlanner(batch="fixed").plan(snap, None, np.random.default_rng(0))
+    assert isinstance(kept.memo, DpMemo) and kept.memo.table is not None
+    monkeypatch.setattr(dynprog, "MEMO_TABLE_BYTES", kept.memo.table.rows.nbytes - 1)
+    dropped = DynamicProgramPlanner(batch="fixed").plan(snap, None, np.random.default_rng(0))
+    assert isinstance(dropped.memo, DpMemo) and dropped.memo.table is None and dropped.plan == kept.plan
