@@ -102,7 +102,8 @@ def advance_gps(vtime: float, finish: list[float], capacity: int, duration: floa
         ``V`` after ``duration``: piecewise linear with slope ``M / N``, ``N`` dropping as ``V``
         passes each finish time; constant while GPS is empty.
     """
-    ahead = sorted(f for f in finish if f > vtime)
+    times = np.asarray(finish, dtype=np.float64)
+    ahead: list[float] = np.sort(times[times > vtime]).tolist()
     left = duration
     i = 0
     while left > 0 and i < len(ahead) and capacity > 0:
@@ -193,6 +194,7 @@ class EfqPlanner:
         total = len(snapshot.schedulable_gpus())
         grids: dict[tuple[object, ...], FloatArr] = {}
         tables = {j.job_id: self._grid(j, snapshot, total, m.grids, grids) for j in jobs}
+        ranges: dict[tuple[int, int], tuple[int, int]] = {}  # feasible sizes by (table, min GPUs)
 
         # Virtual clock: replay unseen arrivals at their submit times, then advance to now.
         clock = m.clock if m.clock is not None else min([now, *(j.submit_time for j in jobs)])
@@ -202,11 +204,12 @@ class EfqPlanner:
         arrival_v = {jid: v for jid, v in m.arrival_v.items()}
         unseen = [j for j in jobs if j.job_id not in arrival_v]
         totals = dict(zip((j.job_id for j in jobs), self._total_samples(snapshot, jobs), strict=True))
+        k0s = {j.job_id: self._k0(j, tables[j.job_id], ranges) for j in jobs}
 
         def work(job: Job) -> float | None:
             w = totals[job.job_id]
             t = tables[job.job_id]
-            k0 = self._k0(job, t)
+            k0 = k0s[job.job_id]
             if w is None or k0 == 0:
                 return None
             return k0 * w / float(t[k0])
@@ -237,7 +240,7 @@ class EfqPlanner:
         free -= used
         for rank, job in enumerate(queued, start=1):
             t = tables[job.job_id]
-            k0 = self._k0(job, t)
+            k0 = k0s[job.job_id]
             what = "preempted by efq" if job.state is JobState.RUNNING else "waiting"
             if k0 == 0:
                 reasons[job.job_id] = self._never(job, total)
@@ -278,13 +281,17 @@ class EfqPlanner:
     # -- helpers ---------------------------------------------------------------------------------
 
     @staticmethod
-    def _k0(job: Job, t: FloatArr) -> int:
-        """The requested size clamped into the feasible range (0 if no size is feasible)."""
-        feas = np.flatnonzero(t > 0)
-        feas = feas[feas >= job.min_gpus]
-        if not len(feas):
+    def _k0(job: Job, t: FloatArr, ranges: dict[tuple[int, int], tuple[int, int]]) -> int:
+        """The requested size clamped into the feasible range (0 if no size is feasible); ``ranges``
+        keeps each table's feasible sizes (jobs of one shape share their table)."""
+        span = ranges.get((id(t), job.min_gpus))
+        if span is None:
+            feas = np.flatnonzero(t > 0)
+            feas = feas[feas >= job.min_gpus]
+            span = ranges[(id(t), job.min_gpus)] = (int(feas[0]), int(feas[-1])) if len(feas) else (0, 0)
+        if span == (0, 0):
             return 0
-        return int(min(max(job.requested_gpus, int(feas[0])), int(feas[-1])))
+        return int(min(max(job.requested_gpus, span[0]), span[1]))
 
     @staticmethod
     def _largest_below(job: Job, t: FloatArr, free: int) -> int:

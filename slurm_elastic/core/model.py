@@ -417,7 +417,7 @@ class ClusterSnapshot:
                     raise SnapshotError(f"job {job.job_id}: no throughput profile named {job.model!r}")
         # Derived views, computed once: planners, placement and validation all ask for them.
         elastic = tuple(j for j in self.jobs if j.elastic and j.is_active)
-        elastic_held = {gpu for j in elastic for gpu in j.placement.gpu_set()}
+        elastic_held: set[tuple[NodeName, int]] = set().union(*(j.placement.gpu_set() for j in elastic))
         sched: list[tuple[NodeName, int]] = []
         for nd in self.nodes:
             if nd.state is NodeState.UP:
