@@ -372,7 +372,7 @@ class OptimusPlanner:
                 out: dict[tuple[object, ...], FloatArr], known: dict[tuple[object, ...], float],
                 predictions: dict[tuple[object, ...], float]) -> list[_Table]:
         tables: list[_Table] = []
-        ranges: dict[tuple[object, ...], tuple[int, int]] = {}  # by (shape, min GPUs): the correction keeps it
+        ranges: dict[tuple[object, ...], tuple[int, int] | None] = {}  # by (shape, min GPUs): the correction keeps it
         for job in jobs:
             model = snapshot.profiles[job.model]
             cap = max(0, min(job.max_gpus, total))
@@ -386,12 +386,9 @@ class OptimusPlanner:
             # The correction is measured at the job's real configuration, so it uses the job itself.
             factor = sizing.correction(job, model, known, predictions)
             x = raw if factor == 1.0 else raw * factor
-            span = ranges.get((key, job.min_gpus))
-            if span is None:
-                feas = np.flatnonzero(raw > 0)
-                feas = feas[feas >= job.min_gpus]
-                span = ranges[(key, job.min_gpus)] = (int(feas[0]), int(feas[-1])) if len(feas) else (0, 0)
-            tables.append(_Table(x, *span))
+            if (key, job.min_gpus) not in ranges:
+                ranges[(key, job.min_gpus)] = sizing.feasible_span(raw, job.min_gpus)
+            tables.append(_Table(x, *(ranges[(key, job.min_gpus)] or (0, 0))))
         return tables
 
     def plan(self, snapshot: ClusterSnapshot, memo: Any, rng: np.random.Generator) -> PlanResult:

@@ -194,7 +194,7 @@ class EfqPlanner:
         total = len(snapshot.schedulable_gpus())
         grids: dict[tuple[object, ...], FloatArr] = {}
         tables = {j.job_id: self._grid(j, snapshot, total, m.grids, grids) for j in jobs}
-        ranges: dict[tuple[int, int], tuple[int, int]] = {}  # feasible sizes by (table, min GPUs)
+        ranges: dict[tuple[int, int], tuple[int, int] | None] = {}  # feasible sizes by (table, min GPUs)
 
         # Virtual clock: replay unseen arrivals at their submit times, then advance to now.
         clock = m.clock if m.clock is not None else min([now, *(j.submit_time for j in jobs)])
@@ -281,17 +281,13 @@ class EfqPlanner:
     # -- helpers ---------------------------------------------------------------------------------
 
     @staticmethod
-    def _k0(job: Job, t: FloatArr, ranges: dict[tuple[int, int], tuple[int, int]]) -> int:
+    def _k0(job: Job, t: FloatArr, ranges: dict[tuple[int, int], tuple[int, int] | None]) -> int:
         """The requested size clamped into the feasible range (0 if no size is feasible); ``ranges``
         keeps each table's feasible sizes (jobs of one shape share their table)."""
-        span = ranges.get((id(t), job.min_gpus))
-        if span is None:
-            feas = np.flatnonzero(t > 0)
-            feas = feas[feas >= job.min_gpus]
-            span = ranges[(id(t), job.min_gpus)] = (int(feas[0]), int(feas[-1])) if len(feas) else (0, 0)
-        if span == (0, 0):
-            return 0
-        return int(min(max(job.requested_gpus, span[0]), span[1]))
+        if (id(t), job.min_gpus) not in ranges:
+            ranges[(id(t), job.min_gpus)] = sizing.feasible_span(t, job.min_gpus)
+        span = ranges[(id(t), job.min_gpus)]
+        return 0 if span is None else min(max(job.requested_gpus, span[0]), span[1])
 
     @staticmethod
     def _largest_below(job: Job, t: FloatArr, free: int) -> int:
@@ -308,13 +304,11 @@ class EfqPlanner:
         share = gpus // len(pool)
         left = gpus
         for job in pool:
-            t = tables[job.job_id]
-            feas = np.flatnonzero(t > 0)
-            feas = feas[feas >= job.min_gpus]
-            if not len(feas):
+            span = sizing.feasible_span(tables[job.job_id], job.min_gpus)
+            if span is None:
                 reasons[job.job_id] = self._never(job, len(snapshot.schedulable_gpus()))
                 continue
-            k = min(max(share, int(feas[0])), int(feas[-1]))
+            k = min(max(share, span[0]), span[1])
             if k <= left:
                 counts[job.job_id] = k
                 left -= k

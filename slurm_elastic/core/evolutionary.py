@@ -545,7 +545,7 @@ class OnesPlanner:
         gpn = max((len(n.gpus) for n in snapshot.nodes), default=1) or 1
         g = len(gpus)
         caps, kmins, grids = [], [], []
-        ranges: dict[tuple[object, ...], tuple[int, int]] = {}  # by (shape, min GPUs): the correction keeps it
+        ranges: dict[tuple[object, ...], tuple[int, int] | None] = {}  # by (shape, min GPUs): the correction keeps it
         for job in jobs:
             model = snapshot.profiles[job.model]
             r = limits[job.job_id].limit
@@ -559,13 +559,11 @@ class OnesPlanner:
                 grids_out[key] = raw
             factor = sizing.correction(job, model, known, predictions)
             grid = raw if factor == 1.0 else raw * factor
-            span = ranges.get((key, job.min_gpus))
-            if span is None:
-                feas = np.flatnonzero(raw[:, 0] > 0)
-                feas = feas[feas >= job.min_gpus]
-                span = ranges[(key, job.min_gpus)] = (int(feas[0]), int(feas[-1])) if len(feas) else (g + 1, 0)
-            kmins.append(span[0])
-            caps.append(span[1])
+            if (key, job.min_gpus) not in ranges:
+                ranges[(key, job.min_gpus)] = sizing.feasible_span(raw[:, 0], job.min_gpus)
+            kmin, cap = ranges[(key, job.min_gpus)] or (g + 1, 0)
+            kmins.append(kmin)
+            caps.append(cap)
             grids.append(grid)
         kc = max(caps, default=0)
         xtab = np.zeros((len(jobs), kc + 1, 2))

@@ -187,6 +187,14 @@ def correction(job: Job, model: ThroughputModel, known: Mapping[tuple[object, ..
     return min(hi, max(lo, job.observed_throughput / cached))
 
 
+def feasible_span(x: NDArray[np.float64], min_gpus: int) -> tuple[int, int] | None:
+    """The smallest and largest GPU count ``k >= min_gpus`` with ``x[k] > 0`` (a throughput table by
+    GPU count); ``None`` when there is none."""
+    feas = np.flatnonzero(x > 0)
+    feas = feas[feas >= min_gpus]
+    return (int(feas[0]), int(feas[-1])) if len(feas) else None
+
+
 def throughput_grid(job: Job, model: ThroughputModel, kmax: int, batch_limit: int | None = None,
                     corrected: bool = True, fixed_batch: bool = False) -> NDArray[np.float64]:
     """Corrected throughput (samples/s) of ``job`` for ``k = 0..kmax`` GPUs, packed and spread.
