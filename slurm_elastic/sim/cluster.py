@@ -352,8 +352,7 @@ class VirtualCluster:
         job.end = self.now
         job.state = JobState.FINISHED
         self._place(job, Placement())
-        job.speed = job.rate = 0.0
-        job.finish_at = math.inf
+        job.configure(self.now)
         del self.active[job.spec.job_id]
         self.running.pop(job.spec.job_id, None)
         self.finished.append(job)
