@@ -130,7 +130,7 @@ def _table(job: Job, snapshot: ClusterSnapshot, kmax: int, fixed: bool = False) 
 
 
 def solve(values: list[NDArray[np.float64]], total: int) -> tuple[float, list[int]]:
-    """Solve Eq. 4 exactly.
+    """Solve Eq. 4 exactly (:func:`solve_from` without a prior table).
 
     When every job's scaling factors are concave over its feasible sizes (one interval, marginal
     gains never rising: the usual shape of a throughput curve), the optimum is reached greedily
@@ -144,8 +144,20 @@ def solve(values: list[NDArray[np.float64]], total: int) -> tuple[float, list[in
     Returns:
         ``(P(J, K), k_j per job)``; ``(-inf, [])`` when infeasible.
     """
+    best, ks, _ = solve_from(values, total)
+    return best, ks
+
+
+def solve_from(values: list[NDArray[np.float64]], total: int, prior: Table | None = None) -> tuple[
+    float, list[int], Table | None
+]:
+    """:func:`solve`, whose dynamic program extends ``prior``'s rows (:func:`fill_table`); also returns
+    the table it filled (``None`` when the greedy optimum served or no solution exists)."""
     fast = solve_concave(values, total)
-    return fast if fast is not None else solve_table(values, total)
+    if fast is not None:
+        return (*fast, None)
+    table = fill_table(values, total, prior)
+    return (*read_table(table), table) if table is not None else (NEG, [], None)
 
 
 def _concave_gains(v: NDArray[np.float64], total: int) -> tuple[int, NDArray[np.float64]] | None:
@@ -366,14 +378,7 @@ class DynamicProgramPlanner:
                 dropped.add(job.job_id)
             else:
                 reasons[job.job_id] = f"queued by dp: needs {need} GPUs, {total - used} left after admitted jobs"
-        values = [vals[j.job_id] for j in admitted]
-        table = None
-        greedy = solve_concave(values, total)
-        if greedy is not None:
-            best, ks = greedy
-        else:
-            table = fill_table(values, total, m.table)
-            best, ks = read_table(table) if table is not None else (NEG, [])
+        best, ks, table = solve_from([vals[j.job_id] for j in admitted], total, m.table)
         counts = {j.job_id: k for j, k in zip(admitted, ks, strict=True)}
 
         def choose(job: Job, k: int) -> sizing.Sizing | None:
