@@ -292,15 +292,17 @@ def allocate(snapshot: ClusterSnapshot, spec: FeatureSpec, choose: Chooser, *, r
             reasons[job.job_id] = (f"preempted by {policy}: its minimum of {kmin} GPUs does not fit in the {free} "
                                    "left after GPUs were lost")
     candidates = [j for j in jobs if j.job_id not in reasons]
-    rows = slot_features(snapshot, candidates, spec, default_epochs_to_go)
     steps: list[tuple[Step, int]] = []
     stopped = 0
     n_slots = spec.slots
+    greedy = choose if isinstance(choose, GreedyChooser) and not record else None
     for start in range(0, len(candidates), n_slots):
+        if not free:  # no slot of this or a later batch can grow: their jobs keep what they have
+            break
         batch = candidates[start:start + n_slots]
         n = len(batch)
         mat = np.zeros((n_slots, spec.per_slot), dtype=np.float64)
-        mat[:n] = rows[start:start + n]
+        mat[:n] = slot_features(snapshot, batch, spec, default_epochs_to_go)
         alloc = np.zeros(n_slots, dtype=np.int64)
         lo = np.zeros(n_slots, dtype=np.int64)
         hi = np.zeros(n_slots, dtype=np.int64)
@@ -310,28 +312,42 @@ def allocate(snapshot: ClusterSnapshot, spec: FeatureSpec, choose: Chooser, *, r
         occupied = np.arange(n_slots) < n
         glob = np.array([0.0, total / (4 * spec.gpu_scale), max(0, len(candidates) - start - n) / n_slots])
         slot_jobs: tuple[Job | None, ...] = (*batch, *([None] * (n_slots - n)))
-        while True:
-            need = np.where(alloc == 0, lo, 1)
-            can = occupied & (alloc < hi) & (lo <= hi) & (need <= free)
-            if not can.any():
-                break
-            mat[:, _ALLOC] = alloc / spec.gpu_scale
-            mat[:, _CAN_ADD] = can
-            glob[0] = free / total if total else 0.0
-            state = np.concatenate([mat.ravel(), glob])
-            # Liveness guard: "stop" is not offered while the whole cluster would stay idle.
-            mask = np.append(can, bool(counts) or bool(alloc.any()))
-            step = Step(state, mask, slot_jobs, tuple(alloc.tolist()), free)
-            action = int(choose(step))
-            if not (0 <= action < len(mask) and mask[action]):
-                raise ConfigError(f"{policy}: the chooser picked action {action}, which is not allowed")
-            if record:
-                steps.append((step, action))
+        # A slot may grow while it stays in range and its next step (min_gpus first, then one GPU)
+        # fits in the GPUs left; adding only ever takes a slot's or a free GPU's chance away.
+        need = np.where(alloc == 0, lo, 1)
+        can = occupied & (alloc < hi) & (lo <= hi) & (need <= free)
+        run: _GreedyRun | None = None
+        # Liveness guard: "stop" is not offered while the whole cluster would stay idle.
+        stop_ok = bool(counts) or bool(alloc.any())
+        while can.any():
+            if run is None:
+                mat[:, _ALLOC] = alloc / spec.gpu_scale
+                mat[:, _CAN_ADD] = can
+                glob[0] = free / total if total else 0.0
+                state = np.concatenate([mat.ravel(), glob])
+            if greedy is not None:
+                run = run or _GreedyRun(greedy.weights, state, can, total)
+                action = run.pick(stop_ok)
+            else:
+                mask = np.append(can, stop_ok)
+                step = Step(state, mask, slot_jobs, tuple(alloc.tolist()), free)
+                action = int(choose(step))
+                if not (0 <= action < len(mask) and mask[action]):
+                    raise ConfigError(f"{policy}: the chooser picked action {action}, which is not allowed")
+                if record:
+                    steps.append((step, action))
             if action == n_slots:
                 stopped += 1
                 break
-            free -= int(need[action])
-            alloc[action] += need[action]
+            added = int(need[action])
+            free -= added
+            alloc[action] += added
+            stop_ok = True
+            need[action] = 1
+            can[action] = alloc[action] < hi[action]
+            can &= need <= free
+            if run is not None:
+                run.added(action, added, can)
         for i, job in enumerate(batch):
             if alloc[i] > 0:
                 counts[job.job_id] = int(alloc[i])
@@ -349,14 +365,83 @@ def allocate(snapshot: ClusterSnapshot, spec: FeatureSpec, choose: Chooser, *, r
     return Allocation(counts, reasons, tuple(steps), stopped)
 
 
-def greedy_chooser(weights: PolicyWeights) -> Chooser:
-    """Pick the allowed action with the highest logit (ties to the lower index)."""
+class GreedyChooser:
+    """Pick the allowed action with the highest logit (ties to the lower index).
 
-    def choose(step: Step) -> int:
-        logits = forward(weights, step.state)
+    Called on a :class:`Step`, it runs the whole network on the step's state. :func:`allocate`
+    does not call it when it records no steps: it asks a :class:`_GreedyRun` per batch of slots
+    instead, which makes the same choice from the first layer kept up to date.
+    """
+
+    def __init__(self, weights: PolicyWeights) -> None:
+        self.weights = weights
+
+    def __call__(self, step: Step) -> int:
+        logits = forward(self.weights, step.state)
         return int(np.argmax(np.where(step.mask, logits, -np.inf)))
 
-    return choose
+
+def greedy_chooser(weights: PolicyWeights) -> GreedyChooser:
+    """Pick the allowed action with the highest logit (ties to the lower index)."""
+    return GreedyChooser(weights)
+
+
+class _GreedyRun:
+    """The greedy choices over one batch of slots, with the first layer's pre-activation kept.
+
+    Between two inferences of a batch only three inputs change: the chosen slot's ``allocated``,
+    the ``free`` share, and ``can_add`` of the slots that can no longer grow (it never comes
+    back within a batch). So instead of multiplying the whole state by the first layer at every
+    step (611 x 128 for the shipped model), the pre-activation is moved by those inputs' rows of
+    the first layer, and the later layers run whole: the same sums up to float rounding
+    (``tests/unit/test_drl.py`` checks that both give the same decisions). The last layer's bias
+    is kept at -inf for the actions not allowed, so a choice is one argmax.
+    """
+
+    def __init__(self, weights: PolicyWeights, state: FloatArr, can: BoolArr, total: int) -> None:
+        spec = weights.spec
+        n, per = spec.slots, spec.per_slot
+        (w1, b1), *rest = weights.layers
+        self.h1: FloatArr = state @ w1 + b1 if rest else state @ w1
+        free_row = w1[n * per] / total if total else np.zeros(w1.shape[1])
+        # One GPU more for slot i: its ``allocated`` rises by 1/gpu_scale, the free share falls by 1/total.
+        self.grow_rows: FloatArr = w1[_ALLOC:n * per:per] / spec.gpu_scale - free_row
+        self.can_rows: FloatArr = w1[_CAN_ADD:n * per:per]
+        self.hidden = [(w, b, np.empty(w.shape[1])) for w, b in rest[:-1]]
+        out_w, out_b = rest[-1] if rest else (None, b1)
+        self.out_w = out_w
+        self.stop_b = float(out_b[n])
+        self.out_b: FloatArr = np.where(np.append(can, False), out_b, -np.inf)
+        self.open = can.copy()
+        self.relu = np.empty_like(self.h1)
+        self.logits = np.empty(n + 1)
+
+    def pick(self, stop_ok: bool) -> int:
+        """The allowed action of highest logit; ``stop_ok``: whether "stop" is allowed now."""
+        self.out_b[-1] = self.stop_b if stop_ok else -np.inf
+        if self.out_w is None:  # a single layer: the kept pre-activation is the logits
+            np.add(self.h1, self.out_b, out=self.logits)
+            return int(self.logits.argmax())
+        h = np.maximum(self.h1, 0.0, out=self.relu)
+        for w, b, out in self.hidden:
+            np.dot(h, w, out=out)
+            out += b
+            h = np.maximum(out, 0.0, out=out)
+        np.dot(h, self.out_w, out=self.logits)
+        self.logits += self.out_b
+        return int(self.logits.argmax())
+
+    def added(self, slot: int, gpus: int, can: BoolArr) -> None:
+        """Slot ``slot`` got ``gpus`` more; ``can``: the slots that may still grow."""
+        if gpus == 1:
+            self.h1 += self.grow_rows[slot]
+        else:
+            self.h1 += gpus * self.grow_rows[slot]
+        gone = self.open ^ can  # can only shrinks within a batch
+        if gone.any():
+            self.h1 -= self.can_rows[gone].sum(axis=0)
+            self.out_b[:-1][gone] = -np.inf
+            self.open = can.copy()
 
 
 def sampling_chooser(weights: PolicyWeights, rng: np.random.Generator) -> Chooser:

@@ -13,6 +13,8 @@ import pytest
 from slurm_elastic import policies
 from slurm_elastic.core.constraints import validate_plan
 from slurm_elastic.core.drl import (
+    _ALLOC,
+    _CAN_ADD,
     GLOBAL_FEATURES,
     SLOT_FEATURES,
     DrlPlanner,
@@ -227,6 +229,48 @@ def test_a_chooser_cannot_break_the_mask() -> None:
 
     with pytest.raises(ConfigError, match="not allowed"):
         allocate(snap, FeatureSpec(4, MODELS), bad)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_kept_first_layer_decides_as_the_whole_network(seed: int) -> None:
+    """The planner's greedy loop (first layer kept up to date, ``_GreedyRun``) takes every decision
+    the whole network takes on each step's full state, for networks of 1 to 3 layers."""
+    rng = np.random.default_rng(seed)
+    snap = random_snapshot(rng, n_nodes=int(rng.integers(1, 9)), gpus_per_node=4,
+                           n_jobs=int(rng.integers(1, 40)), down_nodes=int(rng.integers(0, 2)))
+    spec = FeatureSpec(int(rng.integers(1, 12)), MODELS)
+    hidden = ((), (16,), (24, 12))[seed % 3]
+    w = _weights(spec, seed, hidden)
+    if seed % 4 == 0:
+        w = _stop_bias(w, -3.0)  # fill more of the cluster before stopping
+    whole = greedy_chooser(w)
+    reference = allocate(snap, spec, lambda step: whole(step), record=True)  # a plain callable: no kept layer
+    kept = allocate(snap, spec, whole)
+    assert kept.counts == reference.counts
+    assert kept.reasons == reference.reasons
+    assert kept.stopped == reference.stopped
+    assert not kept.steps
+    for step, action in reference.steps:  # the reference path did run the whole network at each step
+        assert action == int(np.argmax(np.where(step.mask, forward(w, step.state), -np.inf)))
+
+
+def test_the_kept_first_layer_follows_every_input_that_changes() -> None:
+    """Each input the loop changes (allocated, can_add, free) moves the decision: a network that reads
+    only one of them still decides as the whole network does."""
+    snap = random_snapshot(np.random.default_rng(5), 6, 4, 30)
+    spec = FeatureSpec(8, MODELS)
+    columns = {"allocated": [i * spec.per_slot + _ALLOC for i in range(spec.slots)],
+               "can_add": [i * spec.per_slot + _CAN_ADD for i in range(spec.slots)],
+               "free": [spec.slots * spec.per_slot]}
+    rng = np.random.default_rng(1)
+    for name, cols in columns.items():
+        for trial in range(6):
+            w1 = np.zeros((spec.input_size, spec.actions))
+            w1[cols] = rng.normal(0, 3.0, (len(cols), spec.actions))
+            w = PolicyWeights(spec, ((w1, rng.normal(0, 0.1, spec.actions)),))
+            whole = greedy_chooser(w)
+            reference = allocate(snap, spec, lambda step, c=whole: c(step))
+            assert allocate(snap, spec, whole).counts == reference.counts, (name, trial)
 
 
 def test_same_inputs_same_plan() -> None:
