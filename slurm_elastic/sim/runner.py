@@ -183,7 +183,8 @@ def _row(*cells: object) -> str:
 WORKLOAD_NOTE = ("`ones-longhorn` is the appendix's experiment: 400 jobs whose GPU times (GPUs x execution time) "
                  "follow a Philly-shaped draw, each replaced by the Table 2 job (at 1, 2 or 4 GPUs) with the closest "
                  "GPU time, Poisson arrivals every 30 s on average, the first 5% of jobs scheduled but not counted. "
-                 "The Philly trace itself is not shipped: the draw is `philly-like`'s shape (docs/simulator.md). "
+                 "The Philly trace itself is not shipped: the draw is `philly-like`'s shape (docs/planners.md, "
+                 "\"The appendix's experiment\"). "
                  "`ones-longhorn-50` is the earlier 50-job set (60 s arrivals).")
 SCALING_GPUS = (16, 32, 64)
 SCALING_PAPER = {"drl": {16: 19.0, 64: 27.0}, "tiresias": {16: 44.0, 64: 46.0}, "optimus": {16: 24.0, 64: 42.0},
