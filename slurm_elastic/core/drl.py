@@ -40,6 +40,7 @@ rng state give the same plan.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -214,8 +215,8 @@ class Allocation:
     stopped: int
 
 
-def _order(job: Job) -> tuple[float, str]:
-    return (job.submit_time, job.job_id)
+_order: Callable[[Job], tuple[float, str]] = operator.attrgetter("submit_time", "job_id")
+"""Arrival order: submit time, then job id."""
 
 
 def usable_range(job: Job, total: int) -> tuple[int, int]:
@@ -351,17 +352,23 @@ def allocate(snapshot: ClusterSnapshot, spec: FeatureSpec, choose: Chooser, *, r
         for i, job in enumerate(batch):
             if alloc[i] > 0:
                 counts[job.job_id] = int(alloc[i])
+    said: dict[tuple[int, int, int, int], str] = {}  # one text per distinct reason: queues run to thousands
     for job in candidates:
         if job.job_id in counts:
             continue
         kmin_j, kmax_j = usable_range(job, total)
-        if kmin_j > kmax_j:
-            reasons[job.job_id] = (f"cannot run: no GPU count in {kmin_j}:{min(job.max_gpus, total)} holds its "
-                                   f"fixed batch of {job.base_batch}")
-        elif kmin_j > free:
-            reasons[job.job_id] = f"waiting: needs {kmin_j} GPUs, {free} are free after {policy}'s allocation"
-        else:
-            reasons[job.job_id] = f"waiting: {policy} stopped allocating with {free} GPUs free"
+        key = (kmin_j, kmax_j, job.max_gpus, job.base_batch)  # all the text depends on
+        why = said.get(key)
+        if why is None:
+            if kmin_j > kmax_j:
+                why = (f"cannot run: no GPU count in {kmin_j}:{min(job.max_gpus, total)} holds its fixed batch of "
+                       f"{job.base_batch}")
+            elif kmin_j > free:
+                why = f"waiting: needs {kmin_j} GPUs, {free} are free after {policy}'s allocation"
+            else:
+                why = f"waiting: {policy} stopped allocating with {free} GPUs free"
+            said[key] = why
+        reasons[job.job_id] = why
     return Allocation(counts, reasons, tuple(steps), stopped)
 
 
