@@ -295,17 +295,18 @@ def job_best(spec: SimJobSpec, gpus: int, gpus_per_node: int) -> JobBest:
             a_cut += 1
             total += _pair_count(a_cut, k, hi, l_max)
         a_idx, l_idx = _pairs(1, a_cut, k, hi, l_max)
+        # the batches a pair holds, and their least g, do not depend on the shape
+        h = np.minimum(hi, (l_idx * k * a_idx)).astype(np.float64)
+        ok = h >= lo
+        a_ok, l_ok = a_idx[ok], l_idx[ok] - 1
+        least = epochs.least_up_to(h[ok]) if a_ok.size else h[ok]
         for shape in _curves(speed, k, gpus_per_node, nodes):
             compute, sync = _step_parts(speed, l_max, shape)
-            if a_idx.size:
-                step = a_idx * compute[l_idx - 1] + sync[l_idx - 1]
-                h = np.minimum(hi, (l_idx * k * a_idx)).astype(np.float64)
-                ok = h >= lo
-                if np.any(ok):
-                    t = epochs.least_up_to(h[ok]) * step[ok]
-                    t_min = float(np.min(t))
-                    best_t = min(best_t, t_min)
-                    best_w = min(best_w, k * t_min)
+            if a_ok.size:
+                t = least * (a_ok * compute[l_ok] + sync[l_ok])
+                t_min = float(np.min(t))
+                best_t = min(best_t, t_min)
+                best_w = min(best_w, k * t_min)
             if a_cut < a_top:  # larger accumulations: compute alone
                 per_sample = float(np.min(compute / locals_))
                 t_low = spec.epoch_size * epochs.least_epochs(hi) * per_sample / k

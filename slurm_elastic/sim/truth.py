@@ -102,6 +102,7 @@ class MeasuredSpeed:
         self.planner_model: ThroughputModel = v100_longhorn(t4) if v100 else t4
         self.max_local_batch = t4.max_local_batch
         self.speed = (V100_COMPUTE_SPEEDUP, V100_INTRA_SPEEDUP, V100_INTER_SPEEDUP) if v100 else (1.0, 1.0, 1.0)
+        self._last_proc: tuple[bytes, NDArray[np.float64]] | None = None
 
     def _parts(self, local: float, shape: Shape) -> tuple[float, float]:
         curve = self.by_shape.get(shape) or self.by_count.get((sum(shape), len(shape)))
@@ -135,9 +136,9 @@ class MeasuredSpeed:
         curve = self.by_shape.get(shape) or self.by_count.get((sum(shape), len(shape)))
         if curve is None:
             k, nodes = sum(shape), len(shape)
-            capped = np.minimum(local, self.max_local_batch)
-            total = np.asarray(self.fitted.t_iter(capped * k, k, nodes), dtype=np.float64)
-            compute = np.asarray(self.fitted.t_proc(capped), dtype=np.float64)
+            compute = self._fitted_proc(np.minimum(local, self.max_local_batch))
+            # the fitted t_iter(l k, k, nodes): t_proc(ceil(l k / k)) = t_proc(l), plus t_comm(k, nodes)
+            total = compute + np.asarray(self.fitted.t_comm(k, nodes), dtype=np.float64)
             sync = np.maximum(0.0, total - compute)
         else:
             lo, hi = curve.local[0], curve.local[-1]
@@ -148,6 +149,16 @@ class MeasuredSpeed:
         c, intra, inter = self.speed
         sync = np.zeros_like(sync) if sum(shape) == 1 else sync / (intra if len(shape) == 1 else inter)
         return compute / c, sync
+
+    def _fitted_proc(self, local: NDArray[np.float64]) -> NDArray[np.float64]:
+        """The fitted ``t_proc`` of ``local``, the last one kept: the lower bound asks the same batches for
+        every shape of a job."""
+        key = local.tobytes()
+        if self._last_proc is None or self._last_proc[0] != key:
+            proc = np.asarray(self.fitted.t_proc(local), dtype=np.float64)
+            proc.flags.writeable = False
+            self._last_proc = (key, proc)
+        return self._last_proc[1]
 
     def step_time(self, local_batch: int, shape: Shape, accumulation: int = 1) -> float:
         """Seconds per optimizer step with ``local_batch`` per GPU on ``shape``, accumulation included."""
