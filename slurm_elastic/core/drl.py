@@ -317,10 +317,12 @@ def allocate(snapshot: ClusterSnapshot, spec: FeatureSpec, choose: Chooser, *, r
         # fits in the GPUs left; adding only ever takes a slot's or a free GPU's chance away.
         need = np.where(alloc == 0, lo, 1)
         can = occupied & (alloc < hi) & (lo <= hi) & (need <= free)
+        n_open = int(np.count_nonzero(can))
+        widest = int(need[can].max()) if n_open else 0  # at least every open slot's next step
         run: _GreedyRun | None = None
         # Liveness guard: "stop" is not offered while the whole cluster would stay idle.
         stop_ok = bool(counts) or bool(alloc.any())
-        while can.any():
+        while n_open:
             if run is None:
                 mat[:, _ALLOC] = alloc / spec.gpu_scale
                 mat[:, _CAN_ADD] = can
@@ -345,10 +347,18 @@ def allocate(snapshot: ClusterSnapshot, spec: FeatureSpec, choose: Chooser, *, r
             alloc[action] += added
             stop_ok = True
             need[action] = 1
-            can[action] = alloc[action] < hi[action]
-            can &= need <= free
+            closed = alloc[action] >= hi[action]
+            can[action] = not closed
+            if widest > free:  # some open slot's next step may no longer fit
+                can &= need <= free
+                closed = True
             if run is not None:
-                run.added(action, added, can)
+                run.added(action, added)
+            if closed:
+                n_open = int(np.count_nonzero(can))
+                widest = int(need[can].max()) if n_open else 0
+                if run is not None:
+                    run.closed(can)
         for i, job in enumerate(batch):
             if alloc[i] > 0:
                 counts[job.job_id] = int(alloc[i])
@@ -438,13 +448,16 @@ class _GreedyRun:
         self.logits += self.out_b
         return int(self.logits.argmax())
 
-    def added(self, slot: int, gpus: int, can: BoolArr) -> None:
-        """Slot ``slot`` got ``gpus`` more; ``can``: the slots that may still grow."""
+    def added(self, slot: int, gpus: int) -> None:
+        """Slot ``slot`` got ``gpus`` more."""
         if gpus == 1:
             self.h1 += self.grow_rows[slot]
         else:
             self.h1 += gpus * self.grow_rows[slot]
-        gone = self.open ^ can  # can only shrinks within a batch
+
+    def closed(self, can: BoolArr) -> None:
+        """``can``: the slots that may still grow (fewer than before or the same: it only shrinks)."""
+        gone = self.open ^ can
         if gone.any():
             self.h1 -= self.can_rows[gone].sum(axis=0)
             self.out_b[:-1][gone] = -np.inf
