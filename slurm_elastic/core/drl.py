@@ -362,24 +362,32 @@ def allocate(snapshot: ClusterSnapshot, spec: FeatureSpec, choose: Chooser, *, r
         for i, job in enumerate(batch):
             if alloc[i] > 0:
                 counts[job.job_id] = int(alloc[i])
-    said: dict[tuple[int, int, int, int], str] = {}  # one text per distinct reason: queues run to thousands
+    reasons.update(_waiting_reasons(candidates, counts, total, free, policy))
+    return Allocation(counts, reasons, tuple(steps), stopped)
+
+
+def _waiting_reasons(candidates: Sequence[Job], counts: Mapping[JobId, int], total: int, free: int,
+                     policy: str) -> dict[JobId, str]:
+    """Why each candidate the loop gave no GPU waits; one text per distinct reason (queues run to thousands)."""
+    reasons: dict[JobId, str] = {}
+    said: dict[tuple[int, int, int, int], str] = {}
     for job in candidates:
         if job.job_id in counts:
             continue
-        kmin_j, kmax_j = usable_range(job, total)
-        key = (kmin_j, kmax_j, job.max_gpus, job.base_batch)  # all the text depends on
+        kmin, kmax = usable_range(job, total)
+        key = (kmin, kmax, job.max_gpus, job.base_batch)  # all the text depends on
         why = said.get(key)
         if why is None:
-            if kmin_j > kmax_j:
-                why = (f"cannot run: no GPU count in {kmin_j}:{min(job.max_gpus, total)} holds its fixed batch of "
+            if kmin > kmax:
+                why = (f"cannot run: no GPU count in {kmin}:{min(job.max_gpus, total)} holds its fixed batch of "
                        f"{job.base_batch}")
-            elif kmin_j > free:
-                why = f"waiting: needs {kmin_j} GPUs, {free} are free after {policy}'s allocation"
+            elif kmin > free:
+                why = f"waiting: needs {kmin} GPUs, {free} are free after {policy}'s allocation"
             else:
                 why = f"waiting: {policy} stopped allocating with {free} GPUs free"
             said[key] = why
         reasons[job.job_id] = why
-    return Allocation(counts, reasons, tuple(steps), stopped)
+    return reasons
 
 
 class GreedyChooser:
