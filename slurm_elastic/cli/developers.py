@@ -121,7 +121,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from slurm_elastic.reports.simulation import write_report
-    from slurm_elastic.sim.runner import parse_seeds, reproduce
+    from slurm_elastic.sim.runner import parse_seeds, report_groups, reproduce
 
     seeds = parse_seeds(args.seeds)
     bar = ProgressBar(0, enabled=not args.quiet and sys.stderr.isatty())
@@ -136,9 +136,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "reproduce.md").write_text(table)
     (args.out / "results.json").write_text(json.dumps(results, indent=1, default=float))
-    reported = ("ones-longhorn", "ibm-categories", "ibm-categories-overload")
-    for workload, gpus in sorted({(r["workload"], r["gpus"]) for r in results if r["workload"] in reported}):
-        runs = [r for r in results if r["workload"] == workload and r["gpus"] == gpus]
+    for (workload, gpus), runs in report_groups(results).items():
         write_report(runs, args.out / f"{workload}-{gpus}", title=f"{workload} on {gpus} GPUs")
     print(table)
     return 0

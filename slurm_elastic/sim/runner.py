@@ -323,6 +323,25 @@ def reproduce(seeds: Sequence[int], *, quick: bool = False,
     return "\n".join(lines) + "\n", ones_res + scaling_res + ibm_res + fair_res + peers
 
 
+REPORTED_WORKLOADS = ("ones-longhorn", "ibm-categories", "ibm-categories-overload")
+
+
+def report_groups(results: Sequence[dict[str, Any]]) -> dict[tuple[str, int], list[dict[str, Any]]]:
+    """The runs of :func:`reproduce` that get an HTML report, by (workload, GPUs), each (policy, resize cost,
+    seed) once: the fairness section runs some of the ONES table's runs again (the same simulation), and a
+    report refuses a run it holds twice."""
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    seen: set[tuple[str, int, str, str, int]] = set()
+    for r in results:
+        if r["workload"] not in REPORTED_WORKLOADS:
+            continue
+        key = (r["workload"], r["gpus"], r["policy"], str(r.get("resize_cost")), r["seed"])
+        if key not in seen:
+            seen.add(key)
+            groups.setdefault((r["workload"], r["gpus"]), []).append(r)
+    return dict(sorted(groups.items()))
+
+
 IBM_FIG5_GAIN = {1: 82.0, 2: 64.4, 3: 90.0, 4: 0.0}
 """IBM Fig. 5 (§IV-E): how many more jobs the optimizer completed than the Random-BS baseline, per category (%)."""
 

@@ -1,0 +1,45 @@
+"""``slurm-elastic reproduce`` writes one HTML report per reported workload and cluster size. The whole
+run (``make reproduce``) exited 2 after writing its table: its fairness section simulates some of the
+ONES table's runs again (``ones-longhorn`` on 64 GPUs, seed 1), and the report refused the repeat."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slurm_elastic.cli import main
+from slurm_elastic.sim import runner
+from slurm_elastic.sim.runner import PolicySpec, report_groups, run_comparison
+
+
+def _runs() -> list[dict[str, Any]]:
+    runs = run_comparison([PolicySpec("fifo"), PolicySpec("dp")], [1], workload="ones-longhorn-50", gpus=16)
+    for r in runs:
+        r["workload"] = "ones-longhorn"
+    return runs
+
+
+def test_a_run_simulated_twice_is_reported_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    table = _runs()
+    fairness = [copy.deepcopy(table[0])]  # the same simulation, run again by the fairness section
+    unreported = [{**copy.deepcopy(table[1]), "workload": "philly-like-160"}]
+    monkeypatch.setattr(runner, "reproduce", lambda *a, **k: ("# table\n", [*table, *fairness, *unreported]))
+    assert main(["reproduce", "--seeds", "1", "--quiet", "--out", str(tmp_path)]) == 0
+    capsys.readouterr()
+    assert (tmp_path / "reproduce.md").read_text() == "# table\n"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["ones-longhorn-16"]
+    assert (tmp_path / "ones-longhorn-16" / "index.html").is_file()
+
+
+def test_report_groups_keep_each_policy_and_seed_once_in_order() -> None:
+    table = _runs()
+    again = copy.deepcopy(table)
+    other_seed = [{**copy.deepcopy(table[0]), "seed": 2}]
+    groups = report_groups([*table, *again, *other_seed])
+    assert list(groups) == [("ones-longhorn", 16)]
+    assert [(r["policy"], r["seed"]) for r in groups[("ones-longhorn", 16)]] == [("fifo", 1), ("dp", 1), ("fifo", 2)]
+    assert groups[("ones-longhorn", 16)][0] is table[0]
