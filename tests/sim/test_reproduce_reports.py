@@ -43,3 +43,28 @@ def test_report_groups_keep_each_policy_and_seed_once_in_order() -> None:
     assert list(groups) == [("ones-longhorn", 16)]
     assert [(r["policy"], r["seed"]) for r in groups[("ones-longhorn", 16)]] == [("fifo", 1), ("dp", 1), ("fifo", 2)]
     assert groups[("ones-longhorn", 16)][0] is table[0]
+
+
+def test_the_fairness_section_takes_the_ones_tables_runs_instead_of_simulating_them_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bare run of a built-in workload is the same run whoever asks: the fairness section's
+    ``ones-longhorn`` row takes the ONES table's (same seed, GPUs, policy and parameters)."""
+    pols = [PolicySpec("fifo"), PolicySpec("dp"), PolicySpec("dp", {"ftf_bound": 1.5}, "dp+guard")]
+    fresh = runner._run_jobs(pols, runner.builtin("ones-longhorn-50", 1, 16), "ones-longhorn-50", 16, 1, None, {})
+    table = run_comparison(pols[:2], [1], workload="ones-longhorn-50", gpus=16)
+    assert [r["metrics"] for r in table] == [r["metrics"] for r in fresh[:2]]  # the same run, whoever asks
+    known = {runner.run_key("ones-longhorn-50", 16, 1, p): r for p, r in zip(pols[:2], table, strict=True)}
+    simulated: list[str] = []
+    real = runner.simulate
+
+    def counting(*a: Any, **k: Any) -> dict[str, Any]:
+        simulated.append(k["workload"])
+        return real(*a, **k)
+
+    monkeypatch.setattr(runner, "simulate", counting)
+    again = runner._run_jobs(pols, runner.builtin("ones-longhorn-50", 1, 16), "ones-longhorn-50", 16, 1, None, known)
+    assert simulated == ["ones-longhorn-50"]  # only dp+guard: fifo and dp were known
+    assert [r["policy"] for r in again] == ["fifo", "dp", "dp+guard"]
+    assert [r["metrics"] for r in again] == [r["metrics"] for r in fresh]
+    assert runner.run_key("w", 16, 1, PolicySpec("dp", {"ftf_bound": 1.5})) != runner.run_key(
+        "w", 16, 1, PolicySpec("dp"))  # parameters are part of the run
