@@ -299,7 +299,7 @@ def job_best(spec: SimJobSpec, gpus: int, gpus_per_node: int) -> JobBest:
         h = np.minimum(hi, (l_idx * k * a_idx)).astype(np.float64)
         ok = h >= lo
         a_ok, l_ok = a_idx[ok], l_idx[ok] - 1
-        least = epochs.least_up_to(h[ok]) if a_ok.size else h[ok]
+        least = epochs.least_up_to(h[ok])
         for shape in _curves(speed, k, gpus_per_node, nodes):
             compute, sync = _step_parts(speed, l_max, shape)
             if a_ok.size:
