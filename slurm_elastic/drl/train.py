@@ -387,6 +387,22 @@ def _avg_jct(res: dict[str, Any]) -> float:
     return float(statistics.fmean(jcts))
 
 
+def validation_avg_jct(cfg: TrainConfig, weights: PolicyWeights,
+                       done: Callable[[int], None] | None = None) -> float:
+    """The mean over ``cfg.eval_seeds`` of the greedy policy's avg JCT (``inf`` if a job never ends).
+
+    This is the figure a training run keeps its best policy by and records in the model file's
+    ``meta`` (``validation_avg_jct``), so a model's provenance can be checked by running it again.
+    ``done(seed)`` is called after each validation workload.
+    """
+    jcts = []
+    for s in cfg.eval_seeds:
+        jcts.append(_avg_jct(_run(cfg, DrlPlanner(weights), _workload(cfg, s), s)))
+        if done is not None:
+            done(s)
+    return statistics.fmean(jcts) if jcts else math.inf
+
+
 # -- training ------------------------------------------------------------------------------------
 
 
@@ -484,12 +500,8 @@ def train(cfg: TrainConfig, progress: Progress | None = None) -> TrainResult:
         summary["warmup_samples"] = len(a)
 
     def evaluate(label: str) -> float:
-        w = to_weights(policy, spec)
-        jcts = []
-        for s in cfg.eval_seeds:
-            jcts.append(_avg_jct(_run(cfg, DrlPlanner(w), _workload(cfg, s), s)))
-            tick(f"validation ({label}) on workload seed {s}")
-        avg = statistics.fmean(jcts) if jcts else math.inf
+        avg = validation_avg_jct(cfg, to_weights(policy, spec),
+                                 lambda s: tick(f"validation ({label}) on workload seed {s}"))
         summary["validation"].append({"after": label, "avg_jct": avg if math.isfinite(avg) else None})
         return avg
 

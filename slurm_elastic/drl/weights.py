@@ -122,7 +122,7 @@ def drl(model: str | None = None, sample: bool = False, default_epochs_to_go: fl
 
     Args:
         model: path of a model file written by ``slurm-elastic train-drl``; default
-            :data:`DEFAULT_MODEL`, the shipped model trained on ``ones-longhorn-50``.
+            :data:`DEFAULT_MODEL`, the shipped model trained on ``ones-longhorn`` (400 jobs, 64 GPUs).
         sample: draw actions from the policy (with the planner's rng) instead of the most probable.
         default_epochs_to_go: progress prior for jobs that declared no epoch count.
 

@@ -14,7 +14,7 @@ pytest.importorskip("torch")
 from slurm_elastic.core.drl import DrlPlanner, PolicyWeights
 from slurm_elastic.drl import command
 from slurm_elastic.drl import weights as files
-from slurm_elastic.drl.train import TrainConfig, train
+from slurm_elastic.drl.train import TrainConfig, train, validation_avg_jct
 from slurm_elastic.errors import ConfigError
 from slurm_elastic.sim.engine import simulate
 from slurm_elastic.sim.workload import ones_longhorn_50
@@ -79,6 +79,24 @@ def test_training_is_deterministic() -> None:
     for (w1, b1), (w2, b2) in zip(a.layers, b.layers, strict=True):
         np.testing.assert_array_equal(w1, w2)
         np.testing.assert_array_equal(b1, b2)
+
+
+def test_the_shipped_model_runs_again_to_the_validation_it_records() -> None:
+    """DL2 learns from the cluster's own jobs (§4.2-4.3), and reproduce's ONES Table 4 and
+    fairness rows compare against the shipped model, so it must come from today's
+    ``ones-longhorn`` at 64 GPUs (the appendix's 400 Philly-matched jobs). A workload's name is
+    not its definition: the name once meant the 50-job set (mean queue 9-16 s), and a model
+    trained there admitted too little under the appendix's load (ONES came out 63.7 % better
+    than it; the paper says 26.9 %). So the model is run again on its recorded validation
+    workloads and must give the avg JCT it recorded."""
+    weights = files.load(files.DEFAULT_MODEL)
+    recorded = json.loads(weights.meta["config"])
+    assert (recorded["workload"], recorded["gpus"], recorded["gpus_per_node"]) == ("ones-longhorn", 64, 4)
+    assert recorded["jobs"] is None  # whole workloads, not a prefix
+    assert not set(recorded["eval_seeds"]) & {1, 2, 3, 4, 5}  # never the evaluation seeds
+    cfg = TrainConfig(workload=recorded["workload"], gpus=recorded["gpus"], gpus_per_node=recorded["gpus_per_node"],
+                      eval_seeds=tuple(recorded["eval_seeds"]), round_gap=recorded["round_gap"])
+    assert validation_avg_jct(cfg, weights) == pytest.approx(float(weights.meta["validation_avg_jct"]), abs=0.051)
 
 
 def test_bad_configs_are_refused() -> None:

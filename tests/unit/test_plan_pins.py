@@ -102,7 +102,7 @@ PLAN_PINS: dict[str, str] = {
     "fifo/{}/8/4/40/1": "b1ceaf73a2f85600",
     "tiresias/{}/8/4/40/1": "a1daa32da9197433",
     "optimus/{}/8/4/40/1": "eb804ce25a44a97c",
-    "drl/{}/8/4/40/1": "ee72939bbed525c9",
+    "drl/{}/8/4/40/1": "b6204f3c71adc0bc",  # re-pinned when the shipped model was retrained (ones-longhorn, 400 jobs)
     "min-jct/{}/8/4/40/1": "cfb453705b1bac30",  # pinned when min-jct was added, before its speed work
     "min-jct/{}/32/4/200/2": "25bb91499c721e0a",
 }
