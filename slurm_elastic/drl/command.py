@@ -27,17 +27,17 @@ _param = param
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``train-drl`` arguments to ``parser``."""
-    parser.add_argument("--workload", default="ones-longhorn-50", help="built-in workload to train on "
-                        "(default ones-longhorn-50)")
+    parser.add_argument("--workload", default="ones-longhorn", help="built-in workload to train on "
+                        "(default ones-longhorn)")
     parser.add_argument("--gpus", type=_gpus, default=64, help="cluster GPUs (default 64)")
     parser.add_argument("--gpus-per-node", type=_gpus, default=4, help="GPUs per node (default 4)")
     parser.add_argument("--seed", type=seed, default=1, help="the run's one seed, 0..2**32-1 (default 1)")
     parser.add_argument("--episodes", type=_count, default=15,
                         help="actor-critic episodes, one simulated workload each (default 15)")
-    parser.add_argument("--warmup-traces", type=_count, default=8,
-                        help="teacher runs for the supervised warm-up (default 8)")
-    parser.add_argument("--warmup-epochs", type=_count, default=40,
-                        help="passes over the warm-up decisions (default 40)")
+    parser.add_argument("--warmup-traces", type=_count, default=32,
+                        help="teacher runs for the supervised warm-up (default 32)")
+    parser.add_argument("--warmup-epochs", type=_count, default=60,
+                        help="passes over the warm-up decisions (default 60)")
     parser.add_argument("--teacher", default="optimus",
                         help="policy imitated in the warm-up: drf or a policy (default optimus)")
     parser.add_argument("--teacher-param", type=_param, action="append", default=[], metavar="KEY=VALUE",

@@ -119,15 +119,15 @@ class TrainConfig:
         round_gap: the simulator's least seconds between rounds.
     """
 
-    workload: str = "ones-longhorn-50"
+    workload: str = "ones-longhorn"
     gpus: int = 64
     gpus_per_node: int = 4
     seed: int = 1
     jobs: int | None = None
     teacher: str = "optimus"
     teacher_params: dict[str, Any] | None = None
-    warmup_traces: int = 8
-    warmup_epochs: int = 40
+    warmup_traces: int = 32
+    warmup_epochs: int = 60
     episodes: int = 15
     slots: int = 32
     hidden: tuple[int, ...] = (128, 128)

@@ -99,6 +99,20 @@ def test_the_shipped_model_runs_again_to_the_validation_it_records() -> None:
     assert validation_avg_jct(cfg, weights) == pytest.approx(float(weights.meta["validation_avg_jct"]), abs=0.051)
 
 
+def test_the_defaults_train_the_shipped_model() -> None:
+    """``slurm-elastic train-drl --out FILE`` with no other option is the shipped model's command:
+    the command's defaults make the config the model records."""
+    from dataclasses import asdict
+
+    recorded = json.loads(files.load(files.DEFAULT_MODEL).meta["config"])
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    cfg = command.config_from_args(parser.parse_args(["--out", "m.npz"]))
+    assert cfg == TrainConfig()
+    ours = json.loads(json.dumps(asdict(cfg)))  # tuples become lists, as in the file
+    assert ours == recorded
+
+
 def test_bad_configs_are_refused() -> None:
     with pytest.raises(ConfigError, match="teacher = 'nope'"):
         TrainConfig(teacher="nope")
