@@ -36,9 +36,13 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from slurm_elastic import heap
 from slurm_elastic.cli import admins, developers, managers, users
 from slurm_elastic.cli.parser import build_parser
 from slurm_elastic.errors import ElasticError
+
+SIMULATING = frozenset({"simulate", "reproduce", "what-if", "bench", "train-drl"})
+"""The commands that run simulations or planners in a loop: they keep freed memory (:mod:`slurm_elastic.heap`)."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -63,6 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "profiles": developers.cmd_profiles, "bench": developers.cmd_bench, "devcluster": developers.cmd_devcluster,
         "demo": developers.cmd_demo, "train-drl": developers.cmd_train_drl,
     }
+    if args.command in SIMULATING:
+        heap.keep_freed_memory()
     try:
         return handlers[args.command](args)
     except ElasticError as exc:
