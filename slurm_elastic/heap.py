@@ -46,4 +46,5 @@ def keep_freed_memory() -> bool:
     mallopt.restype = ctypes.c_int
     settings = ((M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES), (M_TOP_PAD, TOP_PAD_BYTES),
                 (M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
+    # A list, not a generator: every threshold is set, even after the library refuses one.
     return all([mallopt(param, value) == 1 for param, value in settings])
