@@ -71,6 +71,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from slurm_elastic.core import fairness, sizing
+from slurm_elastic.core import ones_kernels as kernels
 from slurm_elastic.core import scaling_policy as sp
 from slurm_elastic.core.model import ClusterSnapshot, Job, JobId, JobState, NodeName
 from slurm_elastic.core.planner import PlanResult, build_plan, current_counts
@@ -169,10 +170,8 @@ class _Pop:
 
 
 def _counts(ctx: _Ctx, genomes: IntArr) -> IntArr:
-    k, _ = genomes.shape
-    j = ctx.n_jobs
-    flat = (np.arange(k)[:, None] * (j + 1) + np.where(genomes < 0, j, genomes)).ravel()
-    return np.bincount(flat, minlength=k * (j + 1)).reshape(k, j + 1)[:, :j]
+    out: IntArr = kernels.count_genes(genomes, ctx.n_jobs)
+    return out
 
 
 def _throughput(ctx: _Ctx, counts: IntArr, spans: IntArr | None) -> FloatArr:
@@ -197,207 +196,60 @@ def _scores(ctx: _Ctx, counts: IntArr, spans: IntArr, *ys: FloatArr) -> list[Flo
 
 
 def _repair(ctx: _Ctx, genomes: IntArr, counts: IntArr) -> tuple[IntArr, IntArr]:
-    """Trim every job to its GPU cap and drop jobs below their smallest feasible count.
-
-    Trimming keeps each job's first ``cap`` genes (GPU order). In a row sorted stably by job, a
-    job's genes sit in GPU order from its start (the counts of the jobs before it), so the genes
-    to drop are those at or past ``start + cap`` of their job.
-    """
+    """Trim every job to its GPU cap (its first ``cap`` genes in GPU order) and drop jobs below
+    their smallest feasible count."""
     if ctx.n_jobs == 0:
         return np.full_like(genomes, -1), counts
-    g = genomes.shape[1]
-    j = ctx.n_jobs
-    over = (counts > ctx.cap[None, :]).any(axis=1)  # only these rows are trimmed
-    out = genomes
-    if over.any():
-        out = genomes.copy()
-        sub, cnt = genomes[over], counts[over]
-        keys = np.where(sub < 0, j, sub).astype(np.int16 if j < 32767 else np.int64)  # int16 sorts by radix
-        perm = np.argsort(keys, axis=1, kind="stable")
-        lim = np.empty((len(sub), j + 1), dtype=np.int64)
-        lim[:, :j] = np.cumsum(cnt, axis=1) - cnt + ctx.cap[None, :]
-        lim[:, j] = g  # idle genes stay
-        full = np.empty((len(sub), j + 1), dtype=np.int64)
-        full[:, :j] = cnt
-        full[:, j] = g - cnt.sum(axis=1)
-        lim_sorted = np.repeat(lim.reshape(-1), full.reshape(-1)).reshape(len(sub), g)
-        r, i = np.nonzero(np.arange(g)[None, :] >= lim_sorted)
-        rows = np.flatnonzero(over)
-        out[rows[r], perm[r, i]] = -1
-        counts = counts.copy()
-        counts[over] = np.minimum(cnt, ctx.cap[None, :])
-    too_small = (counts > 0) & (counts < ctx.kmin[None, :])
-    bad = too_small.any(axis=1)  # only these rows lose genes
-    if bad.any():
-        out = out.copy() if out is genomes else out
-        sub = out[bad]
-        rows2 = np.arange(len(sub))[:, None]
-        out[bad] = np.where((sub >= 0) & too_small[bad][rows2, np.where(sub < 0, 0, sub)], -1, sub)
-        counts = np.where(too_small, 0, counts)
-    return out, counts
+    out: tuple[IntArr, IntArr] = kernels.repair(genomes, counts, ctx.cap, ctx.kmin)
+    return out
 
 
 def _fill(ctx: _Ctx, genomes: IntArr, counts: IntArr, max_passes: int = 64) -> tuple[IntArr, IntArr]:
     """Refresh step (4): give idle GPUs to the jobs whose growth costs least utilization.
 
-    Each pass hands a row's first idle GPUs (GPU order) to the jobs it serves, so a row's idle
-    GPUs are consumed front to back: they are listed once and each row keeps a cursor into them.
+    Each pass draws ``rho`` once for all members and serves, in every member that still has idle
+    GPUs, the jobs of smallest utilization increase while they fit (:func:`kernels.fill_pass`).
     """
     g = genomes.copy()
     gg = g.shape[1]
-    j = ctx.n_jobs
-    if j == 0 or gg == 0:
+    if ctx.n_jobs == 0 or gg == 0:
         return g, counts
     counts = counts.copy()
     idle = gg - counts.sum(axis=1)
     active = np.flatnonzero(idle > 0)
-    flat = g.reshape(-1)
-    idle_at = np.flatnonzero(flat < 0)  # row-major: each row's idle GPUs in GPU order
-    cursor = np.cumsum(idle) - idle  # where each row's unserved idle GPUs start in idle_at
+    cursor = np.zeros(len(g), dtype=np.int64)  # where each member's unserved idle GPUs start
     for _ in range(max_passes):
         if not len(active):
             break
-        c, free = counts[active], idle[active]
-        target = np.minimum(ctx.cap[None, :], c + free[:, None])
-        ok = (target > c) & ((c > 0) | (target >= ctx.kmin[None, :]))
-        y = ctx.draw_y()
-        x_t = _throughput(ctx, target, None)
-        x_c = _throughput(ctx, c, None)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            cost = (target / x_t - np.where(c > 0, c / x_c, 0.0)) * y[None, :]
-        cost = np.where(ok & (x_t > 0), cost, np.inf)
-        order = _stable_order(cost)
-        need = np.take_along_axis(target - c, order, axis=1)
-        finite = np.isfinite(np.take_along_axis(cost, order, axis=1))
-        cum = np.cumsum(np.where(finite, need, gg + 1), axis=1)
-        take = finite & (cum <= free[:, None])
-        served = take.any(axis=1)
-        if not served.any():
-            break
-        rows, cols = np.nonzero(take)  # row-major, so the labels follow each row's serving order
-        jobs, sizes = order[rows, cols], need[rows, cols]
-        given = np.bincount(rows, weights=sizes, minlength=len(active)).astype(np.int64)
-        total = int(given.sum())
-        starts = cursor[active] - (np.cumsum(given) - given)
-        flat[idle_at[np.repeat(starts, given) + np.arange(total)]] = np.repeat(jobs, sizes)
-        cursor[active] += given
-        counts[active[rows], jobs] += sizes
-        idle[active] -= given
-        active = active[served & (idle[active] > 0)]
+        active = kernels.fill_pass(g, counts, idle, cursor, active, ctx.draw_y(), ctx.cap, ctx.kmin, ctx.xtab)
     return g, counts
-
-
-def _stable_order(cost: FloatArr) -> IntArr:
-    """``np.argsort(cost, axis=1, kind="stable")`` on the finite entries (infinite ones last, in any order).
-
-    Sorted by introsort, which is faster; the result is the stable order unless two finite
-    entries of a row are equal (adjacent once sorted), in which case the stable sort is run.
-    """
-    order: IntArr = np.argsort(cost, axis=1)
-    ranked = np.take_along_axis(cost, order, axis=1)
-    if ((ranked[:, 1:] == ranked[:, :-1]) & np.isfinite(ranked[:, 1:])).any():
-        order = np.argsort(cost, axis=1, kind="stable")
-    return order
-
-
-def _give_idle(genomes: IntArr, order: IntArr, need: IntArr, take: NDArray[np.bool_]) -> IntArr:
-    """Hand each row's idle GPUs, in GPU order, to ``order[r, i]`` for ``need[r, i]`` GPUs each.
-
-    ``take`` marks the entries to serve; served entries must form a prefix of each row and their
-    needs must fit in the row's idle GPUs.
-    """
-    if order.shape[1] == 0:
-        return genomes
-    served = np.where(take, need, 0)
-    labels = np.repeat(order[take], served[take])  # row-major: row 0's labels, then row 1's...
-    idle_mask = genomes < 0
-    irank = np.cumsum(idle_mask, axis=1)
-    chosen = idle_mask & (irank <= served.sum(axis=1)[:, None])
-    out = genomes.copy()
-    out[chosen] = labels  # boolean indexing is row-major too, so labels line up
-    return out
 
 
 def _reorder(ctx: _Ctx, genomes: IntArr, counts: IntArr) -> tuple[IntArr, IntArr]:
     """Pack each job's workers contiguously, jobs in order of their first occurrence.
 
-    Returns the reordered genomes and the nodes each job spans in them. Built from blocks: each
-    row's jobs are sorted by first position (a radix sort of small integers per row: jobs absent
-    from the row and the idle GPUs, first at ``G``, go last) and expanded with ``np.repeat`` by
-    their counts, so the sort is over jobs, not genes. A job's span is one plus the node changes
-    inside its block, from a prefix count over the GPU order (the runs of one node in the block,
-    which is what counting the genes of a contiguous block gives).
+    Returns the reordered genomes and the nodes each job spans in them.
     """
-    k, g = genomes.shape
-    j = ctx.n_jobs
-    if genomes.size == 0:
-        return genomes, np.zeros((k, j), dtype=np.int64)
-    keys = np.where(genomes < 0, j, genomes)
-    small = np.int16 if g < 32767 else np.int64  # int16 sorts by radix
-    first = np.full((k, j + 1), g, dtype=small)
-    flat_keys = keys + (np.arange(k, dtype=np.int64) * (j + 1))[:, None]
-    np.minimum.at(first.reshape(-1), flat_keys.reshape(-1), np.tile(np.arange(g, dtype=small), k))
-    first[:, j] = g  # idle GPUs last
-    perm = np.argsort(first, axis=1, kind="stable")
-    cnt = np.empty((k, j + 1), dtype=np.int64)
-    cnt[:, :j] = counts
-    cnt[:, j] = g - counts.sum(axis=1)
-    cs = np.take_along_axis(cnt, perm, axis=1)
-    labels = np.where(perm == j, -1, perm).astype(genomes.dtype)
-    out: IntArr = np.repeat(labels.reshape(-1), cs.reshape(-1)).reshape(k, g)
-    ends = np.cumsum(cs, axis=1)  # one past each block
-    runs = ctx.node_runs
-    span = np.where(cs > 0, 1 + runs[np.maximum(ends - 1, 0)] - runs[np.minimum(ends - cs, g - 1)], 0)
-    spans = np.empty((k, j + 1), dtype=np.int64)
-    np.put_along_axis(spans, perm, span, axis=1)
-    return out, spans[:, :j]
+    out: tuple[IntArr, IntArr] = kernels.reorder(genomes, counts, ctx.node_runs)
+    return out
 
 
 def _new_jobs(ctx: _Ctx, genomes: IntArr, counts: IntArr, new: list[int]) -> tuple[IntArr, IntArr]:
     """Refresh step (3): start each new job at its start size, preempting the longest-running.
 
-    New jobs are served in arrival order while GPUs last. Rows with enough idle GPUs for all of
-    them are served in one vectorised pass; the others take GPUs from the jobs with the largest
-    executed time (a victim that would fall under its smallest size is preempted whole).
+    New jobs are served in arrival order while GPUs last, from idle GPUs when a member has enough
+    for all of them, otherwise taking GPUs from the jobs with the largest executed time (a victim
+    that would fall under its smallest size is preempted whole).
     """
     if not new or genomes.size == 0:
         return genomes, counts
-    newa = np.array(new, dtype=np.int64)
-    need = np.where(counts[:, newa] > 0, 0, ctx.kmin[newa][None, :])
-    need = np.where(need > genomes.shape[1], 0, need)
-    idle = genomes.shape[1] - counts.sum(axis=1)
-    fast = need.sum(axis=1) <= idle
-    order = np.broadcast_to(newa, need.shape)
-    g = genomes.copy()
-    g[fast] = _give_idle(genomes[fast], order[fast], need[fast], np.ones_like(need[fast], dtype=bool))
-    counts = counts.copy()
-    counts[np.ix_(np.flatnonzero(fast), newa)] += need[fast]
-    slow = np.flatnonzero(~fast)
-    if not len(slow):
-        return g, counts
     run_time = np.array([jb.run_time for jb in ctx.jobs])
     is_new = set(new)
-    longest_first = [int(v) for v in np.argsort(-run_time, kind="stable") if int(v) not in is_new]
-    for r in slow:
-        row = g[r]
-        for jn, want in zip(new, need[r], strict=True):
-            if want == 0:
-                continue
-            idle_pos = np.flatnonzero(row < 0)
-            for victim in longest_first:
-                if len(idle_pos) >= want:
-                    break
-                held = np.flatnonzero(row == victim)
-                if not len(held):
-                    continue
-                short = want - len(idle_pos)
-                give = held[::-1][:short] if len(held) - short >= ctx.kmin[victim] else held
-                row[give] = -1
-                idle_pos = np.flatnonzero(row < 0)
-            if len(idle_pos) >= want:
-                row[idle_pos[:want]] = jn
-        counts[r] = np.bincount(row[row >= 0], minlength=ctx.n_jobs)
-    return g, counts
+    longest_first = np.array([v for v in np.argsort(-run_time, kind="stable").tolist() if v not in is_new],
+                             dtype=np.int64)
+    out: tuple[IntArr, IntArr] = kernels.start_new_jobs(genomes, counts, np.array(new, dtype=np.int64),
+                                                        ctx.kmin, longest_first)
+    return out
 
 
 def _refresh(ctx: _Ctx, genomes: IntArr, counts: IntArr) -> _Pop:
@@ -686,16 +538,10 @@ class OnesPlanner:
         genomes = pop.genomes
         pairs = ctx.rng.integers(0, n, size=(k, 2))
         mask = ctx.rng.random((k, g)) < 0.5
-        p1, p2 = genomes[pairs[:, 0]], genomes[pairs[:, 1]]
-        children = np.concatenate([np.where(mask, p1, p2), np.where(mask, p2, p1)])
         picked = ctx.rng.integers(0, n, size=k)
-        mutants = genomes[picked]
         hit = ctx.rng.random((k, ctx.n_jobs)) < self.mutation_rate
-        rows = np.arange(k)[:, None]
-        mutants = np.where((mutants >= 0) & hit[rows, np.where(mutants < 0, 0, mutants)], -1, mutants)
-        # A mutant's counts are its parent's without the preempted jobs; only children are counted.
-        counts = np.concatenate([_counts(ctx, children), np.where(hit, 0, pop.counts[picked])])
-        offspring = _refresh(ctx, np.concatenate([children, mutants]), counts)
+        bred, counts = kernels.breed(genomes, pop.counts, pairs, mask, picked, hit)
+        offspring = _refresh(ctx, bred, counts)
         sampled, expected = _scores(ctx, np.concatenate([pop.counts, offspring.counts]),
                                     np.concatenate([pop.spans, offspring.spans]), ctx.draw_y(), ctx.expected_y())
         chosen = list(np.argsort(sampled, kind="stable")[:k])
