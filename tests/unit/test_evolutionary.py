@@ -14,6 +14,7 @@ from slurm_elastic.core.evolutionary import (
     _counts,
     _Ctx,
     _fill,
+    _new_jobs,
     _refresh,
     _reorder,
     _repair,
@@ -267,4 +268,114 @@ def test_repair_equals_the_gene_wise_definition(seed: int) -> None:
     genomes = rng.integers(-1, n_jobs, size=(9, g))
     out, counts = _repair(ctx, genomes, _counts(ctx, genomes))
     assert (out == _reference_repair(genomes, ctx.cap, ctx.kmin)).all()
+    assert (counts == _counts(ctx, out)).all()
+
+
+# --- the compiled operators against plain, gene-wise definitions ---------------------------------
+
+def _random_ctx(rng: np.random.Generator, n_jobs: int, g: int) -> _Ctx:
+    """Jobs with concave, job-specific throughput (few cost ties), random caps, start sizes and run times."""
+    caps = [int(c) for c in rng.integers(1, 7, size=n_jobs)]
+    ctx = _ctx(n_jobs, caps, g=g)
+    ctx.jobs = [make_job(i, run_time=float(rng.integers(0, 5))) for i in range(n_jobs)]  # equal run times tie
+    ctx.kmin = np.minimum(rng.integers(1, 3, size=n_jobs), ctx.cap)
+    kc = ctx.xtab.shape[1] - 1
+    ks = np.arange(1, kc + 1)
+    ctx.xtab[:, 1:, 0] = rng.uniform(5, 20, size=(n_jobs, 1)) * ks ** rng.uniform(0.3, 1.0, size=(n_jobs, 1))
+    ctx.xtab[:, 1:, 1] = 0.9 * ctx.xtab[:, 1:, 0]
+    ctx.xtab[rng.random(n_jobs) < 0.2, 2:, 0] = 0.0  # some jobs cannot run on 2 GPUs or more
+    ctx.__post_init__()
+    return ctx
+
+
+def _reference_fill(ctx: _Ctx, genomes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The fill step job by job: each pass draws ``rho`` once; every member still served and with idle
+    GPUs grows, in ascending cost (ties by job), each job that fits to ``min(cap, c + idle)``, from its
+    first idle GPUs."""
+    ref = _Ctx(**{**{f: getattr(ctx, f) for f in ("jobs", "gnode", "gpn", "cap", "kmin", "xtab", "yp", "alpha",
+                                                     "beta")}, "rng": rng})
+    out = genomes.copy()
+    kc = ctx.xtab.shape[1] - 1
+    active = [r for r in range(len(out)) if (out[r] < 0).any()]
+    for _ in range(64):
+        if not active:
+            break
+        y = ref.draw_y()
+        still = []
+        for r in active:
+            row = out[r]
+            free = int((row < 0).sum())
+            grows = []
+            for x in range(ctx.n_jobs):
+                c = int((row == x).sum())
+                t = min(int(ctx.cap[x]), c + free)
+                xt = ctx.xtab[x, min(t, kc), 0]
+                if t > c and (c > 0 or t >= ctx.kmin[x]) and xt > 0:
+                    held = c / ctx.xtab[x, min(c, kc), 0] if c else 0.0
+                    grows.append(((t / xt - held) * y[x], x, t - c))
+            given = 0
+            for cost, x, need in sorted(grows, key=lambda e: (e[0], e[1])):
+                if not np.isfinite(cost) or given + need > free:  # a -inf first (held where it cannot run) stops all
+                    break
+                given += need
+                row[np.flatnonzero(row < 0)[:need]] = x
+            if given and (row < 0).any():
+                still.append(r)
+        active = still
+    return out
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_fill_equals_the_job_by_job_definition(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n_jobs, g = int(rng.integers(1, 10 + 30 * (seed % 2))), int(rng.integers(1, 30 + 90 * (seed % 2)))
+    ctx = _random_ctx(rng, n_jobs, g)
+    if seed % 2:  # tied costs: alike jobs whose progress draws all clip to the same remaining work
+        ctx.xtab[::2] = ctx.xtab[0]
+        ctx.cap[::2], ctx.kmin[::2] = ctx.cap[0], ctx.kmin[0]
+        ctx.alpha, ctx.beta = np.full(n_jobs, 1e-3), np.full(n_jobs, 1e3)
+        ctx.__post_init__()
+    genomes, _ = _repair(ctx, *(lambda gen: (gen, _counts(ctx, gen)))(rng.integers(-1, n_jobs, size=(9, g))))
+    ctx.rng = np.random.default_rng(seed)
+    out, counts = _fill(ctx, genomes, _counts(ctx, genomes))
+    assert (out == _reference_fill(ctx, genomes, np.random.default_rng(seed))).all()
+    assert (counts == _counts(ctx, out)).all()
+
+
+def _reference_new_jobs(ctx: _Ctx, genomes: np.ndarray, new: list[int]) -> np.ndarray:
+    """Refresh step (3) GPU by GPU: a new job not running gets ``kmin`` GPUs (none when that exceeds the
+    cluster), from idle GPUs in GPU order when the member has enough for all new jobs; otherwise, in
+    arrival order, from the longest-running jobs' last GPUs (a victim left under its ``kmin`` loses all)."""
+    out = genomes.copy()
+    g = genomes.shape[1]
+    order = sorted((x for x in range(ctx.n_jobs) if x not in new), key=lambda x: (-ctx.jobs[x].run_time, x))
+    for row in out:
+        need = [0 if (row == x).any() or ctx.kmin[x] > g else int(ctx.kmin[x]) for x in new]
+        if sum(need) <= (row < 0).sum():
+            for x, n in zip(new, need, strict=True):
+                row[np.flatnonzero(row < 0)[:n]] = x
+            continue
+        for x, want in zip(new, need, strict=True):
+            for victim in order:
+                short = want - int((row < 0).sum())
+                held = np.flatnonzero(row == victim)
+                if short <= 0:
+                    break
+                row[held if len(held) - short < ctx.kmin[victim] else held[len(held) - short:]] = -1
+            if want and (row < 0).sum() >= want:
+                row[np.flatnonzero(row < 0)[:want]] = x
+    return out
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_new_jobs_start_as_the_gpu_by_gpu_definition(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n_jobs, g = int(rng.integers(2, 10)), int(rng.integers(1, 24))
+    ctx = _random_ctx(rng, n_jobs, g)
+    ctx.kmin = rng.integers(1, 4, size=n_jobs)
+    new = [int(x) for x in rng.permutation(n_jobs)[: int(rng.integers(1, n_jobs))]]
+    genomes = rng.integers(-1, n_jobs, size=(12, g)).astype(np.int32)
+    genomes[rng.random(genomes.shape) < 0.3 * (seed % 3)] = -1  # some seeds leave members room for all
+    out, counts = _new_jobs(ctx, genomes, _counts(ctx, genomes), new)
+    assert (out == _reference_new_jobs(ctx, genomes, new)).all()
     assert (counts == _counts(ctx, out)).all()
