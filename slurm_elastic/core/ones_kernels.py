@@ -8,8 +8,8 @@ the ``K x G`` genomes per generation, which was 70 % of a ONES simulation.
 
 The kernels hold no state and draw no random numbers: the caller draws (with the planner's
 ``numpy.random.Generator``, in the same order as before) and passes the draws in, so a seed gives
-the same plan. Floating-point arithmetic is written in numpy's order (no ``fastmath``), so costs
-compare exactly as they did. Genomes are ``int32`` or ``int64`` (one gene per GPU, the job's index,
+the same plan. Floating-point arithmetic is written in numpy's order and follows numpy's rules (no
+``fastmath``; a division by zero gives infinity, not an exception), so costs compare exactly as they did. Genomes are ``int32`` or ``int64`` (one gene per GPU, the job's index,
 ``-1`` idle); counts and spans are ``int64`` (member x job).
 
 Compiled code is cached beside this file (``__pycache__``) or, where that is not writable, in the
@@ -32,7 +32,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _compiled(fn: F) -> F:
-    return cast(F, numba.njit(cache=True, nogil=True)(fn))
+    return cast(F, numba.njit(cache=True, nogil=True, error_model="numpy")(fn))
 
 
 @_compiled

@@ -379,3 +379,15 @@ def test_new_jobs_start_as_the_gpu_by_gpu_definition(seed: int) -> None:
     out, counts = _new_jobs(ctx, genomes, _counts(ctx, genomes), new)
     assert (out == _reference_new_jobs(ctx, genomes, new)).all()
     assert (counts == _counts(ctx, out)).all()
+
+
+def test_a_job_held_where_its_throughput_is_zero_costs_minus_infinity_not_an_error() -> None:
+    """Numpy's division rules in the compiled fill: ``c / X(c)`` with ``X(c) = 0`` is infinite, so the
+    member is not served that pass (a compiled division by zero raised ZeroDivisionError before)."""
+    ctx = _ctx(2, [6, 2])
+    ctx.xtab[0, 3] = 0.0  # job 0 cannot run on exactly 3 GPUs, but can on 4
+    ctx.__post_init__()
+    held = np.array([[0, 0, 0, -1, -1, -1, -1, -1], [1, -1, -1, -1, -1, -1, -1, -1]])
+    out, counts = _fill(ctx, held, _counts(ctx, held))
+    assert out[0].tolist() == held[0].tolist()
+    assert (counts == _counts(ctx, out)).all() and (out[1] >= 0).sum() > 1
