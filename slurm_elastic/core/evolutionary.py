@@ -131,13 +131,9 @@ class _Ctx:
     rng: np.random.Generator
     new: list[int] = field(default_factory=list)  # jobs arrived since the last executed update
     wait_cost: FloatArr = field(default_factory=lambda: np.zeros(0))  # c/X of a waiting job
-    xflat: FloatArr = field(init=False)  # xtab flattened: [2 * (job * (kc+1) + k) + spread]
-    xbase: IntArr = field(init=False)  # 2 * job * (kc+1), the start of each job's row in xflat
     node_runs: IntArr = field(init=False)  # node changes along the GPU order up to each GPU
 
     def __post_init__(self) -> None:
-        self.xflat = self.xtab.reshape(-1)
-        self.xbase = 2 * (self.xtab.shape[1]) * np.arange(len(self.jobs), dtype=np.int64)
         changes = np.zeros(len(self.gnode), dtype=np.int64)
         changes[1:] = self.gnode[1:] != self.gnode[:-1]
         self.node_runs = np.cumsum(changes)
@@ -174,14 +170,10 @@ def _counts(ctx: _Ctx, genomes: IntArr) -> IntArr:
     return out
 
 
-def _throughput(ctx: _Ctx, counts: IntArr, spans: IntArr | None) -> FloatArr:
-    """``xtab[job, min(count, kc), spread]`` per (member, job), spread when ``spans`` exceed the least nodes."""
+def _packed_throughput(ctx: _Ctx, counts: IntArr) -> FloatArr:
+    """``xtab[job, min(count, kc), 0]`` per job: each job's throughput at ``counts`` GPUs, packed."""
     kc = ctx.xtab.shape[1] - 1
-    c = np.minimum(counts, kc)
-    idx = ctx.xbase[None, :] + 2 * c
-    if spans is not None:
-        idx += spans > -(-c // ctx.gpn)
-    out: FloatArr = ctx.xflat[idx]
+    out: FloatArr = ctx.xtab[np.arange(ctx.n_jobs), np.minimum(counts, kc), 0]
     return out
 
 
@@ -189,9 +181,7 @@ def _scores(ctx: _Ctx, counts: IntArr, spans: IntArr, *ys: FloatArr) -> list[Flo
     """Eq. 8 for each member (its GPU counts and spans) under each remaining-work vector in ``ys``."""
     if ctx.n_jobs == 0:
         return [np.zeros(len(counts)) for _ in ys]
-    x = _throughput(ctx, counts, spans)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        per_gpu_time = np.where(counts > 0, counts / x, ctx.wait_cost[None, :])
+    per_gpu_time = kernels.gpu_time_per_sample(counts, spans, ctx.xtab, ctx.wait_cost, ctx.gpn)
     return [per_gpu_time @ y for y in ys]
 
 
@@ -298,8 +288,8 @@ def _gated_counts(ctx: _Ctx, star: IntArr, held: set[JobId],
         return counts
     ey = ctx.expected_y()
     cur = np.array([counts.get(j.job_id, 0) for j in jobs], dtype=np.int64)
-    x_t = _throughput(ctx, star[None, :].astype(np.int64), None)[0]
-    x_c = _throughput(ctx, cur[None, :], None)[0]
+    x_t = _packed_throughput(ctx, star)
+    x_c = _packed_throughput(ctx, cur)
     new = {i: r for r, i in enumerate(ctx.new)}
     with np.errstate(divide="ignore", invalid="ignore"):
         cost = (star / x_t - np.where(cur > 0, cur / x_c, 0.0)) * ey

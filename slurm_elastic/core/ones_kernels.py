@@ -2,15 +2,17 @@
 
 This module owns the work that touches every gene of every candidate schedule in
 :mod:`~slurm_elastic.core.evolutionary`: counting, breeding (crossover and mutation), repair, the
-start of new jobs, one pass of the fill step, and reorder. Each kernel walks a member's genes once
-in GPU order; the whole-array numpy version of the same operators made about a hundred passes over
-the ``K x G`` genomes per generation, which was 70 % of a ONES simulation.
+start of new jobs, one pass of the fill step, reorder, and the score's per-job terms. Each kernel
+walks a member's genes once in GPU order; the whole-array numpy version of the same operators made
+about a hundred passes over the ``K x G`` genomes per generation, which was 70 % of a ONES
+simulation.
 
 The kernels hold no state and draw no random numbers: the caller draws (with the planner's
 ``numpy.random.Generator``, in the same order as before) and passes the draws in, so a seed gives
 the same plan. Floating-point arithmetic is written in numpy's order and follows numpy's rules (no
-``fastmath``; a division by zero gives infinity, not an exception), so costs compare exactly as they did. Genomes are ``int32`` or ``int64`` (one gene per GPU, the job's index,
-``-1`` idle); counts and spans are ``int64`` (member x job).
+``fastmath``; a division by zero gives infinity, not an exception), so costs compare exactly as
+they did; the score's sum over jobs stays a numpy product. Genomes are ``int32`` or ``int64`` (one
+gene per GPU, the job's index, ``-1`` idle); counts and spans are ``int64`` (member x job).
 
 Compiled code is cached beside this file (``__pycache__``) or, where that is not writable, in the
 user's cache directory (numba's rule); the first call in a fresh install compiles (a few seconds).
@@ -275,7 +277,30 @@ def reorder(genomes: IntArr, counts: IntArr, node_runs: IntArr) -> tuple[IntArr,
                 continue
             placed[x] = True
             c = counts[r, x]
-            out[r, start:start + c] = x
+            for q in range(start, start + c):
+                out[r, q] = x
             spans[r, x] = 1 + node_runs[start + c - 1] - node_runs[start]
             start += c
     return out, spans
+
+
+@_compiled
+def gpu_time_per_sample(counts: IntArr, spans: IntArr, xtab: FloatArr, wait_cost: FloatArr,
+                        gpus_per_node: int) -> FloatArr:
+    """``c / X_j(c, spread)`` per (member, job), a waiting job's ``wait_cost``; the score's terms.
+
+    ``X`` is ``xtab[j, min(c, kc)]``, spread (column 1) when the job spans more nodes than
+    ``ceil(min(c, kc) / gpus_per_node)``.
+    """
+    k, j = counts.shape
+    kc = xtab.shape[1] - 1
+    out = np.empty((k, j))
+    for r in range(k):
+        for x in range(j):
+            c = counts[r, x]
+            if c > 0:
+                m = min(c, kc)
+                out[r, x] = c / xtab[x, m, 1 if spans[r, x] > -(-m // gpus_per_node) else 0]
+            else:
+                out[r, x] = wait_cost[x]
+    return out
