@@ -171,35 +171,30 @@ def start_new_jobs(genomes: IntArr, counts: IntArr, new: IntArr, kmin: IntArr,
                     _give(row, new[i], need[i])
                     cnt[r, new[i]] += need[i]
             continue
+        idle = g - busy  # counts stay in step with the row as GPUs change hands
         for i in range(nn):
             want = need[i]
             if want == 0:
                 continue
-            n_idle = 0
-            for p in range(g):
-                n_idle += row[p] < 0
             for victim in longest_first:
-                if n_idle >= want:
+                if idle >= want:
                     break
-                held = 0
-                for p in range(g):
-                    held += row[p] == victim
+                held = cnt[r, victim]
                 if held == 0:
                     continue
-                drop = want - n_idle if held - (want - n_idle) >= kmin[victim] else held
-                n_idle += drop
+                drop = want - idle if held - (want - idle) >= kmin[victim] else held
+                cnt[r, victim] -= drop
+                idle += drop
                 p = g - 1
                 while drop > 0:
                     if row[p] == victim:
                         row[p] = -1
                         drop -= 1
                     p -= 1
-            if n_idle >= want:
+            if idle >= want:
                 _give(row, new[i], want)
-        cnt[r, :] = 0
-        for p in range(g):
-            if row[p] >= 0:
-                cnt[r, row[p]] += 1
+                cnt[r, new[i]] += want
+                idle -= want
     return out, cnt
 
 
