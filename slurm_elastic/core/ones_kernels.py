@@ -165,11 +165,14 @@ def start_new_jobs(genomes: IntArr, counts: IntArr, new: IntArr, kmin: IntArr,
         for x in range(cnt.shape[1]):
             busy += cnt[r, x]
         row = out[r]
-        if total <= g - busy:
+        if total <= g - busy:  # idle GPUs in GPU order, the new jobs in arrival order
+            p = 0
             for i in range(nn):
-                if need[i]:
-                    _give(row, new[i], need[i])
-                    cnt[r, new[i]] += need[i]
+                cnt[r, new[i]] += need[i]
+                for _ in range(need[i]):
+                    while row[p] >= 0:
+                        p += 1
+                    row[p] = new[i]
             continue
         idle = g - busy  # counts stay in step with the row as GPUs change hands
         for i in range(nn):
