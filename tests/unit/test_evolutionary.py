@@ -391,3 +391,18 @@ def test_a_job_held_where_its_throughput_is_zero_costs_minus_infinity_not_an_err
     out, counts = _fill(ctx, held, _counts(ctx, held))
     assert out[0].tolist() == held[0].tolist()
     assert (counts == _counts(ctx, out)).all() and (out[1] >= 0).sum() > 1
+
+
+def test_numba_is_loaded_by_the_first_ones_plan_not_by_the_cli_or_the_policy_table() -> None:
+    """A daemon running another policy, and every CLI call, never pay for the compiler (about 65 MiB)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, numpy as np, slurm_elastic.cli, slurm_elastic.policies as p; "
+            "from slurm_elastic.testing import random_snapshot; print('numba' in sys.modules); "
+            "p.create('dp').plan(random_snapshot(np.random.default_rng(0), 4, 4, 8), None, np.random.default_rng(0)); "
+            "print('numba' in sys.modules); "
+            "p.create('ones', generations=1).plan(random_snapshot(np.random.default_rng(0), 4, 4, 8), None, "
+            "np.random.default_rng(0)); print('numba' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "False", "True"]
