@@ -14,8 +14,8 @@ the same plan. Floating-point arithmetic is written in numpy's order and follows
 they did; the score's sum over jobs stays a numpy product. Genomes are ``int32`` or ``int64`` (one
 gene per GPU, the job's index, ``-1`` idle); counts and spans are ``int64`` (member x job).
 
-Compiled code is cached beside this file (``__pycache__``) or, where that is not writable, in the
-user's cache directory (numba's rule); the first call in a fresh install compiles (a few seconds).
+Compiled code is cached (see :func:`_jit`); the first call in a fresh installation compiles (about
+5 s for all the kernels).
 """
 
 from __future__ import annotations
@@ -43,12 +43,24 @@ def _compiled(fn: F) -> F:
     def call(*args: Any) -> Any:
         nonlocal jitted
         if jitted is None:
-            import numba
-
-            jitted = numba.njit(cache=True, nogil=True, error_model="numpy")(fn)
+            jitted = _jit(fn)
         return jitted(*args)
 
     return cast(F, call)
+
+
+def _jit(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """numba's compiled ``fn``, kept in numba's cache where one is writable: ``NUMBA_CACHE_DIR`` (the
+    systemd unit sets it in the daemon's state directory), else beside this file, else the user's
+    cache directory. Where none is (a read-only system, as the unit makes it), numba refuses to
+    cache, and the kernel is compiled in each process instead (a few seconds, once)."""
+    import numba
+
+    options: dict[str, Any] = {"nogil": True, "error_model": "numpy"}
+    try:
+        return cast(Callable[..., Any], numba.njit(cache=True, **options)(fn))
+    except RuntimeError:  # "cannot cache function ...: no locator available"
+        return cast(Callable[..., Any], numba.njit(**options)(fn))
 
 
 @_compiled

@@ -100,9 +100,46 @@ print(json.dumps(out))
     assert seen["uid"] == 0 and seen["bnd"] == caps and seen["eff"] == caps and seen["nnp"] == "1"
     kept = sorted({p.resolve().relative_to("/tmp").parts[0] for p in INSTALLED if p.resolve().is_relative_to("/tmp")})
     assert seen["umask"] == "0o77" and seen["cwd"] == "/" and seen["tmp"] == kept  # only the installation
-    assert seen["env"] == ["DAEMON_SECRET", "PATH", "STATE_DIRECTORY"]
+    assert seen["env"] == ["DAEMON_SECRET", "NUMBA_CACHE_DIR", "PATH", "STATE_DIRECTORY"]
     assert not seen["etc_rw"] and seen["state_rw"] and seen["home_rw"] and (state / "probe").exists()
     assert not seen["netlink"] and seen["inet"]
+
+
+ONES_PLAN = """
+import numpy as np
+from slurm_elastic import policies
+from slurm_elastic.testing import random_snapshot
+plan = policies.create("ones", generations=2).plan(random_snapshot(np.random.default_rng(0), 4, 4, 8), None,
+                                                   np.random.default_rng(0)).plan
+print(sum(p.num_gpus for p in plan.jobs))
+"""
+
+
+def test_a_ones_daemon_under_the_unit_keeps_its_compiled_kernels_in_its_state_directory(tmp_path: Path) -> None:
+    """The file system is read-only but for the state directory, where the unit points numba's cache."""
+    _root_or_skip()
+    state = tmp_path / "state"
+    state.mkdir()
+    argv = unit_sandbox.command([sys.executable, "-c", ONES_PLAN], unit_sandbox.load(),
+                                state_dirs={"slurm-elastic": state}, visible=INSTALLED)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert int(proc.stdout) > 0
+    assert list((state / "numba").rglob("*ones_kernels*.nbi")), "no compiled kernel was kept"
+
+
+def test_a_ones_daemon_with_no_writable_cache_compiles_its_kernels_and_plans(tmp_path: Path) -> None:
+    """numba refuses to cache where nothing is writable ("no locator available", a RuntimeError that
+    stopped the first ONES plan): the kernels are then compiled in the process."""
+    _root_or_skip()
+    state = tmp_path / "state"
+    state.mkdir()
+    argv = unit_sandbox.command([sys.executable, "-c", ONES_PLAN], unit_sandbox.load(),
+                                state_dirs={"slurm-elastic": state}, visible=INSTALLED,
+                                env={"NUMBA_CACHE_DIR": "/etc/slurm-elastic-numba"})  # read-only, as all but state
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert int(proc.stdout) > 0
 
 
 def _as(user: pwd.struct_passwd, argv: list[str], *, cwd: Path, env: dict[str, str],
