@@ -60,6 +60,9 @@ counts, which keeps running workers where they are; the genome's layout is used 
 Population ``K`` defaults to the number of GPUs as the paper suggests, capped at
 ``population_cap`` (64: the paper's own population on its 64-GPU testbed), so that a 4,096-GPU
 cluster stays within the planning-latency budget.
+
+The operators' gene-level loops are compiled (:mod:`~slurm_elastic.core.ones_kernels`); this
+module draws every random number and keeps the search's structure.
 """
 
 from __future__ import annotations
