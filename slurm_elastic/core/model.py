@@ -225,34 +225,42 @@ class Job:
     model_points: int = 0
 
     def __post_init__(self) -> None:
-        def rule(ok: bool, what: str) -> None:
-            if not ok:
-                raise SnapshotError(f"job {self.job_id}: {what}")
+        # Each message is formatted only for a rule that fails: a snapshot builds thousands of jobs.
+        def fail(what: str) -> None:
+            raise SnapshotError(f"job {self.job_id}: {what}")
 
-        rule(1 <= self.min_gpus <= self.max_gpus,
-             f"GPU range {self.min_gpus}:{self.max_gpus} must satisfy 1 <= min <= max")
-        rule(1 <= self.min_batch <= self.max_batch,
-             f"batch range {self.min_batch}:{self.max_batch} must satisfy 1 <= min <= max")
-        rule(self.min_batch <= self.base_batch <= self.max_batch,
-             f"base batch {self.base_batch} must lie in {self.min_batch}:{self.max_batch}")
-        rule(self.max_local_batch >= 1, f"max per-GPU batch {self.max_local_batch} must be >= 1")
-        rule(self.requested_gpus >= 1, f"requested GPUs {self.requested_gpus} must be >= 1")
-        rule(self.epoch_size >= 1, f"epoch size {self.epoch_size} must be >= 1 sample")
-        rule(self.samples_processed >= 0, f"samples processed {self.samples_processed} must be >= 0")
-        rule(self.preemptions >= 0, f"preemptions {self.preemptions} must be >= 0")
-        rule(self.base_lr > 0, f"base learning rate {self.base_lr} must be > 0")
+        if not 1 <= self.min_gpus <= self.max_gpus:
+            fail(f"GPU range {self.min_gpus}:{self.max_gpus} must satisfy 1 <= min <= max")
+        if not 1 <= self.min_batch <= self.max_batch:
+            fail(f"batch range {self.min_batch}:{self.max_batch} must satisfy 1 <= min <= max")
+        if not self.min_batch <= self.base_batch <= self.max_batch:
+            fail(f"base batch {self.base_batch} must lie in {self.min_batch}:{self.max_batch}")
+        if not self.max_local_batch >= 1:
+            fail(f"max per-GPU batch {self.max_local_batch} must be >= 1")
+        if not self.requested_gpus >= 1:
+            fail(f"requested GPUs {self.requested_gpus} must be >= 1")
+        if not self.epoch_size >= 1:
+            fail(f"epoch size {self.epoch_size} must be >= 1 sample")
+        if not self.samples_processed >= 0:
+            fail(f"samples processed {self.samples_processed} must be >= 0")
+        if not self.preemptions >= 0:
+            fail(f"preemptions {self.preemptions} must be >= 0")
+        if not self.base_lr > 0:
+            fail(f"base learning rate {self.base_lr} must be > 0")
         running = self.state is JobState.RUNNING
-        rule(running == (self.placement.num_gpus > 0),
-             f"state {self.state.value} does not match placement of {self.placement.num_gpus} GPUs")
-        rule((self.local_batch > 0) == running, f"local batch {self.local_batch} must be > 0 exactly when running")
-        held = {n: len(g) for n, g in self.placement.slots}
-        in_blocks: dict[NodeName, int] = {}
-        for node, n in self.release_blocks or ():
-            in_blocks[node] = in_blocks.get(node, 0) + n
-        rule(all(n > 0 for _, n in self.release_blocks or ())
-             and all(n <= held.get(node, 0) for node, n in in_blocks.items())
-             and sum(in_blocks.values()) < max(1, self.placement.num_gpus),
-             f"release blocks {self.release_blocks} must be GPUs it holds, never all of them")
+        if running != (self.placement.num_gpus > 0):
+            fail(f"state {self.state.value} does not match placement of {self.placement.num_gpus} GPUs")
+        if (self.local_batch > 0) != running:
+            fail(f"local batch {self.local_batch} must be > 0 exactly when running")
+        if self.release_blocks:
+            held = {n: len(g) for n, g in self.placement.slots}
+            in_blocks: dict[NodeName, int] = {}
+            for node, n in self.release_blocks:
+                in_blocks[node] = in_blocks.get(node, 0) + n
+            if not (all(n > 0 for _, n in self.release_blocks)
+                    and all(n <= held.get(node, 0) for node, n in in_blocks.items())
+                    and sum(in_blocks.values()) < max(1, self.placement.num_gpus)):
+                fail(f"release blocks {self.release_blocks} must be GPUs it holds, never all of them")
 
     def _unchecked(self, **changes: Any) -> Job:
         """A copy with ``changes``, none of which any rule involves, so no rule is checked again

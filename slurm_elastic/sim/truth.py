@@ -59,6 +59,8 @@ TARGETS: dict[str, tuple[float, bool]] = {
 }
 
 Shape = tuple[int, ...]
+PARTS_KEPT = 65536
+"""Step-time parts a :class:`MeasuredSpeed` remembers (by per-GPU batch and shape) before it starts again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +105,20 @@ class MeasuredSpeed:
         self.max_local_batch = t4.max_local_batch
         self.speed = (V100_COMPUTE_SPEEDUP, V100_INTRA_SPEEDUP, V100_INTER_SPEEDUP) if v100 else (1.0, 1.0, 1.0)
         self._last_proc: tuple[bytes, NDArray[np.float64]] | None = None
+        self._known_parts: dict[tuple[float, Shape], tuple[float, float]] = {}
 
     def _parts(self, local: float, shape: Shape) -> tuple[float, float]:
+        """``(compute, sync)`` seconds of one step, remembered (a simulation asks the same few
+        configurations again at every resize; at most ``PARTS_KEPT`` are kept)."""
+        key = (local, shape)
+        parts = self._known_parts.get(key)
+        if parts is None:
+            if len(self._known_parts) >= PARTS_KEPT:
+                self._known_parts.clear()
+            parts = self._known_parts[key] = self._measured_parts(local, shape)
+        return parts
+
+    def _measured_parts(self, local: float, shape: Shape) -> tuple[float, float]:
         curve = self.by_shape.get(shape) or self.by_count.get((sum(shape), len(shape)))
         if curve is None:
             k, nodes = sum(shape), len(shape)
