@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 
 import pytest
 
@@ -20,6 +20,27 @@ def test_placement_groups_and_sorts() -> None:
 def test_job_rejects_bad_ranges_with_value_and_rule() -> None:
     with pytest.raises(SnapshotError, match=r"GPU range 4:2 must satisfy 1 <= min <= max"):
         make_job(1, min_gpus=4, max_gpus=2)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"min_batch": 0}, "batch range 0:"),
+    ({"base_batch": 10**9}, "base batch 1000000000 must lie in"),
+    ({"max_local_batch": 0}, "max per-GPU batch 0 must be >= 1"),
+    ({"requested_gpus": 0}, "requested GPUs 0 must be >= 1"),
+    ({"epoch_size": 0}, "epoch size 0 must be >= 1 sample"),
+    ({"samples_processed": -1}, "samples processed -1 must be >= 0"),
+    ({"preemptions": -1}, "preemptions -1 must be >= 0"),
+    ({"base_lr": 0.0}, "base learning rate 0.0 must be > 0"),
+    ({"local_batch": 0}, "local batch 0 must be > 0 exactly when running"),
+    ({"release_blocks": ((NodeName("n000"), 0),)}, "release blocks"),
+    ({"release_blocks": ((NodeName("n009"), 1),)}, "must be GPUs it holds"),
+    ({"release_blocks": ((NodeName("n000"), 1), (NodeName("n001"), 1))}, "never all of them"),
+], ids=lambda v: str(v) if isinstance(v, str) else next(iter(v)))
+def test_every_job_rule_names_its_value(change: dict[str, object], message: str) -> None:
+    ok = make_job(1, placement=[("n000", 0), ("n001", 0)])
+    assert replace(ok, release_blocks=((NodeName("n000"), 1),)).release_blocks  # a block it holds, not all: fine
+    with pytest.raises(SnapshotError, match=f"job 1: .*{message}"):
+        replace(ok, **change)  # type: ignore[arg-type]
 
 
 def test_job_state_must_match_placement() -> None:
