@@ -13,8 +13,8 @@ The two phases of DL2 (arXiv:1909.06040, §4.2-4.3), adapted to all-reduce jobs 
 1. Offline supervised warm-up: an existing policy (the *teacher*) is run in the simulator on
    ``warmup_traces`` workloads and each of its rounds is replayed through the decision loop as a
    sequence of DL2 actions (add one GPU to a slot's job ... stop); the policy network is fitted
-   to those actions by cross entropy (Adam, ``lr_warmup``). Teachers: ``drf`` (the default, as in
-   DL2's default: max-min fair GPU shares, DRF with one resource: each step adds a GPU to the job
+   to those actions by cross entropy (Adam, ``lr_warmup``). Teachers: ``drf`` (DL2's own
+   default: max-min fair GPU shares, DRF with one resource: each step adds a GPU to the job
    holding the fewest, ties to the earlier arrival) or any policy (``fifo``,
    ``tiresias``, ``optimus``, ...), whose GPU counts are reached job by job in arrival order;
    running jobs keep their minimum whatever the teacher does (no preemption). The default teacher
