@@ -33,20 +33,24 @@ BoolArr = NDArray[np.bool_]
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+class _Kernel:
+    """A kernel compiled by numba at its first call (:func:`_jit`). numba is imported then, not with
+    this module, so a process that never plans with ONES (the CLI, a daemon running another policy)
+    never loads it (about 65 MiB and 0.15 s). Kernels therefore cannot call each other."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        self.dispatcher: Any = None  # numba's, once compiled
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args: Any) -> Any:
+        if self.dispatcher is None:
+            self.dispatcher = _jit(self.fn)
+        return self.dispatcher(*args)
+
+
 def _compiled(fn: F) -> F:
-    """``fn`` compiled by numba at its first call. numba is imported then, not with this module, so
-    a process that never plans with ONES (the CLI, a daemon running another policy) never loads it
-    (about 65 MiB and 0.15 s). Compiled kernels therefore cannot call each other."""
-    jitted: Callable[..., Any] | None = None
-
-    @functools.wraps(fn)
-    def call(*args: Any) -> Any:
-        nonlocal jitted
-        if jitted is None:
-            jitted = _jit(fn)
-        return jitted(*args)
-
-    return cast(F, call)
+    return cast(F, _Kernel(fn))
 
 
 def _jit(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -322,3 +326,23 @@ def gpu_time_per_sample(counts: IntArr, spans: IntArr, xtab: FloatArr, wait_cost
             else:
                 out[r, x] = wait_cost[x]
     return out
+
+
+def compile_all() -> None:
+    """Compile every kernel now, for the types the planner passes (``int32`` genomes, ``int64``
+    counts, C-ordered arrays). A first compile takes seconds, and numba interrupted while it
+    compiles (a time limit's signal) is left unusable for the rest of the process: a caller that
+    bounds a plan's time calls this first, outside the bound."""
+    genomes = np.array([[0, -1]], dtype=np.int32)
+    counts = np.array([[1]], dtype=np.int64)
+    ones = np.ones(1, dtype=np.int64)
+    count_genes(genomes, 1)
+    breed(genomes, counts, np.zeros((1, 2), dtype=np.int64), np.ones((1, 2), dtype=np.bool_),
+          np.zeros(1, dtype=np.int64), np.zeros((1, 1), dtype=np.bool_))
+    repair(genomes, counts, ones, ones)
+    start_new_jobs(genomes, counts, np.zeros(1, dtype=np.int64), ones, np.zeros(0, dtype=np.int64))
+    xtab = np.ones((1, 2, 2))
+    fill_pass(genomes.copy(), counts.copy(), ones.copy(), np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64),
+              np.ones(1), ones, ones, xtab)
+    reorder(genomes, counts, np.zeros(2, dtype=np.int64))
+    gpu_time_per_sample(counts, counts, xtab, np.ones(1), 4)

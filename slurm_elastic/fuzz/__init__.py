@@ -39,6 +39,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from slurm_elastic.core import ones_kernels
 from slurm_elastic.fuzz import daemon_families, tool_families
 from slurm_elastic.fuzz.case import CaseResult, CaseTimeout
 from slurm_elastic.fuzz.cluster import FuzzCluster
@@ -85,6 +86,7 @@ def run_case(family: str, seed: int, index: int = 0) -> CaseResult:
     res = CaseResult(family)
     work = Path(tempfile.mkdtemp(prefix="slurm-elastic-fuzz-"))
     cluster: FuzzCluster | None = None
+    ones_kernels.compile_all()  # outside the case's time limit: a compile cut short breaks numba
     try:
         with contained(CASE_LIMIT_S):
             if family in daemon_families.FAMILIES:

@@ -406,3 +406,27 @@ def test_numba_is_loaded_by_the_first_ones_plan_not_by_the_cli_or_the_policy_tab
             "np.random.default_rng(0)); print('numba' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "False", "True"]
+
+
+def test_compile_all_compiles_every_kernel_a_plan_calls() -> None:
+    """A caller with a time limit compiles first (the fuzz harness): a compile that a signal cuts
+    short leaves numba unusable in the process, so no plan may compile anything afterwards."""
+    import subprocess
+    import sys
+
+    code = """
+import numpy as np
+from slurm_elastic.core import ones_kernels
+from slurm_elastic.core.evolutionary import OnesPlanner
+from slurm_elastic.testing import random_snapshot
+ones_kernels.compile_all()
+kernels = [k for k in vars(ones_kernels).values() if isinstance(k, ones_kernels._Kernel)]
+before = {k.__name__: len(k.dispatcher.signatures) for k in kernels}
+for seed in range(4):
+    snap, memo = random_snapshot(np.random.default_rng(seed), 6, 4, 20), None
+    for _ in range(2):
+        memo = OnesPlanner(generations=2, gate=False).plan(snap, memo, np.random.default_rng(seed)).memo
+print(len(kernels), before == {k.__name__: len(k.dispatcher.signatures) for k in kernels})
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["7", "True"]
