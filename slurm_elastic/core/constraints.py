@@ -62,21 +62,33 @@ def plan_violations(snapshot: ClusterSnapshot, plan: Plan) -> tuple[str, ...]:
             what = "rigid" if not job.elastic else job.state.value
             out.append(f"job {jp.job_id}: is {what}, the planner may not place it")
             continue
-        for gpu in sorted(jp.placement.gpu_set()):
-            node, idx = gpu
-            if gpu not in schedulable:
-                state = states.get(node)
-                why = "unknown" if state is None else (
-                    f"node is {state.value}" if state is not NodeState.UP else "held by a rigid job")
-                out.append(f"job {jp.job_id}: GPU {node}:{idx} is not schedulable ({why})")
-            other = used.get(gpu)
-            if other is not None:
-                out.append(f"GPU {node}:{idx} is given to jobs {other} and {jp.job_id}")
-            used[gpu] = jp.job_id
+        gpus = jp.placement.gpu_set()
+        if gpus <= schedulable and used.keys().isdisjoint(gpus):  # the usual case, checked by whole sets
+            used.update(dict.fromkeys(gpus, jp.job_id))
+        else:
+            out.extend(_gpu_violations(jp, states, schedulable, used))
         out.extend(_sizing_violations(job.job_id, jp, job.min_gpus, job.max_gpus,
                                       job.min_batch, job.max_batch, job.max_local_batch,
                                       job.base_batch if job.mode is ElasticMode.ENDO else None))
     return tuple(out)
+
+
+def _gpu_violations(jp: JobPlan, states: dict[NodeName, NodeState], schedulable: set[tuple[NodeName, int]],
+                    used: dict[tuple[NodeName, int], JobId]) -> list[str]:
+    """Each of the plan's GPUs that is not schedulable or is given twice, in GPU order (``used`` gains them)."""
+    out = []
+    for gpu in sorted(jp.placement.gpu_set()):
+        node, idx = gpu
+        if gpu not in schedulable:
+            state = states.get(node)
+            why = "unknown" if state is None else (
+                f"node is {state.value}" if state is not NodeState.UP else "held by a rigid job")
+            out.append(f"job {jp.job_id}: GPU {node}:{idx} is not schedulable ({why})")
+        other = used.get(gpu)
+        if other is not None:
+            out.append(f"GPU {node}:{idx} is given to jobs {other} and {jp.job_id}")
+        used[gpu] = jp.job_id
+    return out
 
 
 def _sizing_violations(

@@ -49,7 +49,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from slurm_elastic.core.baselines import fixed_batch_sizing
-from slurm_elastic.core.model import ClusterSnapshot, Job, JobId, JobState
+from slurm_elastic.core.model import ClusterSnapshot, Job, JobId, JobState, NodeState
 from slurm_elastic.core.planner import PlanResult, build_plan
 from slurm_elastic.core.remaining import expected_remaining, progress_shapes
 from slurm_elastic.core.sizing import Sizing
@@ -231,26 +231,31 @@ def slot_features(snapshot: ClusterSnapshot, jobs: Sequence[Job], spec: FeatureS
     ``allocated`` and ``can_add`` are left 0: the decision loop fills them at every step.
     """
     n = len(jobs)
-    out = np.zeros((n, spec.per_slot), dtype=np.float64)
     if not n:
-        return out
+        return np.zeros((n, spec.per_slot), dtype=np.float64)
     total = len(snapshot.schedulable_gpus())
     alpha, beta, yp = progress_shapes(snapshot, jobs, default_epochs_to_go)
-    togo = expected_remaining(alpha, beta, yp) / np.array([j.epoch_size for j in jobs], dtype=np.float64)
+    togo = (expected_remaining(alpha, beta, yp) / np.array([j.epoch_size for j in jobs], dtype=np.float64)).tolist()
     index = {m: i for i, m in enumerate(spec.models)}
     base = len(SLOT_FEATURES)
-    for r, job in enumerate(jobs):
-        out[r, 0] = 1.0
-        out[r, 1] = 1.0 if job.state is JobState.RUNNING else 0.0
-        out[r, 2] = math.log1p(max(0.0, snapshot.now - job.submit_time) / 60.0)
-        out[r, 3] = math.log1p(max(0.0, job.run_time) / 60.0)
-        out[r, 4] = math.log1p(max(0.0, float(togo[r])))
-        out[r, 5] = math.log1p(max(0.0, float(togo[r]) * job.epoch_size) / 1e4)
-        out[r, 6] = math.log2(job.base_batch) / 10.0
-        out[r, 7] = job.requested_gpus / spec.gpu_scale
-        out[r, 8] = max(0, usable_range(job, total)[1]) / spec.gpu_scale
-        out[r, 9] = job.num_gpus / spec.gpu_scale
-        out[r, base + index.get(job.model, len(spec.models))] = 1.0
+    scale = spec.gpu_scale
+    rows = []
+    for job, to_go in zip(jobs, togo, strict=True):  # rows as lists, one array at the end
+        rows.append([
+            1.0,
+            1.0 if job.state is JobState.RUNNING else 0.0,
+            math.log1p(max(0.0, snapshot.now - job.submit_time) / 60.0),
+            math.log1p(max(0.0, job.run_time) / 60.0),
+            math.log1p(max(0.0, to_go)),
+            math.log1p(max(0.0, to_go * job.epoch_size) / 1e4),
+            math.log2(job.base_batch) / 10.0,
+            job.requested_gpus / scale,
+            max(0, usable_range(job, total)[1]) / scale,
+            job.num_gpus / scale,
+        ])
+    out = np.zeros((n, spec.per_slot), dtype=np.float64)
+    out[:, :_ALLOC] = rows  # "allocated" and "can_add" stay 0 here
+    out[np.arange(n), [base + index.get(job.model, len(spec.models)) for job in jobs]] = 1.0
     return out
 
 
@@ -279,9 +284,11 @@ def allocate(snapshot: ClusterSnapshot, spec: FeatureSpec, choose: Chooser, *, r
     counts: dict[JobId, int] = {}
     reasons: dict[JobId, str] = {}
     free = total
-    # No preemption: running jobs keep their minimum (those wholly on schedulable GPUs first).
-    running = sorted((j for j in jobs if j.state is JobState.RUNNING),
-                     key=lambda j: (not j.placement.gpu_set() <= sched, *_order(j)))
+    # No preemption: running jobs keep their minimum (those wholly on schedulable GPUs first, a
+    # stable sort of the arrival order; with every node up, every running job's GPUs are schedulable).
+    running = [j for j in jobs if j.state is JobState.RUNNING]
+    if any(nd.state is not NodeState.UP for nd in snapshot.nodes):
+        running.sort(key=lambda j: not j.placement.gpu_set() <= sched)
     for job in running:
         kmin, kmax = usable_range(job, total)
         if kmin > kmax:

@@ -11,7 +11,9 @@ Moving the clock touches no job: a running job progresses at a constant rate unt
 configuration changes, so its finish time is known when it is configured, and its progress is
 brought up to the clock (:meth:`SimJob.sync`) only where it is read or changed (an observation, an
 action, a completion). A 10,000-job trace has tens of thousands of events and hundreds of running
-jobs at each.
+jobs at each, so the finish times are kept in heaps as jobs are configured
+(:meth:`VirtualCluster.next_finish`, :meth:`VirtualCluster.complete_finished`), not searched
+among all running jobs at every event.
 
 Resize costs (a job makes no progress while paused):
 
@@ -45,8 +47,10 @@ Three physics of a real cluster that the profiles leave out, off unless asked fo
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -75,6 +79,9 @@ IN_PLACE_SHRINK_S = 0.9
 ARRIVAL_WINDOW_S = 3600.0
 DONE_EPS = 1e-9
 """A job is finished once it has done ``1 - DONE_EPS`` of its work (rounding of the event times)."""
+DUE_MARGIN = 1e-6
+"""Relative margin by which a job's entry in the due heap comes up before its finish time's tolerance
+opens (:meth:`VirtualCluster.complete_finished`): far wider than the rounding of the times."""
 
 
 def _reports(spec: SimJobSpec, processed: float, batch: float) -> tuple[float, float]:
@@ -165,7 +172,9 @@ class SimJob:
     rate: float = 0.0  # work fraction/s while not paused
     cpu_share: float = 1.0  # of its profiled speed, with the host's cores shared (VirtualCluster.host_cores)
     finish_at: float = math.inf  # absolute time of completion at the current configuration
-    view: Job | None = None  # the planner's view, reused until the configuration changes
+    configured: int = 0  # how many times it was configured (VirtualCluster's heaps know which is current)
+    view: Job | None = None  # the planner's view, as last seen
+    viewed: int = -1  # ``configured`` when the view was last brought up to date
 
     @property
     def active(self) -> bool:
@@ -182,7 +191,7 @@ class SimJob:
         share) at ``now``, its progress accounted up to ``now`` first. The finish time then stays put
         while the job runs unchanged: progress at a constant rate moves the job and the clock alike."""
         self.sync(now)
-        self.view = None
+        self.configured += 1
         if self.state is not JobState.RUNNING:
             self.speed = self.rate = 0.0
             self.finish_at = math.inf
@@ -260,6 +269,12 @@ class VirtualCluster:
         self._changed: set[NodeName] = set()
         self.finished: list[SimJob] = []
         self.completed = 0  # finished jobs that were not dropped
+        # Running jobs' finish times, entered as they are configured (an entry of an earlier
+        # configuration is skipped when it comes up): (time, seq, configured, job). ``_finishes`` by
+        # finish time; ``_due`` by a time a little before the finish time's tolerance opens.
+        self._finishes: list[tuple[float, int, int, SimJob]] = []
+        self._due: list[tuple[float, int, int, SimJob]] = []
+        self._spent: dict[str, SimJob] = {}  # running jobs whose accounted work is done (due however paused)
         self.arrivals: list[float] = []
         self.profiles: dict[str, ThroughputModel] = {}
         self.fit_progress = fit_progress
@@ -298,6 +313,33 @@ class VirtualCluster:
         """Account every running job's progress up to now."""
         for job in self.running.values():
             job.sync(self.now)
+            if job.done >= 1.0 - DONE_EPS:
+                self._spent[job.spec.job_id] = job
+
+    def _configure(self, job: SimJob) -> None:
+        """``job.configure(now)``, its new finish time entered in the heaps."""
+        job.configure(self.now)
+        if job.state is not JobState.RUNNING:
+            return
+        if job.done >= 1.0 - DONE_EPS:
+            self._spent[job.spec.job_id] = job
+        if math.isfinite(job.finish_at):  # the rate is then > 0
+            tolerance = 2 * DONE_EPS / job.rate
+            opens = job.finish_at - tolerance * (1 + DUE_MARGIN) - DUE_MARGIN * (1.0 + abs(job.finish_at))
+            heapq.heappush(self._finishes, (job.finish_at, job.seq, job.configured, job))
+            heapq.heappush(self._due, (opens, job.seq, job.configured, job))
+
+    @staticmethod
+    def _current(entry: tuple[float, int, int, SimJob]) -> bool:
+        job = entry[3]
+        return job.configured == entry[2] and job.state is JobState.RUNNING
+
+    def next_finish(self) -> float:
+        """The soonest finish time of a running job (``inf`` when none will finish)."""
+        heap = self._finishes
+        while heap and not self._current(heap[0]):
+            heapq.heappop(heap)
+        return heap[0][0] if heap else math.inf
 
     def next_epoch_end(self) -> float:
         """The soonest epoch boundary of a running job (``inf`` when none runs)."""
@@ -315,14 +357,30 @@ class VirtualCluster:
         if spec.model not in self.profiles:
             self.profiles[spec.model] = spec.model_truth.speed.planner_model
 
-    def complete_finished(self, eps: float = DONE_EPS) -> list[SimJob]:
-        """Finish every job whose work is done; returns them."""
-        # Only a job whose finish time has come can be done (2 * eps: the rounding of the finish time).
-        due = [j for j in self.running.values()
-               if j.done >= 1.0 - eps or (j.rate > 0 and j.finish_at - self.now <= 2 * eps / j.rate)]
+    def complete_finished(self) -> list[SimJob]:
+        """Finish every job whose work is done; returns them.
+
+        Only a job whose finish time has come (within ``2 * DONE_EPS`` of its work: the rounding of
+        the finish time), or whose accounted work is done, can be done. The candidates come off the
+        due heap and the spent jobs; each is checked against that rule as it stands.
+        """
+        eps, now = DONE_EPS, self.now
+        candidates = {j.seq: j for j in self._spent.values() if j.state is JobState.RUNNING}
+        self._spent.clear()
+        heap, drawn = self._due, []
+        while heap and heap[0][0] <= now:
+            entry = heapq.heappop(heap)
+            if self._current(entry):
+                candidates[entry[1]] = entry[3]
+                drawn.append(entry)
+        due = [j for j in candidates.values()
+               if j.done >= 1.0 - eps or (j.rate > 0 and j.finish_at - now <= 2 * eps / j.rate)]
         for job in due:
-            job.sync(self.now)
+            job.sync(now)
         done = sorted((j for j in due if j.done >= 1.0 - eps), key=lambda j: j.seq)
+        for entry in drawn:  # those that are not done come up again
+            if entry[3].done < 1.0 - eps:
+                heapq.heappush(heap, entry)
         for job in done:
             self._finish(job)
             self._record_history(job)
@@ -345,14 +403,14 @@ class VirtualCluster:
             share = 1.0 / (d * alone / given + 1.0 - d)
             if share != job.cpu_share:
                 job.cpu_share = share
-                job.configure(self.now)
+                self._configure(job)
 
     def _finish(self, job: SimJob) -> None:
         job.sync(self.now)
         job.end = self.now
         job.state = JobState.FINISHED
         self._place(job, Placement())
-        job.configure(self.now)
+        self._configure(job)
         del self.active[job.spec.job_id]
         self.running.pop(job.spec.job_id, None)
         self.finished.append(job)
@@ -416,11 +474,14 @@ class VirtualCluster:
 
     def _view(self, j: SimJob) -> Job:
         # A waiting job does not change between rounds; a running one changes only in its progress
-        # until its configuration changes (SimJob.configure forgets the view).
+        # until it is configured again, and then only in its configuration.
         if j.view is None:
             j.view = self._job(j)
+        elif j.viewed != j.configured:
+            j.view = j.view.reconfigured(**self._configuration(j))
         elif j.state is JobState.RUNNING:
             j.view = j.view.progressed(int(j.samples), j.run_time, self._progress(j))
+        j.viewed = j.configured
         return j.view
 
     def _progress(self, j: SimJob) -> ProgressReport:
@@ -428,19 +489,23 @@ class VirtualCluster:
             else ProgressReport()
 
     def _job(self, j: SimJob) -> Job:
+        """The planner's first view of a job; later views are it, reconfigured and progressed."""
         s = j.spec
-        running = j.state is JobState.RUNNING
         return Job(
-            job_id=JobId(s.job_id), user=s.user, account=s.account, submit_time=s.submit_time, state=j.state,
+            job_id=JobId(s.job_id), user=s.user, account=s.account, submit_time=s.submit_time,
             min_gpus=s.min_gpus, max_gpus=s.max_gpus, min_batch=s.min_batch, max_batch=s.max_batch,
             base_batch=s.base_batch, base_lr=0.1, requested_gpus=s.requested_gpus,
-            max_local_batch=s.local_limit, mode=s.mode, epoch_size=s.epoch_size,
-            samples_processed=int(j.samples), observed_throughput=j.speed if running else None,
-            placement=j.placement, local_batch=j.local_batch if running else 0, start_time=j.start,
-            run_time=j.run_time, last_change_time=j.last_change, samples_at_last_change=int(j.samples_at_change),
-            model=s.model, preemptions=j.preemptions,
-            progress=self._progress(j),
-        )
+            max_local_batch=s.local_limit, mode=s.mode, epoch_size=s.epoch_size, model=s.model,
+            **self._configuration(j))
+
+    def _configuration(self, j: SimJob) -> dict[str, Any]:
+        """What the planner sees of a job that changes as it runs (``Job.reconfigured``)."""
+        running = j.state is JobState.RUNNING
+        return {"state": j.state, "samples_processed": int(j.samples),
+                "observed_throughput": j.speed if running else None, "placement": j.placement,
+                "local_batch": j.local_batch if running else 0, "start_time": j.start, "run_time": j.run_time,
+                "last_change_time": j.last_change, "samples_at_last_change": int(j.samples_at_change),
+                "preemptions": j.preemptions, "progress": self._progress(j)}
 
     # -- actuator ---------------------------------------------------------------------------------
 
@@ -461,7 +526,6 @@ class VirtualCluster:
     def _apply(self, job: SimJob, a: Action) -> None:
         now = self.now
         job.sync(now)  # its progress so far, at the configuration it had
-        job.view = None
         if a.kind is ActionKind.DROP:
             job.dropped = True
             self._finish(job)
@@ -473,7 +537,7 @@ class VirtualCluster:
             job.last_change = now
             job.samples_at_change = job.samples
             del self.running[job.spec.job_id]
-            job.configure(now)
+            self._configure(job)
             return
         resumed = job.state is JobState.PREEMPTED
         if a.kind is ActionKind.START:
@@ -499,4 +563,4 @@ class VirtualCluster:
         job.paused_until = max(job.paused_until, now + pause) if pause else job.paused_until
         job.last_change = now
         job.samples_at_change = job.samples
-        job.configure(now)
+        self._configure(job)

@@ -6,12 +6,16 @@ the one of accounting every job at every event, and the epoch boundary that roun
 
 from __future__ import annotations
 
+import copy
+import math
+
 import pytest
 
 from slurm_elastic import policies
-from slurm_elastic.core.model import JobState
+from slurm_elastic.core.actions import Action, ActionKind
+from slurm_elastic.core.model import JobId, JobState, NodeName, Placement
 from slurm_elastic.sim import engine
-from slurm_elastic.sim.cluster import SimJob, VirtualCluster
+from slurm_elastic.sim.cluster import DONE_EPS, ResizeCost, SimJob, VirtualCluster
 from slurm_elastic.sim.workload import philly_like
 
 
@@ -80,3 +84,54 @@ def test_the_nodes_seen_are_the_ones_the_jobs_leave_free(monkeypatch: pytest.Mon
     monkeypatch.setattr(engine, "VirtualCluster", Checked)
     engine.simulate(philly_like(40, 16, 1), policies.create("dp"), gpus=16, seed=1, equal_start=True)
     assert looks > 10
+
+
+class ScanChecked(VirtualCluster):
+    """Checks the heaps against a scan of every running job at every event, as the simulator did
+    before it kept them: the same soonest finish time, and the same jobs finished."""
+
+    checks = 0
+
+    def next_finish(self) -> float:
+        soonest = super().next_finish()
+        assert soonest == min((j.finish_at for j in self.running.values()), default=math.inf)
+        return soonest
+
+    def complete_finished(self) -> list[SimJob]:
+        now = self.now
+        due = [j for j in self.running.values()
+               if j.done >= 1.0 - DONE_EPS or (j.rate > 0 and j.finish_at - now <= 2 * DONE_EPS / j.rate)]
+        expected = []
+        for job in due:
+            ahead = copy.copy(job)
+            ahead.sync(now)
+            if ahead.done >= 1.0 - DONE_EPS:
+                expected.append(job.seq)
+        done = super().complete_finished()
+        assert [j.seq for j in done] == sorted(expected)
+        ScanChecked.checks += 1
+        return done
+
+
+@pytest.mark.parametrize("policy", ["dp", "efq", "drl", "optimus"])
+def test_the_finish_heaps_find_what_a_scan_finds(policy: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engine, "VirtualCluster", ScanChecked)
+    ScanChecked.checks = 0
+    res = engine.simulate(philly_like(60, 16, 2), policies.create(policy), gpus=16, seed=2, overhead_s=5.0)
+    assert ScanChecked.checks > 60 and res["metrics"]["jobs_completed"] == 60
+
+
+def test_a_job_done_when_a_resize_pauses_it_finishes_at_once() -> None:
+    """A job whose work is done as a resize pauses it finishes at the next completion check, as a
+    scan finds it, not when its pause ends (when its entry in the due heap comes up)."""
+    spec = philly_like(1, 4, 0)[0]
+    cluster = VirtualCluster(1, 4, ResizeCost.parse("in-place"))
+    cluster.arrive(spec)
+    job = cluster.jobs[spec.job_id]
+    one, two = Placement(((NodeName("sim000"), (0,)),)), Placement(((NodeName("sim000"), (0, 1)),))
+    batch = spec.base_batch
+    cluster.apply(cluster.observe(), (Action(ActionKind.START, JobId(spec.job_id), Placement(), one, batch, batch),))
+    cluster.advance(job.finish_at - 0.1 * DONE_EPS / job.rate)
+    cluster.apply(cluster.observe(), (Action(ActionKind.GROW, JobId(spec.job_id), one, two, batch, batch // 2),))
+    assert job.done >= 1.0 - DONE_EPS and job.finish_at > cluster.now + 1.0  # paused for the grow
+    assert cluster.complete_finished() == [job] and job.end == cluster.now

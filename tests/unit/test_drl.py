@@ -221,6 +221,23 @@ def test_lost_gpus_preempt_only_what_no_longer_fits() -> None:
     assert "preempted by drl" in plan.unplaced[0].reason
 
 
+def test_jobs_wholly_on_schedulable_gpus_keep_their_minimum_first() -> None:
+    """The earlier job sits partly on a node that went down: the later one, wholly on schedulable
+    GPUs, keeps its minimum first, as arrival order alone would not."""
+    nodes = list(make_nodes(3, 4))
+    jobs = [make_job("1", "cifar10", min_gpus=4, max_gpus=8, requested_gpus=8,
+                     placement=[("n001", g) for g in range(4)] + [("n002", g) for g in range(4)]),
+            make_job("2", "cifar10", submit_time=1.0, min_gpus=4, max_gpus=8, requested_gpus=4,
+                     placement=[("n000", g) for g in range(4)])]
+    nodes[2] = replace(nodes[2], state=NodeState.DOWN)
+    snap = make_snapshot(nodes, jobs)
+    alloc = allocate(snap, FeatureSpec(4, MODELS), lambda step: 4)  # always "stop"
+    assert alloc.counts == {"2": 4, "1": 4}  # room for both
+    nodes[1] = replace(nodes[1], state=NodeState.DOWN)
+    alloc = allocate(make_snapshot(nodes, jobs), FeatureSpec(4, MODELS), lambda step: 4)
+    assert alloc.counts == {"2": 4} and "preempted by drl" in alloc.reasons["1"]
+
+
 def test_a_chooser_cannot_break_the_mask() -> None:
     snap = _small()
 

@@ -6,7 +6,16 @@ from dataclasses import fields, replace
 
 import pytest
 
-from slurm_elastic.core.model import ElasticMode, JobState, Node, NodeName, NodeState, Placement
+from slurm_elastic.core.model import (
+    CONFIGURATION_FIELDS,
+    ElasticMode,
+    JobState,
+    Node,
+    NodeName,
+    NodeState,
+    Placement,
+    ProgressReport,
+)
 from slurm_elastic.errors import SnapshotError
 from slurm_elastic.testing import make_job, make_nodes, make_snapshot
 
@@ -41,6 +50,38 @@ def test_every_job_rule_names_its_value(change: dict[str, object], message: str)
     assert replace(ok, release_blocks=((NodeName("n000"), 1),)).release_blocks  # a block it holds, not all: fine
     with pytest.raises(SnapshotError, match=f"job 1: .*{message}"):
         replace(ok, **change)  # type: ignore[arg-type]
+
+
+def test_a_progressed_job_is_the_job_with_its_progress_changed() -> None:
+    """``Job.progressed`` copies every field but the progress (a generated copier, not ``replace``)."""
+    job = replace(make_job(7, placement=[("n000", 0), ("n000", 1)], run_time=50.0, target_epochs=3.0),
+                  release_blocks=((NodeName("n000"), 1),), preemptions=2, model_points=5, can_grow=False)
+    report = ProgressReport(2.0, 1.5, 0.4)
+    later = job.progressed(job.samples_processed + 100, 80, report)
+    assert later == replace(job, samples_processed=job.samples_processed + 100, run_time=80.0, progress=report)
+    assert all(getattr(later, f.name) is getattr(job, f.name) for f in fields(job)
+               if f.name not in ("samples_processed", "run_time", "progress"))
+    assert job.ran_for(90.0) == replace(job, run_time=90.0) and job.run_time == 50.0
+    with pytest.raises(SnapshotError, match="went back from"):
+        job.progressed(job.samples_processed - 1, 80.0, report)
+
+
+def test_a_reconfigured_job_is_the_job_rebuilt_and_its_rules_still_hold() -> None:
+    """``Job.reconfigured`` is ``replace`` for what changes as a job runs: the same job, and a broken
+    configuration rule is refused as ``replace`` refuses it; other fields cannot be changed by it."""
+    waiting = make_job(3, run_time=5.0)
+    running = make_job(3, placement=[("n000", 0), ("n001", 0)])
+    changes = {name: getattr(running, name) for name in CONFIGURATION_FIELDS}
+    assert waiting.reconfigured(**changes) == replace(waiting, **changes) == running
+    for bad in ({"placement": Placement()}, {"local_batch": 0}, {"samples_processed": -1}, {"preemptions": -1},
+                {"release_blocks": ((NodeName("n000"), 1), (NodeName("n001"), 1))}):
+        with pytest.raises(SnapshotError) as refused:
+            running.reconfigured(**bad)
+        with pytest.raises(SnapshotError) as rebuilt:
+            replace(running, **bad)  # type: ignore[arg-type]
+        assert str(refused.value) == str(rebuilt.value)
+    with pytest.raises(TypeError, match="not configuration fields"):
+        running.reconfigured(max_gpus=1)
 
 
 def test_job_state_must_match_placement() -> None:
