@@ -81,15 +81,28 @@ class Node:
     gpus: tuple[int, ...]
     free_gpus: tuple[int, ...]
     state: NodeState = NodeState.UP
+    _gpus: frozenset[int] = field(init=False, repr=False, compare=False, default=frozenset())
+    _free: frozenset[int] = field(init=False, repr=False, compare=False, default=frozenset())
 
     def __post_init__(self) -> None:
-        if len(set(self.gpus)) != len(self.gpus):
+        gpus, free = frozenset(self.gpus), frozenset(self.free_gpus)
+        if len(gpus) != len(self.gpus):
             raise SnapshotError(f"node {self.name}: duplicate GPU index in {self.gpus}")
-        stray = set(self.free_gpus) - set(self.gpus)
+        stray = free - gpus
         if stray:
             raise SnapshotError(
                 f"node {self.name}: free GPUs {sorted(stray)} are not among its GPUs {self.gpus}"
             )
+        object.__setattr__(self, "_gpus", gpus)
+        object.__setattr__(self, "_free", free)
+
+    def gpu_set(self) -> frozenset[int]:
+        """The node's GPU indices."""
+        return self._gpus
+
+    def free_set(self) -> frozenset[int]:
+        """Its free GPU indices."""
+        return self._free
 
 
 @dataclass(frozen=True, slots=True)
@@ -455,7 +468,7 @@ class ClusterSnapshot:
         if self.arrival_rate < 0:
             raise SnapshotError(f"arrival rate {self.arrival_rate} must be >= 0 jobs/s")
         # Every GPU held is known and held once (checked by whole sets; the slow scan names the fault).
-        known = {n.name: frozenset(n.gpus) for n in self.nodes}
+        known = {n.name: n.gpu_set() for n in self.nodes}
         held: set[tuple[NodeName, int]] = set()
         for job in self.jobs:
             slots = job.placement.slots
@@ -476,8 +489,12 @@ class ClusterSnapshot:
         elastic_held: set[tuple[NodeName, int]] = set().union(*(j.placement.gpu_set() for j in elastic))
         sched: list[tuple[NodeName, int]] = []
         for nd in self.nodes:
-            if nd.state is NodeState.UP:
-                free = set(nd.free_gpus)
+            if nd.state is not NodeState.UP:
+                continue
+            free = nd.free_set()
+            if len(free) == len(nd.gpus):  # wholly free
+                sched.extend((nd.name, g) for g in nd.gpus)
+            else:
                 sched.extend((nd.name, g) for g in nd.gpus if g in free or (nd.name, g) in elastic_held)
         object.__setattr__(self, "_elastic", elastic)
         object.__setattr__(self, "_schedulable", tuple(sched))

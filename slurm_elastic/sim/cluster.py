@@ -11,9 +11,7 @@ Moving the clock touches no job: a running job progresses at a constant rate unt
 configuration changes, so its finish time is known when it is configured, and its progress is
 brought up to the clock (:meth:`SimJob.sync`) only where it is read or changed (an observation, an
 action, a completion). A 10,000-job trace has tens of thousands of events and hundreds of running
-jobs at each, so the finish times are kept in heaps as jobs are configured
-(:meth:`VirtualCluster.next_finish`, :meth:`VirtualCluster.complete_finished`), not searched
-among all running jobs at every event.
+jobs at each.
 
 Resize costs (a job makes no progress while paused):
 
@@ -47,7 +45,6 @@ Three physics of a real cluster that the profiles leave out, off unless asked fo
 from __future__ import annotations
 
 import bisect
-import heapq
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,9 +76,6 @@ IN_PLACE_SHRINK_S = 0.9
 ARRIVAL_WINDOW_S = 3600.0
 DONE_EPS = 1e-9
 """A job is finished once it has done ``1 - DONE_EPS`` of its work (rounding of the event times)."""
-DUE_MARGIN = 1e-6
-"""Relative margin by which a job's entry in the due heap comes up before its finish time's tolerance
-opens (:meth:`VirtualCluster.complete_finished`): far wider than the rounding of the times."""
 
 
 def _reports(spec: SimJobSpec, processed: float, batch: float) -> tuple[float, float]:
@@ -172,7 +166,7 @@ class SimJob:
     rate: float = 0.0  # work fraction/s while not paused
     cpu_share: float = 1.0  # of its profiled speed, with the host's cores shared (VirtualCluster.host_cores)
     finish_at: float = math.inf  # absolute time of completion at the current configuration
-    configured: int = 0  # how many times it was configured (VirtualCluster's heaps know which is current)
+    configured: int = 0  # how many times it was configured
     view: Job | None = None  # the planner's view, as last seen
     viewed: int = -1  # ``configured`` when the view was last brought up to date
 
@@ -269,12 +263,6 @@ class VirtualCluster:
         self._changed: set[NodeName] = set()
         self.finished: list[SimJob] = []
         self.completed = 0  # finished jobs that were not dropped
-        # Running jobs' finish times, entered as they are configured (an entry of an earlier
-        # configuration is skipped when it comes up): (time, seq, configured, job). ``_finishes`` by
-        # finish time; ``_due`` by a time a little before the finish time's tolerance opens.
-        self._finishes: list[tuple[float, int, int, SimJob]] = []
-        self._due: list[tuple[float, int, int, SimJob]] = []
-        self._spent: dict[str, SimJob] = {}  # running jobs whose accounted work is done (due however paused)
         self.arrivals: list[float] = []
         self.profiles: dict[str, ThroughputModel] = {}
         self.fit_progress = fit_progress
@@ -313,33 +301,6 @@ class VirtualCluster:
         """Account every running job's progress up to now."""
         for job in self.running.values():
             job.sync(self.now)
-            if job.done >= 1.0 - DONE_EPS:
-                self._spent[job.spec.job_id] = job
-
-    def _configure(self, job: SimJob) -> None:
-        """``job.configure(now)``, its new finish time entered in the heaps."""
-        job.configure(self.now)
-        if job.state is not JobState.RUNNING:
-            return
-        if job.done >= 1.0 - DONE_EPS:
-            self._spent[job.spec.job_id] = job
-        if math.isfinite(job.finish_at):  # the rate is then > 0
-            tolerance = 2 * DONE_EPS / job.rate
-            opens = job.finish_at - tolerance * (1 + DUE_MARGIN) - DUE_MARGIN * (1.0 + abs(job.finish_at))
-            heapq.heappush(self._finishes, (job.finish_at, job.seq, job.configured, job))
-            heapq.heappush(self._due, (opens, job.seq, job.configured, job))
-
-    @staticmethod
-    def _current(entry: tuple[float, int, int, SimJob]) -> bool:
-        job = entry[3]
-        return job.configured == entry[2] and job.state is JobState.RUNNING
-
-    def next_finish(self) -> float:
-        """The soonest finish time of a running job (``inf`` when none will finish)."""
-        heap = self._finishes
-        while heap and not self._current(heap[0]):
-            heapq.heappop(heap)
-        return heap[0][0] if heap else math.inf
 
     def next_epoch_end(self) -> float:
         """The soonest epoch boundary of a running job (``inf`` when none runs)."""
@@ -357,30 +318,14 @@ class VirtualCluster:
         if spec.model not in self.profiles:
             self.profiles[spec.model] = spec.model_truth.speed.planner_model
 
-    def complete_finished(self) -> list[SimJob]:
-        """Finish every job whose work is done; returns them.
-
-        Only a job whose finish time has come (within ``2 * DONE_EPS`` of its work: the rounding of
-        the finish time), or whose accounted work is done, can be done. The candidates come off the
-        due heap and the spent jobs; each is checked against that rule as it stands.
-        """
-        eps, now = DONE_EPS, self.now
-        candidates = {j.seq: j for j in self._spent.values() if j.state is JobState.RUNNING}
-        self._spent.clear()
-        heap, drawn = self._due, []
-        while heap and heap[0][0] <= now:
-            entry = heapq.heappop(heap)
-            if self._current(entry):
-                candidates[entry[1]] = entry[3]
-                drawn.append(entry)
-        due = [j for j in candidates.values()
-               if j.done >= 1.0 - eps or (j.rate > 0 and j.finish_at - now <= 2 * eps / j.rate)]
+    def complete_finished(self, eps: float = DONE_EPS) -> list[SimJob]:
+        """Finish every job whose work is done; returns them."""
+        # Only a job whose finish time has come can be done (2 * eps: the rounding of the finish time).
+        due = [j for j in self.running.values()
+               if j.done >= 1.0 - eps or (j.rate > 0 and j.finish_at - self.now <= 2 * eps / j.rate)]
         for job in due:
-            job.sync(now)
+            job.sync(self.now)
         done = sorted((j for j in due if j.done >= 1.0 - eps), key=lambda j: j.seq)
-        for entry in drawn:  # those that are not done come up again
-            if entry[3].done < 1.0 - eps:
-                heapq.heappush(heap, entry)
         for job in done:
             self._finish(job)
             self._record_history(job)
@@ -403,14 +348,14 @@ class VirtualCluster:
             share = 1.0 / (d * alone / given + 1.0 - d)
             if share != job.cpu_share:
                 job.cpu_share = share
-                self._configure(job)
+                job.configure(self.now)
 
     def _finish(self, job: SimJob) -> None:
         job.sync(self.now)
         job.end = self.now
         job.state = JobState.FINISHED
         self._place(job, Placement())
-        self._configure(job)
+        job.configure(self.now)
         del self.active[job.spec.job_id]
         self.running.pop(job.spec.job_id, None)
         self.finished.append(job)
@@ -507,6 +452,7 @@ class VirtualCluster:
                 "last_change_time": j.last_change, "samples_at_last_change": int(j.samples_at_change),
                 "preemptions": j.preemptions, "progress": self._progress(j)}
 
+
     # -- actuator ---------------------------------------------------------------------------------
 
     def apply(self, snapshot: ClusterSnapshot, actions: tuple[Action, ...]) -> tuple[ActionOutcome, ...]:
@@ -537,7 +483,7 @@ class VirtualCluster:
             job.last_change = now
             job.samples_at_change = job.samples
             del self.running[job.spec.job_id]
-            self._configure(job)
+            job.configure(now)
             return
         resumed = job.state is JobState.PREEMPTED
         if a.kind is ActionKind.START:
@@ -563,4 +509,4 @@ class VirtualCluster:
         job.paused_until = max(job.paused_until, now + pause) if pause else job.paused_until
         job.last_change = now
         job.samples_at_change = job.samples
-        self._configure(job)
+        job.configure(now)

@@ -92,7 +92,7 @@ def simulate(jobs: Sequence[SimJobSpec], planner: Planner, *, gpus: int, gpus_pe
     total = len(order)
     while nxt < total or cluster.active:
         t_arrival = order[nxt].submit_time if nxt < total else math.inf
-        t_finish = cluster.next_finish()
+        t_finish = min((j.finish_at for j in cluster.running.values()), default=math.inf)
         t_epoch = math.inf
         if epoch_events:
             t_epoch = cluster.next_epoch_end()
