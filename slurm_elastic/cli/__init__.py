@@ -36,13 +36,14 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from slurm_elastic import heap
+from slurm_elastic import collector, heap
 from slurm_elastic.cli import admins, developers, managers, users
 from slurm_elastic.cli.parser import build_parser
 from slurm_elastic.errors import ElasticError
 
 SIMULATING = frozenset({"simulate", "reproduce", "what-if", "bench", "train-drl"})
-"""The commands that run simulations or planners in a loop: they keep freed memory (:mod:`slurm_elastic.heap`)."""
+"""The commands that run simulations or planners in a loop: they keep freed memory (:mod:`slurm_elastic.heap`) and
+collect garbage seldom (:func:`slurm_elastic.collector.collect_seldom`)."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -69,6 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     if args.command in SIMULATING:
         heap.keep_freed_memory()
+        collector.collect_seldom()
     try:
         return handlers[args.command](args)
     except ElasticError as exc:

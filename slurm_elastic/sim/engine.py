@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from slurm_elastic.collector import gc_paused
 from slurm_elastic.core.planner import Planner
 from slurm_elastic.core.rounds import run_round
 from slurm_elastic.errors import ConfigError
@@ -120,7 +121,8 @@ def simulate(jobs: Sequence[SimJobSpec], planner: Planner, *, gpus: int, gpus_pe
         if pending and cluster.now >= last_round + round_gap:
             pending = False
             busy_before = cluster.busy_gpus()
-            rec = run_round(cluster, planner, cluster, memo, rng)
+            with gc_paused():  # as the daemon runs its rounds (slurm_elastic.collector)
+                rec = run_round(cluster, planner, cluster, memo, rng)
             memo = rec.memo
             rounds += 1
             last_round = cluster.now
