@@ -154,16 +154,17 @@ def _epochs_done(arr: FloatArray) -> FloatArray:
     return np.clip(done, 0.0, SHAPE_MAX)
 
 
-def _transform(arr: FloatArray) -> FloatArray:
-    """Map raw features ``(..., 5)`` to the unscaled model features ``t(x)`` (see module doc)."""
+def _transform(arr: FloatArray, done: FloatArray | None = None) -> FloatArray:
+    """Map raw features ``(..., 5)`` to the unscaled model features ``t(x)`` (see module doc);
+    ``done``: ``_epochs_done(arr)`` when the caller has it."""
     t = arr.copy()
     t[..., _I_EPOCH_SIZE] = np.log1p(np.maximum(arr[..., _I_EPOCH_SIZE], 0.0))
-    t[..., _I_PROCESSED] = _epochs_done(arr)
+    t[..., _I_PROCESSED] = _epochs_done(arr) if done is None else done
     return t
 
 
-def _alpha(arr: FloatArray) -> FloatArray:
-    return np.maximum(_epochs_done(arr), 1.0)
+def _alpha(arr: FloatArray, done: FloatArray | None = None) -> FloatArray:
+    return np.maximum(_epochs_done(arr) if done is None else done, 1.0)
 
 
 def _beta_from_z(z: FloatArray) -> FloatArray:
@@ -250,7 +251,8 @@ class BetaProgressModel:
             ProfileError: On a wrong shape or a non-finite feature.
         """
         arr = _as_features(x)
-        return _alpha(arr), _beta_from_z(self._z(_transform(arr)))
+        done = _epochs_done(arr)  # once for both (a planner asks at every round)
+        return _alpha(arr, done), _beta_from_z(self._z(_transform(arr, done)))
 
     def sample_progress(
         self,
@@ -365,8 +367,9 @@ class JobHistory:
                 raise ProfileError(
                     f"job history point {i}: expected (processed, loss, val_metric), got {point}"
                 )
-            processed, loss, metric = (float(v) for v in point)
-            if not all(math.isfinite(v) for v in (processed, loss, metric)):
+            # Written out, not as generators: a simulation converts every epoch of every job it ends.
+            processed, loss, metric = float(point[0]), float(point[1]), float(point[2])
+            if not (math.isfinite(processed) and math.isfinite(loss) and math.isfinite(metric)):
                 raise ProfileError(f"job history point {i}: non-finite value in {point}")
             if not 0 < processed <= self.total_samples:
                 raise ProfileError(
