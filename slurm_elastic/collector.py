@@ -3,11 +3,11 @@
 This module owns :func:`gc_paused` and :func:`collect_seldom`. Reading a large queue and planning
 it allocate millions of objects that form no cycles (reference counting frees them); each burst of
 allocations triggers collections that walk the young generation, and, every few bursts, the whole
-heap. At 50,000 jobs a full collection walks several hundred thousand long-lived objects (the records and jobs kept from
-round to round) and took 0.29 s, in every round's plan (``bench observe``). The observer pauses
-the collector while it reads and builds; the daemon pauses it for a whole round (observe, plan,
-act), so its collections run between rounds, after the round's decisions are made; so does the
-simulator (:func:`slurm_elastic.sim.engine.simulate`).
+heap. At 50,000 jobs a full collection walks several hundred thousand long-lived objects (the
+records and jobs kept from round to round) and took 0.29 s, in every round's plan (``bench
+observe``). The observer pauses the collector while it reads and builds; the daemon pauses it for
+a whole round (observe, plan, act), so its collections run between rounds, after the round's
+decisions are made; so does the simulator (:func:`slurm_elastic.sim.engine.simulate`).
 """
 
 from __future__ import annotations

@@ -154,17 +154,18 @@ def _epochs_done(arr: FloatArray) -> FloatArray:
     return np.clip(done, 0.0, SHAPE_MAX)
 
 
-def _transform(arr: FloatArray, done: FloatArray | None = None) -> FloatArray:
+def _transform(arr: FloatArray, done: FloatArray) -> FloatArray:
     """Map raw features ``(..., 5)`` to the unscaled model features ``t(x)`` (see module doc);
-    ``done``: ``_epochs_done(arr)`` when the caller has it."""
+    ``done`` is ``_epochs_done(arr)``, which the callers need for ``alpha`` too."""
     t = arr.copy()
     t[..., _I_EPOCH_SIZE] = np.log1p(np.maximum(arr[..., _I_EPOCH_SIZE], 0.0))
-    t[..., _I_PROCESSED] = _epochs_done(arr) if done is None else done
+    t[..., _I_PROCESSED] = done
     return t
 
 
-def _alpha(arr: FloatArray, done: FloatArray | None = None) -> FloatArray:
-    return np.maximum(_epochs_done(arr) if done is None else done, 1.0)
+def _alpha(done: FloatArray) -> FloatArray:
+    """``alpha`` from the epochs done (``_epochs_done``)."""
+    return np.maximum(done, 1.0)
 
 
 def _beta_from_z(z: FloatArray) -> FloatArray:
@@ -250,9 +251,12 @@ class BetaProgressModel:
         Raises:
             ProfileError: On a wrong shape or a non-finite feature.
         """
-        arr = _as_features(x)
-        done = _epochs_done(arr)  # once for both (a planner asks at every round)
-        return _alpha(arr, done), _beta_from_z(self._z(_transform(arr, done)))
+        return self._shapes(_as_features(x))
+
+    def _shapes(self, arr: FloatArray) -> tuple[FloatArray, FloatArray]:
+        """:meth:`alpha_beta` of checked features, the epochs done computed once for both."""
+        done = _epochs_done(arr)
+        return _alpha(done), _beta_from_z(self._z(_transform(arr, done)))
 
     def sample_progress(
         self,
@@ -322,7 +326,7 @@ class BetaProgressModel:
             product overflows float64, i.e. for absurd feature values).
         """
         arr = _as_features(x)
-        alpha, beta = _alpha(arr), _beta_from_z(self._z(_transform(arr)))
+        alpha, beta = self._shapes(arr)
         processed = np.maximum(arr[..., _I_PROCESSED], 0.0)
         with np.errstate(over="ignore"):
             result: FloatArray = processed * (beta / np.maximum(alpha - 1.0, 1.0))
@@ -519,10 +523,11 @@ def fit_progress_model(
         raise ProfileError(
             "progress data has only final points (rho = 1); need at least one point with rho < 1"
         )
-    t = _transform(rows)
+    done = _epochs_done(rows)
+    t = _transform(rows, done)
     scale = _fit_scale(t)
     s = t / scale
-    alpha = _alpha(rows)
+    alpha = _alpha(done)
     log_rho, log_1m_rho = np.log(rho), np.log1p(-rho)
 
     if prior is None:

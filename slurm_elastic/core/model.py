@@ -501,7 +501,7 @@ class ClusterSnapshot:
 
     def _name_the_held_fault(self) -> None:
         """Raise for the first GPU, in job order, that is unknown to the snapshot or held twice."""
-        known = {n.name: set(n.gpus) for n in self.nodes}
+        known = {n.name: n.gpu_set() for n in self.nodes}
         held: set[tuple[NodeName, int]] = set()
         for job in self.jobs:
             for node, gpus in job.placement.slots:

@@ -452,7 +452,6 @@ class VirtualCluster:
                 "last_change_time": j.last_change, "samples_at_last_change": int(j.samples_at_change),
                 "preemptions": j.preemptions, "progress": self._progress(j)}
 
-
     # -- actuator ---------------------------------------------------------------------------------
 
     def apply(self, snapshot: ClusterSnapshot, actions: tuple[Action, ...]) -> tuple[ActionOutcome, ...]:
