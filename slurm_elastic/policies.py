@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from slurm_elastic.core.baselines import FifoPlanner, OptimusPlanner, TiresiasPlanner
+from slurm_elastic.core.dl2_baselines import DrfPlanner, TetrisPlanner
 from slurm_elastic.core.dynprog import DynamicProgramPlanner, fixed_batch_planner
 from slurm_elastic.core.efq import EfqPlanner
 from slurm_elastic.core.evolutionary import OnesPlanner
@@ -53,12 +54,14 @@ DEFAULT_GUARDS = Guards()
 _FACTORIES: dict[str, PlannerFactory] = {
     "dp": DynamicProgramPlanner,
     "dp-fixed": fixed_batch_planner,
+    "drf": DrfPlanner,
     "drl": drl,
     "efq": EfqPlanner,
     "fifo": FifoPlanner,
     "min-jct": MinJctPlanner,
     "ones": OnesPlanner,
     "optimus": OptimusPlanner,
+    "tetris": TetrisPlanner,
     "tiresias": TiresiasPlanner,
 }
 
@@ -166,6 +169,7 @@ _DP: dict[str, Param] = {
 PARAMETERS: dict[str, dict[str, Param]] = {
     "dp": _DP,
     "dp-fixed": {k: v for k, v in _DP.items() if k != "batch"},
+    "drf": {},
     "drl": {
         "model": Param("path", optional=True),
         "sample": _BOOL,
@@ -200,6 +204,7 @@ PARAMETERS: dict[str, dict[str, Param]] = {
         "start_between_rounds": _BOOL,
         "default_epochs_to_go": Param("float", 1.0, MAX_EPOCHS),
     },
+    "tetris": {"default_epochs_to_go": Param("float", 1.0, MAX_EPOCHS)},
     "tiresias": {
         "thresholds": Param("floats", 0.0, 1e12, low_open=True, count=32),
         "promote_after": _SECONDS,

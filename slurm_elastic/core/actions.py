@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from slurm_elastic.core.model import ClusterSnapshot, ElasticMode, JobId, JobPlan, JobState, Placement, Plan
+from slurm_elastic.core.model import ClusterSnapshot, ElasticMode, Job, JobId, JobPlan, JobState, Placement, Plan
 
 
 class ActionKind(enum.Enum):
@@ -58,8 +58,17 @@ def _to(kind: ActionKind, before: Placement, jp: JobPlan) -> Action:
     return Action(kind, jp.job_id, before, jp.placement, jp.global_batch, jp.local_batch, jp.accumulation, jp.lr)
 
 
-def _config_changed(job_batch: int, job_local: int, jp: JobPlan) -> bool:
-    return job_batch != jp.global_batch or job_local != jp.local_batch
+def _config_changed(job: Job, jp: JobPlan) -> bool:
+    """Whether a running job kept on its GPUs must change its batch to follow the plan.
+
+    An exo-elastic job trains ``local_batch`` per GPU on every GPU, so its per-GPU batch is its whole
+    configuration: a plan's global batch that its GPUs do not divide (a fixed batch of 20 on 3 GPUs
+    runs 7 per GPU) is the batch the job already runs. An endo-elastic job keeps its user's batch, so
+    a plan that names another one changes it.
+    """
+    if job.mode is ElasticMode.ENDO and job.base_batch != jp.global_batch:
+        return True
+    return job.local_batch != jp.local_batch
 
 
 def diff(snapshot: ClusterSnapshot, plan: Plan) -> tuple[Action, ...]:
@@ -99,9 +108,8 @@ def diff(snapshot: ClusterSnapshot, plan: Plan) -> tuple[Action, ...]:
             then.append(_to(ActionKind.START, job.placement, jp))
             continue
         now_gpus, new_gpus = job.placement.gpu_set(), jp.placement.gpu_set()
-        batch_now = job.base_batch if job.mode is ElasticMode.ENDO else job.global_batch
         if now_gpus == new_gpus:
-            if _config_changed(batch_now, job.local_batch, jp):
+            if _config_changed(job, jp):
                 then.append(_to(ActionKind.REBATCH, job.placement, jp))
             continue
         if new_gpus < now_gpus:

@@ -323,12 +323,45 @@ class OptimusMemo:
 
 
 @dataclass(frozen=True, slots=True)
-class _Table:
+class FixedBatchTable:
     """One job's fixed-batch throughput ``x[k]`` (samples/s, corrected) and feasible range."""
 
     x: FloatArr
     kmin: int  # 0 when no count is feasible
     kmax: int
+
+
+def fixed_batch_tables(snapshot: ClusterSnapshot, jobs: Sequence[Job], total: int,
+                       cache: dict[tuple[object, ...], FloatArr], out: dict[tuple[object, ...], FloatArr],
+                       known: dict[tuple[object, ...], float],
+                       predictions: dict[tuple[object, ...], float]) -> list[FixedBatchTable]:
+    """Each job's fixed-batch throughput by GPU count (0..``min(max_gpus, total)``), corrected by
+    its measured throughput, and the range of counts that hold its batch.
+
+    Uncorrected grids are shared by job shape: taken from ``cache`` (the last call's) when there,
+    and every grid used is put in ``out`` (this call's, to carry). ``known`` and ``predictions`` are
+    the last and this call's predicted throughputs at the jobs' configurations
+    (:func:`~slurm_elastic.core.sizing.correction`).
+    """
+    tables: list[FixedBatchTable] = []
+    ranges: dict[tuple[object, ...], tuple[int, int] | None] = {}  # by (shape, min GPUs): the correction keeps it
+    for job in jobs:
+        model = snapshot.profiles[job.model]
+        cap = max(0, min(job.max_gpus, total))
+        key = (*sizing.shape_key(job, fixed_batch=True), cap)
+        raw = out.get(key)
+        if raw is None:
+            raw = cache.get(key)
+            if raw is None:
+                raw = sizing.throughput_grid(job, model, cap, corrected=False, fixed_batch=True)[:, 0]
+            out[key] = raw
+        # The correction is measured at the job's real configuration, so it uses the job itself.
+        factor = sizing.correction(job, model, known, predictions)
+        x = raw if factor == 1.0 else raw * factor
+        if (key, job.min_gpus) not in ranges:
+            ranges[(key, job.min_gpus)] = sizing.feasible_span(raw, job.min_gpus)
+        tables.append(FixedBatchTable(x, *(ranges[(key, job.min_gpus)] or (0, 0))))
+    return tables
 
 
 def fixed_batch_sizing(job: Job, k: int, snapshot: ClusterSnapshot) -> sizing.Sizing | None:
@@ -367,30 +400,6 @@ class OptimusPlanner:
         self.start_between_rounds = start_between_rounds
         self.default_epochs_to_go = float(default_epochs_to_go)
 
-    def _tables(self, snapshot: ClusterSnapshot, jobs: Sequence[Job], total: int,
-                cache: dict[tuple[object, ...], FloatArr],
-                out: dict[tuple[object, ...], FloatArr], known: dict[tuple[object, ...], float],
-                predictions: dict[tuple[object, ...], float]) -> list[_Table]:
-        tables: list[_Table] = []
-        ranges: dict[tuple[object, ...], tuple[int, int] | None] = {}  # by (shape, min GPUs): the correction keeps it
-        for job in jobs:
-            model = snapshot.profiles[job.model]
-            cap = max(0, min(job.max_gpus, total))
-            key = (*sizing.shape_key(job, fixed_batch=True), cap)
-            raw = out.get(key)
-            if raw is None:
-                raw = cache.get(key)
-                if raw is None:
-                    raw = sizing.throughput_grid(job, model, cap, corrected=False, fixed_batch=True)[:, 0]
-                out[key] = raw
-            # The correction is measured at the job's real configuration, so it uses the job itself.
-            factor = sizing.correction(job, model, known, predictions)
-            x = raw if factor == 1.0 else raw * factor
-            if (key, job.min_gpus) not in ranges:
-                ranges[(key, job.min_gpus)] = sizing.feasible_span(raw, job.min_gpus)
-            tables.append(_Table(x, *(ranges[(key, job.min_gpus)] or (0, 0))))
-        return tables
-
     def plan(self, snapshot: ClusterSnapshot, memo: Any, rng: np.random.Generator) -> PlanResult:
         """Re-plan greedily every ``interval`` seconds; keep the allocation in between."""
         m = memo if isinstance(memo, OptimusMemo) else OptimusMemo()
@@ -398,7 +407,7 @@ class OptimusPlanner:
         total = len(snapshot.schedulable_gpus())
         grids: dict[tuple[object, ...], FloatArr] = {}
         predictions: dict[tuple[object, ...], float] = {}  # only this call's are carried, like the grids
-        tabs = self._tables(snapshot, jobs, total, m.grids, grids, m.predictions, predictions)
+        tabs = fixed_batch_tables(snapshot, jobs, total, m.grids, grids, m.predictions, predictions)
         tab = {j.job_id: t for j, t in zip(jobs, tabs, strict=True)}
 
         def choose(job: Job, k: int) -> sizing.Sizing | None:

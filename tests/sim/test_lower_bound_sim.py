@@ -107,8 +107,8 @@ def test_reproduce_tables_carry_the_ratio(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(runner, "run_comparison", fake)
     monkeypatch.setattr(runner, "fairness_section", lambda *a, **k: ([], []))
     text, _ = runner.reproduce([1], quick=True)
-    # the ONES, its scalability (64 GPUs only when quick), the IBM tables, and min-jct against every peer
-    assert text.count("| ×LB |") == 4
+    # the ONES, its scalability (64 GPUs only when quick), the IBM tables, DL2's, and min-jct against every peer
+    assert text.count("| ×LB |") == 5  # and DL2's table
     assert ("| ones-longhorn (64 GPUs) | 100 | 100 (dp) | 2.50x | 1.10 | 0.50 | 0.50 | yes | no | yes | no |"
             in text)
     assert "| ibm-categories-overload (queue) | " not in text  # only dp and dp-fixed ran there: no min-jct row

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -110,3 +110,16 @@ def test_no_action_for_a_job_already_on_its_way_to_the_planned_size() -> None:
     kinds = {(a.kind, a.job_id) for a in diff(snap, PLAN)}
     assert (ActionKind.START, "start") not in kinds  # on its way to the planned 2 GPUs
     assert (ActionKind.GROW, "grow") in kinds  # in flight to another size: the plan changed its mind
+
+
+def test_no_rebatch_for_a_fixed_batch_that_the_gpus_do_not_divide() -> None:
+    """A fixed-batch plan of 20 samples on 3 GPUs runs 7 per GPU: the job already running 7 per GPU
+    on those GPUs (its view says 21 in all) is left alone; it used to get a REBATCH every round."""
+    job = replace(make_job("exo", placement=[("n000", 0), ("n000", 1), ("n000", 2)], local_batch=7),
+                  base_batch=20, min_batch=1)
+    snap = make_snapshot(make_nodes(1), [job])
+    assert snap.jobs[0].global_batch == 21
+    same = Plan("t", (JobPlan(JobId("exo"), job.placement, 20, 7, 1, 0.1),), ())
+    assert diff(snap, same) == ()
+    other = Plan("t", (JobPlan(JobId("exo"), job.placement, 24, 8, 1, 0.1),), ())
+    assert [a.kind for a in diff(snap, other)] == [ActionKind.REBATCH]

@@ -13,20 +13,20 @@ import pytest
 from slurm_elastic import policies
 from slurm_elastic.argtypes import param
 from slurm_elastic.cli import main
-from slurm_elastic.core import baselines, drl, dynprog, efq, evolutionary, minjct
+from slurm_elastic.core import baselines, dl2_baselines, drl, dynprog, efq, evolutionary, minjct
 from slurm_elastic.core.fairness import FtfGuardedPlanner
 from slurm_elastic.core.guards import GuardedPlanner, Guards
 from slurm_elastic.errors import ConfigError, UnknownPolicyError
 from slurm_elastic.testing import make_job, make_nodes, make_snapshot
 
 CORE = Path(policies.__file__).resolve().parent / "core"
-ALL = ("dp", "dp-fixed", "drl", "efq", "fifo", "min-jct", "ones", "optimus", "tiresias")
+ALL = ("dp", "dp-fixed", "drf", "drl", "efq", "fifo", "min-jct", "ones", "optimus", "tetris", "tiresias")
 
 
 def test_available_lists_every_planner() -> None:
     assert policies.available() == ALL
     assert policies.DEFAULT_POLICY in ALL
-    core_planners = {cls for mod in (baselines, drl, dynprog, efq, evolutionary, minjct)
+    core_planners = {cls for mod in (baselines, dl2_baselines, drl, dynprog, efq, evolutionary, minjct)
                      for _, cls in inspect.getmembers(mod, inspect.isclass)
                      if cls.__module__ == mod.__name__ and callable(getattr(cls, "plan", None))}
     made = {type(policies.create(name)) for name in ALL}
