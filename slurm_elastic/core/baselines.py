@@ -117,7 +117,7 @@ def _never_fits(snapshot: ClusterSnapshot, job: Job, k: int, total: int) -> str 
     return None
 
 
-def _keep_running(snapshot: ClusterSnapshot, jobs: Sequence[Job], size_of: Callable[[Job], int | None],
+def keep_running(snapshot: ClusterSnapshot, jobs: Sequence[Job], size_of: Callable[[Job], int | None],
                   policy: str, free: int) -> tuple[dict[JobId, int], dict[JobId, str], int]:
     """Keep running jobs at ``size_of(job)`` GPUs while GPUs last.
 
@@ -175,7 +175,7 @@ class FifoPlanner:
             k = _clamp(job, job.num_gpus)
             return None if sizing.size_for(job, k, snapshot.profiles[job.model]) is None else k
 
-        counts, reasons, free = _keep_running(snapshot, jobs, current, self.name, total)
+        counts, reasons, free = keep_running(snapshot, jobs, current, self.name, total)
         head: tuple[Job, int] | None = None
         for job in sorted((j for j in jobs if j.is_waiting), key=_order):
             k = _fixed_size(job)
@@ -420,7 +420,7 @@ class OptimusPlanner:
                 t = tab[job.job_id]
                 return min(max(job.num_gpus, t.kmin), t.kmax) if t.kmin else None
 
-            counts, reasons, free = _keep_running(snapshot, jobs, kept, self.name, total)
+            counts, reasons, free = keep_running(snapshot, jobs, kept, self.name, total)
             next_round = last + self.interval
             for job in (j for j in jobs if j.is_waiting):
                 t = tab[job.job_id]

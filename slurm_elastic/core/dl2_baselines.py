@@ -50,8 +50,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from slurm_elastic.core.baselines import FixedBatchTable, fixed_batch_sizing, fixed_batch_tables
-from slurm_elastic.core.model import ClusterSnapshot, Job, JobId, JobState
+from slurm_elastic.core.baselines import FixedBatchTable, fixed_batch_sizing, fixed_batch_tables, keep_running
+from slurm_elastic.core.model import ClusterSnapshot, Job, JobId
 from slurm_elastic.core.planner import PlanResult, build_plan
 from slurm_elastic.core.remaining import expected_remaining, progress_shapes
 from slurm_elastic.core.sizing import Sizing
@@ -97,28 +97,13 @@ def _kept(job: Job, span: tuple[int, int] | None) -> int | None:
 
 def _keep_minimums(snapshot: ClusterSnapshot, jobs: Sequence[Job], spans: dict[JobId, tuple[int, int] | None],
                    policy: str, total: int) -> tuple[dict[JobId, int], dict[JobId, str], int]:
-    """Running jobs at their smallest sizes (jobs wholly on schedulable GPUs first), then the
-    waiting jobs that do not hold their batch on any count get their reason.
+    """Running jobs at their smallest sizes (:func:`~slurm_elastic.core.baselines.keep_running`: jobs
+    wholly on schedulable GPUs first), and a reason for each waiting job that holds its batch on no count.
 
     Returns:
         ``(counts, reasons, free GPUs left)``.
     """
-    sched = set(snapshot.schedulable_gpus())
-    counts: dict[JobId, int] = {}
-    reasons: dict[JobId, str] = {}
-    free = total
-    running = sorted((j for j in jobs if j.state is JobState.RUNNING),
-                     key=lambda j: (not j.placement.gpu_set() <= sched, *_order(j)))
-    for job in running:
-        k = _kept(job, spans[job.job_id])
-        if k is None:
-            reasons[job.job_id] = f"preempted by {policy}: {_never(job, total)}"
-        elif k <= free:
-            counts[job.job_id] = k
-            free -= k
-        else:
-            reasons[job.job_id] = (f"preempted by {policy}: keeping {k} GPUs needs more than the {free} "
-                                   "left after GPUs were lost")
+    counts, reasons, free = keep_running(snapshot, jobs, lambda j: _kept(j, spans[j.job_id]), policy, total)
     for job in jobs:
         if job.is_waiting and spans[job.job_id] is None:
             reasons[job.job_id] = _never(job, total)
