@@ -33,6 +33,10 @@ T = TypeVar("T")
 #: The model shipped with the package, trained by ``slurm-elastic train-drl`` (docs/drl.md).
 DEFAULT_MODEL = Path(__file__).resolve().parent / "data" / "longhorn.npz"
 
+#: A second shipped model, trained on DL2's own setup (``dl2-simulation`` at 80 GPUs) for ``reproduce``'s
+#: DL2 table: DL2 learns from the jobs of the cluster it schedules (docs/drl.md).
+DL2_MODEL = Path(__file__).resolve().parent / "data" / "dl2.npz"
+
 
 def save(weights: PolicyWeights, path: Path) -> None:
     """Write ``weights`` to ``path`` (compressed ``.npz``, float32 weights).

@@ -56,7 +56,7 @@ def test_reproduce_shows_dl2_against_drf_tetris_and_optimus_next_to_the_paper(mo
 
     def fake(pols: Any, seeds: Any, **kw: Any) -> list[dict[str, Any]]:
         calls.append((kw["workload"], kw["gpus"], tuple(kw.get("loads", ()))))
-        jct = {"drl": 60.0, "drf": 100.0, "tetris": 80.0, "optimus": 75.0}
+        jct = {runner.DL2_LABEL: 60.0, "drl": 90.0, "drf": 100.0, "tetris": 80.0, "optimus": 75.0}
         out = []
         for s in seeds:
             for p in pols:
@@ -77,8 +77,10 @@ def test_reproduce_shows_dl2_against_drf_tetris_and_optimus_next_to_the_paper(mo
     assert "| 1,000 GPUs | drf | 100 | 10 | 2.00x | 10 | 10.00 | 10.00 | -40.0% |  |  | -44.1% |" in text
     assert "| 1,000 GPUs | optimus | 75 | 10 | 2.00x | 10 | 10.00 | 10.00 | -20.0% |  |  | -17.5% |" in text
     assert "| 1,000 GPUs | tetris | 80 | 10 | 2.00x | 10 | 10.00 | 10.00 | -25.0% |  |  |  |" in text
+    assert "| 1,000 GPUs | drl | 90 | 10 | 2.00x | 10 | 10.00 | 10.00 | -33.3% |  |  |  |" in text
+    assert f"| 1,000 GPUs | {runner.DL2_LABEL} | 60 | 10 | 2.00x | 10 | 10.00 | 10.00 |  |  |  |  |" in text
     assert "| load 1 (80, 80 GPUs) | drf | 100 |" in text
-    assert {r["policy"] for r in results} == {"drl", "drf", "tetris", "optimus", "dp", "min-jct"}
+    assert {r["policy"] for r in results} == {runner.DL2_LABEL, "drl", "drf", "tetris", "optimus", "dp", "min-jct"}
     calls.clear()
     lines, _ = runner.dl2_section([1, 2], quick=True)
     assert calls == [("dl2-simulation", 1000, ())] and not any("load 1" in line for line in lines)

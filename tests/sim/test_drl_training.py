@@ -81,17 +81,20 @@ def test_training_is_deterministic() -> None:
         np.testing.assert_array_equal(b1, b2)
 
 
-def test_the_shipped_model_runs_again_to_the_validation_it_records() -> None:
+@pytest.mark.parametrize(("model", "workload", "gpus"), [(files.DEFAULT_MODEL, "ones-longhorn", 64),
+                                                      (files.DL2_MODEL, "dl2-simulation", 80)])
+def test_the_shipped_model_runs_again_to_the_validation_it_records(model: Path, workload: str, gpus: int) -> None:
     """DL2 learns from the cluster's own jobs (§4.2-4.3), and reproduce's ONES Table 4 and
     fairness rows compare against the shipped model, so it must come from today's
     ``ones-longhorn`` at 64 GPUs (the appendix's 400 Philly-matched jobs). A workload's name is
     not its definition: the name once meant the 50-job set (mean queue 9-16 s), and a model
     trained there admitted too little under the appendix's load (ONES came out 63.7 % better
     than it; the paper says 26.9 %). So the model is run again on its recorded validation
-    workloads and must give the avg JCT it recorded."""
-    weights = files.load(files.DEFAULT_MODEL)
+    workloads and must give the avg JCT it recorded. The same holds for the model of reproduce's
+    DL2 table, trained on ``dl2-simulation`` at 80 GPUs."""
+    weights = files.load(model)
     recorded = json.loads(weights.meta["config"])
-    assert (recorded["workload"], recorded["gpus"], recorded["gpus_per_node"]) == ("ones-longhorn", 64, 4)
+    assert (recorded["workload"], recorded["gpus"], recorded["gpus_per_node"]) == (workload, gpus, 4)
     assert recorded["jobs"] is None  # whole workloads, not a prefix
     assert not set(recorded["eval_seeds"]) & {1, 2, 3, 4, 5}  # never the evaluation seeds
     cfg = TrainConfig(workload=recorded["workload"], gpus=recorded["gpus"], gpus_per_node=recorded["gpus_per_node"],
