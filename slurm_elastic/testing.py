@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from slurm_elastic.core.constraints import validate_plan
 from slurm_elastic.core.model import (
     ClusterSnapshot,
     ElasticMode,
@@ -25,7 +26,9 @@ from slurm_elastic.core.model import (
     NodeName,
     NodeState,
     Placement,
+    Plan,
 )
+from slurm_elastic.core.planner import Planner
 from slurm_elastic.observe.bounds import ReportLimits, limits_of
 from slurm_elastic.slurm.records import JobRecord
 from slurm_elastic_predictor.profiles import MODEL_DEFAULTS, load_models
@@ -153,3 +156,21 @@ def report_limits(now: float) -> Callable[[JobRecord], ReportLimits]:
     """The daemon's bounds on each job's reports at ``now``, with the shipped profiles (what
     :meth:`~slurm_elastic.observe.view.ClusterView.read_reports` passes to ``ingest``)."""
     return lambda rec: limits_of(rec, now=now, profiles=shipped_profiles())
+
+
+def checked_plan(planner: Planner, snapshot: ClusterSnapshot, memo: Any = None) -> tuple[Plan, Any]:
+    """``planner``'s plan of ``snapshot`` (its rng seeded 0), checked by
+    :func:`~slurm_elastic.core.constraints.validate_plan`, and its memo."""
+    res = planner.plan(snapshot, memo, np.random.default_rng(0))
+    validate_plan(snapshot, res.plan)
+    return res.plan, res.memo
+
+
+def gpu_counts(plan: Plan) -> dict[str, int]:
+    """GPUs per planned job, by job id."""
+    return {str(p.job_id): p.num_gpus for p in plan.jobs}
+
+
+def unplaced_reasons(plan: Plan) -> dict[str, str]:
+    """The reason of each job the plan does not run, by job id."""
+    return {str(u.job_id): u.reason for u in plan.unplaced}

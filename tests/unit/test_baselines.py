@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
 import pytest
 
 from slurm_elastic import policies
@@ -16,11 +15,10 @@ from slurm_elastic.core.baselines import (
     TiresiasMemo,
     TiresiasPlanner,
 )
-from slurm_elastic.core.constraints import validate_plan
-from slurm_elastic.core.model import ClusterSnapshot, JobId, JobState, NodeState, Plan
+from slurm_elastic.core.model import JobId, JobState, NodeState
 from slurm_elastic.core.remaining import expected_remaining, progress_shapes
 from slurm_elastic.errors import ConfigError
-from slurm_elastic.testing import make_job, make_nodes, make_snapshot
+from slurm_elastic.testing import checked_plan, gpu_counts, make_job, make_nodes, make_snapshot, unplaced_reasons
 from slurm_elastic_predictor.progress import BetaProgressModel
 from slurm_elastic_predictor.throughput import ThroughputModel
 
@@ -30,19 +28,6 @@ LINEAR = ThroughputModel("linear", (1.0, 256.0), (0.001, 0.256), 256, (0.0, 0.0)
 FLAT = ThroughputModel("flat", (1.0, 256.0), (0.001, 0.256), 256, (1.0, 1.0), (1.0, 1.0, 1.0), 4)
 PROFILES = {"linear": LINEAR, "flat": FLAT}
 
-
-def _plan(policy: Any, snap: ClusterSnapshot, memo: Any = None) -> tuple[Plan, Any]:
-    res = policy.plan(snap, memo, np.random.default_rng(0))
-    validate_plan(snap, res.plan)
-    return res.plan, res.memo
-
-
-def _counts(plan: Plan) -> dict[str, int]:
-    return {str(p.job_id): p.num_gpus for p in plan.jobs}
-
-
-def _reasons(plan: Plan) -> dict[str, str]:
-    return {str(u.job_id): u.reason for u in plan.unplaced}
 
 
 # -- registry and parameters ---------------------------------------------------------------------
@@ -77,8 +62,8 @@ def test_bad_parameters_name_key_value_and_rule(policy: str, params: dict[str, A
 def test_fifo_starts_jobs_at_their_requested_size_with_the_users_batch() -> None:
     jobs = [make_job("a", requested_gpus=2, max_gpus=8), make_job("b", requested_gpus=3, max_gpus=8, submit_time=1)]
     snap = make_snapshot(make_nodes(2), jobs)
-    plan, memo = _plan(FifoPlanner(), snap)
-    assert _counts(plan) == {"a": 2, "b": 3}  # 3 of 8 GPUs stay idle: no elasticity
+    plan, memo = checked_plan(FifoPlanner(), snap)
+    assert gpu_counts(plan) == {"a": 2, "b": 3}  # 3 of 8 GPUs stay idle: no elasticity
     assert all(p.global_batch == snap.job(p.job_id).base_batch for p in plan.jobs)
     assert memo is None
 
@@ -88,19 +73,19 @@ def test_fifo_head_of_line_blocking_and_backfill() -> None:
     head = make_job("head", requested_gpus=4, submit_time=1)
     small = make_job("small", requested_gpus=1, submit_time=2)
     snap = make_snapshot(make_nodes(1), [run, head, small])
-    strict, _ = _plan(FifoPlanner(), snap)
-    assert _counts(strict) == {"run": 2}
-    assert "head of the fifo queue: needs 4 GPUs, 2 are free" in _reasons(strict)["head"]
-    assert "waiting behind job head" in _reasons(strict)["small"]
-    backfill, _ = _plan(FifoPlanner(backfill=True), snap)
-    assert _counts(backfill) == {"run": 2, "small": 1}
-    assert "backfill" in _reasons(backfill)["head"]
+    strict, _ = checked_plan(FifoPlanner(), snap)
+    assert gpu_counts(strict) == {"run": 2}
+    assert "head of the fifo queue: needs 4 GPUs, 2 are free" in unplaced_reasons(strict)["head"]
+    assert "waiting behind job head" in unplaced_reasons(strict)["small"]
+    backfill, _ = checked_plan(FifoPlanner(backfill=True), snap)
+    assert gpu_counts(backfill) == {"run": 2, "small": 1}
+    assert "backfill" in unplaced_reasons(backfill)["head"]
 
 
 def test_fifo_keeps_running_jobs_where_they_are_and_never_grows_them() -> None:
     run = make_job("run", requested_gpus=1, max_gpus=8, placement=[("n000", 1), ("n000", 2), ("n000", 3)])
     snap = make_snapshot(make_nodes(2), [run])
-    plan, _ = _plan(FifoPlanner(), snap)
+    plan, _ = checked_plan(FifoPlanner(), snap)
     (jp,) = plan.jobs
     assert jp.placement == run.placement
 
@@ -109,9 +94,9 @@ def test_fifo_skips_a_job_that_can_never_fit_instead_of_blocking() -> None:
     huge = make_job("huge", min_gpus=16, max_gpus=16, requested_gpus=16)
     later = make_job("later", requested_gpus=2, submit_time=1)
     snap = make_snapshot(make_nodes(1), [huge, later])
-    plan, _ = _plan(FifoPlanner(), snap)
-    assert _counts(plan) == {"later": 2}
-    assert _reasons(plan)["huge"].startswith("cannot run: needs 16 GPUs, only 4")
+    plan, _ = checked_plan(FifoPlanner(), snap)
+    assert gpu_counts(plan) == {"later": 2}
+    assert unplaced_reasons(plan)["huge"].startswith("cannot run: needs 16 GPUs, only 4")
 
 
 def test_fifo_preempts_a_running_job_that_lost_its_gpus_when_there_is_no_room() -> None:
@@ -120,9 +105,9 @@ def test_fifo_preempts_a_running_job_that_lost_its_gpus_when_there_is_no_room() 
     a = make_job("a", requested_gpus=4, max_gpus=4, submit_time=1, placement=[("n000", g) for g in range(4)])
     b = make_job("b", requested_gpus=2, max_gpus=4, submit_time=0, placement=[("n001", 0), ("n001", 1)])
     snap = make_snapshot(nodes, [a, b])
-    plan, _ = _plan(FifoPlanner(), snap)
-    assert _counts(plan) == {"a": 4}  # the healthy job is never preempted, though b is older
-    assert _reasons(plan)["b"].startswith("preempted by fifo")
+    plan, _ = checked_plan(FifoPlanner(), snap)
+    assert gpu_counts(plan) == {"a": 4}  # the healthy job is never preempted, though b is older
+    assert unplaced_reasons(plan)["b"].startswith("preempted by fifo")
 
 
 # -- tiresias ------------------------------------------------------------------------------------
@@ -137,10 +122,10 @@ def test_tiresias_preempts_the_job_with_more_attained_service_for_a_new_one() ->
     old = make_job("old", requested_gpus=4, max_gpus=8, run_time=2000.0, placement=[("n000", g) for g in range(4)])
     new = make_job("new", requested_gpus=4, max_gpus=8, submit_time=10)
     snap = make_snapshot(make_nodes(1), [old, new], now=2000.0)
-    plan, memo = _plan(TiresiasPlanner(), snap)
-    assert _counts(plan) == {"new": 4}
+    plan, memo = checked_plan(TiresiasPlanner(), snap)
+    assert gpu_counts(plan) == {"new": 4}
     assert plan.by_job()[JobId("new")].global_batch == new.base_batch
-    assert _reasons(plan)["old"].startswith("preempted by tiresias: queue 2 (8000 GPU-s attained)")
+    assert unplaced_reasons(plan)["old"].startswith("preempted by tiresias: queue 2 (8000 GPU-s attained)")
     assert isinstance(memo, TiresiasMemo) and memo.last_run[JobId("old")] == 2000.0
 
 
@@ -148,8 +133,8 @@ def test_tiresias_keeps_fixed_sizes_even_with_idle_gpus() -> None:
     run = make_job("run", requested_gpus=2, max_gpus=8, placement=[("n000", 0), ("n000", 1), ("n000", 2)])
     wait = make_job("wait", requested_gpus=3, max_gpus=8, submit_time=1)
     snap = make_snapshot(make_nodes(2), [run, wait])
-    plan, _ = _plan(TiresiasPlanner(), snap)
-    assert _counts(plan) == {"run": 2, "wait": 3}  # run is brought back to its requested size
+    plan, _ = checked_plan(TiresiasPlanner(), snap)
+    assert gpu_counts(plan) == {"run": 2, "wait": 3}  # run is brought back to its requested size
     assert plan.by_job()[JobId("run")].placement.gpu_set() <= run.placement.gpu_set()
 
 
@@ -158,17 +143,17 @@ def test_tiresias_skips_a_job_that_does_not_fit_and_runs_a_later_smaller_one() -
     big = make_job("big", requested_gpus=4, submit_time=1)
     small = make_job("small", requested_gpus=2, submit_time=2)
     snap = make_snapshot(make_nodes(1), [run, big, small])
-    plan, _ = _plan(TiresiasPlanner(), snap)
-    assert _counts(plan) == {"run": 2, "small": 2}
-    assert "queue 0 (0 GPU-s attained) needs 4 GPUs, 2 are left" in _reasons(plan)["big"]
+    plan, _ = checked_plan(TiresiasPlanner(), snap)
+    assert gpu_counts(plan) == {"run": 2, "small": 2}
+    assert "queue 0 (0 GPU-s attained) needs 4 GPUs, 2 are left" in unplaced_reasons(plan)["big"]
 
 
 def test_tiresias_orders_a_queue_by_submit_time() -> None:
     late = make_job("late", requested_gpus=4, submit_time=5, run_time=10.0, placement=[("n000", g) for g in range(4)])
     early = make_job("early", requested_gpus=4, submit_time=1, state=JobState.PREEMPTED, run_time=10.0)
     snap = make_snapshot(make_nodes(1), [early, late], now=50.0)
-    plan, _ = _plan(TiresiasPlanner(), snap)
-    assert _counts(plan) == {"early": 4}
+    plan, _ = checked_plan(TiresiasPlanner(), snap)
+    assert gpu_counts(plan) == {"early": 4}
 
 
 def test_tiresias_promotes_a_starving_job_and_restarts_its_service_count() -> None:
@@ -176,22 +161,22 @@ def test_tiresias_promotes_a_starving_job_and_restarts_its_service_count() -> No
     policy = TiresiasPlanner(promote_after=300.0)
     old_run = make_job("old", requested_gpus=4, run_time=1000.0, placement=[("n000", g) for g in range(4)])
     young = make_job("young", requested_gpus=4, submit_time=900)
-    plan, memo = _plan(policy, make_snapshot(nodes, [old_run, young], now=1000.0))
-    assert _counts(plan) == {"young": 4}  # old has 4000 GPU-s: queue 1
+    plan, memo = checked_plan(policy, make_snapshot(nodes, [old_run, young], now=1000.0))
+    assert gpu_counts(plan) == {"young": 4}  # old has 4000 GPU-s: queue 1
 
     old_wait = make_job("old", requested_gpus=4, run_time=1000.0, state=JobState.PREEMPTED)
     young_run = replace(make_job("young", requested_gpus=4, submit_time=900, placement=[("n000", g) for g in range(4)]),
                         run_time=100.0)
     # 200 s after it was last seen running: not yet (without the memo it would count from submit).
-    plan, memo = _plan(policy, make_snapshot(nodes, [old_wait, young_run], now=1200.0), memo)
-    assert _counts(plan) == {"young": 4}
+    plan, memo = checked_plan(policy, make_snapshot(nodes, [old_wait, young_run], now=1200.0), memo)
+    assert gpu_counts(plan) == {"young": 4}
     # 400 s: promoted to queue 0, where it is older than young.
     snap = make_snapshot(nodes, [old_wait, young_run], now=1400.0)
-    plan, memo = _plan(policy, snap, memo)
-    assert _counts(plan) == {"old": 4}
+    plan, memo = checked_plan(policy, snap, memo)
+    assert gpu_counts(plan) == {"old": 4}
     assert "promoted to queue 0" in plan.notes[0]
     assert memo.service_offset[JobId("old")] == 4000.0
-    assert _counts(_plan(TiresiasPlanner(), snap)[0]) == {"young": 4}  # no promotion when off
+    assert gpu_counts(checked_plan(TiresiasPlanner(), snap)[0]) == {"young": 4}  # no promotion when off
 
 
 # -- optimus -------------------------------------------------------------------------------------
@@ -205,8 +190,8 @@ def _linear_job(job_id: str, **kw: Any) -> Any:
 def test_optimus_gives_extra_gpus_to_the_job_that_scales_best() -> None:
     jobs = [_linear_job("flat", model="flat"), _linear_job("lin", submit_time=1)]
     snap = make_snapshot(make_nodes(1), jobs, profiles=PROFILES)
-    plan, memo = _plan(OptimusPlanner(), snap)
-    assert _counts(plan) == {"flat": 1, "lin": 3}
+    plan, memo = checked_plan(OptimusPlanner(), snap)
+    assert gpu_counts(plan) == {"flat": 1, "lin": 3}
     assert isinstance(memo, OptimusMemo) and memo.last_plan_time == 0.0
     assert plan.score is not None and plan.score > 0
 
@@ -214,15 +199,15 @@ def test_optimus_gives_extra_gpus_to_the_job_that_scales_best() -> None:
 def test_optimus_gives_more_gpus_to_the_job_with_more_remaining_work() -> None:
     jobs = [_linear_job("short", target_epochs=2.0), _linear_job("long", target_epochs=100.0, submit_time=1)]
     snap = make_snapshot(make_nodes(2), jobs, profiles=PROFILES)
-    plan, _ = _plan(OptimusPlanner(), snap)
+    plan, _ = checked_plan(OptimusPlanner(), snap)
     # Gains Y/(x k (k+1)) with Y 50x larger: long takes every GPU it can use.
-    assert _counts(plan) == {"short": 1, "long": 7}
+    assert gpu_counts(plan) == {"short": 1, "long": 7}
 
 
 def test_optimus_keeps_the_users_global_batch_with_accumulation() -> None:
     job = make_job("a", model="linear", local_batch=32, requested_gpus=4, max_local_batch=32)
     snap = make_snapshot(make_nodes(1, gpus_per_node=1), [job], profiles=PROFILES)
-    plan, _ = _plan(OptimusPlanner(), snap)
+    plan, _ = checked_plan(OptimusPlanner(), snap)
     (jp,) = plan.jobs
     assert (jp.num_gpus, jp.global_batch, jp.local_batch, jp.accumulation, jp.lr) == (1, 128, 32, 4, job.base_lr)
 
@@ -232,15 +217,15 @@ def test_optimus_holds_the_allocation_between_rounds() -> None:
     wait = _linear_job("wait", submit_time=1)
     snap = make_snapshot(make_nodes(1), [run, wait], now=100.0, profiles=PROFILES)
     memo = OptimusMemo(last_plan_time=0.0)
-    plan, new_memo = _plan(OptimusPlanner(), snap, memo)
-    assert _counts(plan) == {"run": 1}
-    assert _reasons(plan)["wait"] == "waiting for the next optimus round at t=600 s"
+    plan, new_memo = checked_plan(OptimusPlanner(), snap, memo)
+    assert gpu_counts(plan) == {"run": 1}
+    assert unplaced_reasons(plan)["wait"] == "waiting for the next optimus round at t=600 s"
     assert new_memo.last_plan_time == 0.0 and "between re-plans" in plan.notes[0]
-    eager, _ = _plan(OptimusPlanner(start_between_rounds=True), snap, memo)
-    assert _counts(eager) == {"run": 1, "wait": 1}
+    eager, _ = checked_plan(OptimusPlanner(start_between_rounds=True), snap, memo)
+    assert gpu_counts(eager) == {"run": 1, "wait": 1}
     later = replace(snap, now=600.0)
-    plan, new_memo = _plan(OptimusPlanner(), later, memo)
-    assert sum(_counts(plan).values()) == 4 and set(_counts(plan)) == {"run", "wait"}
+    plan, new_memo = checked_plan(OptimusPlanner(), later, memo)
+    assert sum(gpu_counts(plan).values()) == 4 and set(gpu_counts(plan)) == {"run", "wait"}
     assert new_memo.last_plan_time == 600.0
 
 
@@ -248,9 +233,9 @@ def test_optimus_preempts_a_running_job_that_cannot_get_its_minimum() -> None:
     first = _linear_job("first", min_gpus=4, max_gpus=4)
     run = _linear_job("run", submit_time=1, placement=[("n000", 0)])
     snap = make_snapshot(make_nodes(1), [first, run], profiles=PROFILES)
-    plan, _ = _plan(OptimusPlanner(), snap)
-    assert _counts(plan) == {"first": 4}
-    assert _reasons(plan)["run"].startswith("preempted by optimus: needs 1 GPUs at least, 0 are left")
+    plan, _ = checked_plan(OptimusPlanner(), snap)
+    assert gpu_counts(plan) == {"first": 4}
+    assert unplaced_reasons(plan)["run"].startswith("preempted by optimus: needs 1 GPUs at least, 0 are left")
 
 
 # -- the shared remaining-work estimate ----------------------------------------------------------
