@@ -104,7 +104,8 @@ def _fixed_size(job: Job) -> int:
     return _clamp(job, job.requested_gpus)
 
 
-def _order(job: Job) -> tuple[float, str]:
+def submit_order(job: Job) -> tuple[float, str]:
+    """The sort key of first come, first served: submission time, then job id."""
     return (job.submit_time, job.job_id)
 
 
@@ -131,7 +132,7 @@ def keep_running(snapshot: ClusterSnapshot, jobs: Sequence[Job], size_of: Callab
     counts: dict[JobId, int] = {}
     reasons: dict[JobId, str] = {}
     running = sorted((j for j in jobs if j.state is JobState.RUNNING),
-                     key=lambda j: (not j.placement.gpu_set() <= sched, *_order(j)))
+                     key=lambda j: (not j.placement.gpu_set() <= sched, *submit_order(j)))
     for job in running:
         k = size_of(job)
         if k is None:
@@ -177,7 +178,7 @@ class FifoPlanner:
 
         counts, reasons, free = keep_running(snapshot, jobs, current, self.name, total)
         head: tuple[Job, int] | None = None
-        for job in sorted((j for j in jobs if j.is_waiting), key=_order):
+        for job in sorted((j for j in jobs if j.is_waiting), key=submit_order):
             k = _fixed_size(job)
             never = _never_fits(snapshot, job, k, total)
             if never is not None:
@@ -282,7 +283,7 @@ class TiresiasPlanner:
         counts: dict[JobId, int] = {}
         reasons: dict[JobId, str] = {}
         free = total
-        for job in sorted(jobs, key=lambda j: (queue[j.job_id], *_order(j))):
+        for job in sorted(jobs, key=lambda j: (queue[j.job_id], *submit_order(j))):
             jid = job.job_id
             k = _fixed_size(job)
             never = _never_fits(snapshot, job, k, total)
@@ -364,6 +365,14 @@ def fixed_batch_tables(snapshot: ClusterSnapshot, jobs: Sequence[Job], total: in
     return tables
 
 
+def never_at_fixed_batch(job: Job, total: int) -> str:
+    """Why ``job`` runs on no GPU count of ``total`` at its fixed batch, as a waiting reason."""
+    if job.min_gpus > total:
+        return f"cannot run: needs {job.min_gpus} GPUs at least, only {total} are schedulable now"
+    return (f"cannot run: no GPU count in {job.min_gpus}:{min(job.max_gpus, total)} holds its fixed "
+            f"batch of {job.base_batch}")
+
+
 def fixed_batch_sizing(job: Job, k: int, snapshot: ClusterSnapshot) -> sizing.Sizing | None:
     """The configuration of ``job`` on ``k`` GPUs at its user's global batch ``base_batch``.
 
@@ -403,7 +412,7 @@ class OptimusPlanner:
     def plan(self, snapshot: ClusterSnapshot, memo: Any, rng: np.random.Generator) -> PlanResult:
         """Re-plan greedily every ``interval`` seconds; keep the allocation in between."""
         m = memo if isinstance(memo, OptimusMemo) else OptimusMemo()
-        jobs = sorted(snapshot.elastic_jobs(), key=_order)
+        jobs = sorted(snapshot.elastic_jobs(), key=submit_order)
         total = len(snapshot.schedulable_gpus())
         grids: dict[tuple[object, ...], FloatArr] = {}
         predictions: dict[tuple[object, ...], float] = {}  # only this call's are carried, like the grids
@@ -425,7 +434,7 @@ class OptimusPlanner:
             for job in (j for j in jobs if j.is_waiting):
                 t = tab[job.job_id]
                 if not t.kmin:
-                    reasons[job.job_id] = self._never(job, total)
+                    reasons[job.job_id] = never_at_fixed_batch(job, total)
                 elif self.start_between_rounds and t.kmin <= free:
                     counts[job.job_id] = t.kmin
                     free -= t.kmin
@@ -442,7 +451,7 @@ class OptimusPlanner:
         for job in jobs:
             t = tab[job.job_id]
             if not t.kmin:
-                reasons[job.job_id] = self._never(job, total)
+                reasons[job.job_id] = never_at_fixed_batch(job, total)
             elif t.kmin <= free:
                 counts[job.job_id] = t.kmin
                 free -= t.kmin
@@ -471,10 +480,3 @@ class OptimusPlanner:
         score = float(sum(y[i] / tabs[i].x[counts[j.job_id]] for i, j in enumerate(jobs) if j.job_id in counts))
         plan = build_plan(snapshot, self.name, counts, reasons=reasons, choose=choose, score=score)
         return PlanResult(plan, OptimusMemo(snapshot.now, grids, predictions))
-
-    @staticmethod
-    def _never(job: Job, total: int) -> str:
-        if job.min_gpus > total:
-            return f"cannot run: needs {job.min_gpus} GPUs at least, only {total} are schedulable now"
-        return (f"cannot run: no GPU count in {job.min_gpus}:{min(job.max_gpus, total)} holds its fixed "
-                f"batch of {job.base_batch}")

@@ -50,7 +50,14 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from slurm_elastic.core.baselines import FixedBatchTable, fixed_batch_sizing, fixed_batch_tables, keep_running
+from slurm_elastic.core.baselines import (
+    FixedBatchTable,
+    fixed_batch_sizing,
+    fixed_batch_tables,
+    keep_running,
+    never_at_fixed_batch,
+    submit_order,
+)
 from slurm_elastic.core.model import ClusterSnapshot, Job, JobId
 from slurm_elastic.core.planner import PlanResult, build_plan
 from slurm_elastic.core.remaining import expected_remaining, progress_shapes
@@ -58,10 +65,6 @@ from slurm_elastic.core.sizing import Sizing
 from slurm_elastic.errors import ConfigError
 
 FloatArr = NDArray[np.float64]
-
-
-def _order(job: Job) -> tuple[float, str]:
-    return (job.submit_time, job.job_id)
 
 
 def _fixed_range(job: Job, total: int) -> tuple[int, int] | None:
@@ -106,15 +109,8 @@ def _keep_minimums(snapshot: ClusterSnapshot, jobs: Sequence[Job], spans: dict[J
     counts, reasons, free = keep_running(snapshot, jobs, lambda j: _kept(j, spans[j.job_id]), policy, total)
     for job in jobs:
         if job.is_waiting and spans[job.job_id] is None:
-            reasons[job.job_id] = _never(job, total)
+            reasons[job.job_id] = never_at_fixed_batch(job, total)
     return counts, reasons, free
-
-
-def _never(job: Job, total: int) -> str:
-    if job.min_gpus > total:
-        return f"cannot run: needs {job.min_gpus} GPUs at least, only {total} are schedulable now"
-    return (f"cannot run: no GPU count in {job.min_gpus}:{min(job.max_gpus, total)} holds its fixed "
-            f"batch of {job.base_batch}")
 
 
 def _plan(snapshot: ClusterSnapshot, policy: str, counts: dict[JobId, int], reasons: dict[JobId, str],
@@ -138,7 +134,7 @@ class DrfPlanner:
 
     def plan(self, snapshot: ClusterSnapshot, memo: Any, rng: np.random.Generator) -> PlanResult:
         """Give each job its next size in turn, the smallest share first, while GPUs last."""
-        jobs = sorted(snapshot.elastic_jobs(), key=_order)
+        jobs = sorted(snapshot.elastic_jobs(), key=submit_order)
         total = len(snapshot.schedulable_gpus())
         spans = {j.job_id: _fixed_range(j, total) for j in jobs}
         counts, reasons, free = _keep_minimums(snapshot, jobs, spans, self.name, total)
@@ -202,7 +198,7 @@ class TetrisPlanner:
         """Running jobs keep their smallest size; then the best-scored job grows to its threshold,
         and again, while some job's next step fits."""
         m = memo if isinstance(memo, TetrisMemo) else TetrisMemo()
-        jobs = sorted(snapshot.elastic_jobs(), key=_order)
+        jobs = sorted(snapshot.elastic_jobs(), key=submit_order)
         total = len(snapshot.schedulable_gpus())
         grids: dict[tuple[object, ...], FloatArr] = {}
         predictions: dict[tuple[object, ...], float] = {}
@@ -212,15 +208,17 @@ class TetrisPlanner:
         y = expected_remaining(*progress_shapes(snapshot, jobs, self.default_epochs_to_go))
         thresholds = [min(max(j.requested_gpus, t.kmin), t.kmax) for j, t in zip(jobs, tabs, strict=True)]
         remaining = np.array([_remaining_time(y[i], tabs[i], thresholds[i]) for i in range(len(jobs))])
-        open_ = [i for i, j in enumerate(jobs) if spans[j.job_id] is not None
-                 and counts.get(j.job_id, 0) < thresholds[i]
-                 and (j.job_id in counts or j.is_waiting)]
-        while open_ and free > 0:
-            steps = np.array([_step(jobs[i], counts.get(jobs[i].job_id, 0), tabs[i], thresholds[i]) for i in open_])
+        open_ = np.array([i for i, j in enumerate(jobs) if spans[j.job_id] is not None
+                          and counts.get(j.job_id, 0) < thresholds[i]
+                          and (j.job_id in counts or j.is_waiting)], dtype=np.int64)
+        # A job's next task is fixed until it is picked, and a picked job leaves: its step is found once.
+        steps = np.array([_step(jobs[i], counts.get(jobs[i].job_id, 0), tabs[i], thresholds[i]) for i in open_],
+                         dtype=np.int64)
+        while len(open_) and free > 0:
             fits = (steps > 0) & (steps <= free)
             if not fits.any():
                 break
-            idx = np.array(open_)[fits]
+            idx = open_[fits]
             step = steps[fits].astype(np.float64)
             t = remaining[idx]
             align = step * free / float(total * total)
@@ -232,7 +230,8 @@ class TetrisPlanner:
             assert size is not None  # its next step fits, so some size in k+1..k+free does
             counts[job.job_id] = size
             free -= size - k
-            open_.remove(best)
+            keep = open_ != best
+            open_, steps = open_[keep], steps[keep]
         for job in jobs:
             span = spans[job.job_id]
             if job.is_waiting and job.job_id not in counts and span is not None:

@@ -639,11 +639,16 @@ PHILLY_SIGMA = 1.6
 PHILLY_MAX_S = 24 * 3600.0
 
 
-def _philly_draw(rng: np.random.Generator, n: int) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
-    """``n`` jobs' GPU counts and durations (seconds) with Philly's shape."""
+def _philly_sizes(rng: np.random.Generator, n: int) -> NDArray[np.int64]:
+    """``n`` jobs' GPU counts drawn from Philly's mix (:data:`PHILLY_GPUS`)."""
     sizes = np.array([g for g, _ in PHILLY_GPUS])
     probs = np.array([p for _, p in PHILLY_GPUS])
-    k = rng.choice(sizes, size=n, p=probs / probs.sum())
+    return rng.choice(sizes, size=n, p=probs / probs.sum())
+
+
+def _philly_draw(rng: np.random.Generator, n: int) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+    """``n`` jobs' GPU counts and durations (seconds) with Philly's shape."""
+    k = _philly_sizes(rng, n)
     dur = np.minimum(PHILLY_MAX_S, PHILLY_MEDIAN_S * np.exp(PHILLY_SIGMA * rng.standard_normal(n)))
     return k, dur
 
@@ -725,9 +730,7 @@ def dl2_simulation(seed: int) -> list[SimJobSpec]:
     DL2's "around 40" uncompleted jobs in the system, each taking the mean duration:
     ``40 / (147 min / 20 min)`` = 5.4 jobs per 20-minute slot."""
     rng = np.random.default_rng(seed)
-    sizes = np.array([g for g, _ in PHILLY_GPUS])
-    probs = np.array([p for _, p in PHILLY_GPUS])
-    req = rng.choice(sizes, size=DL2_JOBS, p=probs / probs.sum())
+    req = _philly_sizes(rng, DL2_JOBS)
     sigma = math.sqrt(2 * math.log(DL2_MEAN_S / DL2_MEDIAN_S))
     dur = np.minimum(DL2_MAX_S, DL2_MEDIAN_S * np.exp(sigma * rng.standard_normal(DL2_JOBS)))
     kind = rng.integers(0, len(DL2_MODELS), size=DL2_JOBS)
