@@ -98,6 +98,10 @@ UNSTARTABLE = frozenset({"SUSPENDED", "REQUEUE_HOLD", "COMPLETING"})
 completing (25.11: ``PENDING`` with the flag; 22.05: ``COMPLETING``) gets its begin time set two
 minutes ahead when the requeue completes, undoing a start sent before: it is started next round."""
 SATELLITE_START_TIMEOUT_S = 120.0
+SATELLITE_END_GRACE_S = 30.0
+"""How long a running satellite may outlive its job whose last report says training ended: its
+workers are exiting with the job's, and a satellite that ends by itself stays COMPLETED in the
+accounting. Counted from that end report, by the daemon's clock: one dated ahead gets none."""
 EXIT_GRACE_S = 3.0
 SWITCH_GRACE_S = 20.0
 RELEASE_TIMEOUT_S = 60.0
@@ -432,7 +436,8 @@ class SlurmActuator:
         docstring).
         A satellite gone from the queue is recorded as ended (its workers are taken out of its
         running job's order if it still names them: a satellite that started and then failed); one
-        whose job is gone or not running is cancelled; one still waiting after
+        whose job is gone or not running is cancelled, unless that job's training ended less than
+        ``SATELLITE_END_GRACE_S`` ago (its workers are exiting); one still waiting after
         ``SATELLITE_START_TIMEOUT_S`` is cancelled and its workers are taken out of its job's world
         by a new order (the latest order wins). A job in Slurm carrying the token of a satellite
         this daemon submitted, but not recorded as one (the daemon died before it learnt the id,
@@ -455,6 +460,8 @@ class SlurmActuator:
                     withdrawn = f" ({what})" if what == "its workers withdrawn" else ""
                 lines.append(f"satellite {sat_id} of job {parent} ended{withdrawn}")
             elif job is None or job.state is not JobState.RUNNING:
+                if sat.state is JobState.RUNNING and self._exiting(parent, now):
+                    continue
                 self._cancel(sat_id)
                 lines.append(f"satellite {sat_id} cancelled: job {parent} is not running")
             elif sat.state is JobState.PENDING and now - submitted.get(sat_id, now) > SATELLITE_START_TIMEOUT_S:
@@ -462,6 +469,11 @@ class SlurmActuator:
                 lines.append(f"satellite {sat_id} of job {parent} did not start in "
                              f"{SATELLITE_START_TIMEOUT_S:.0f} s: cancelled, " + self._withdraw(job, sat_id))
         return lines
+
+    def _exiting(self, job_id: str, now: float) -> bool:
+        """Whether the job's training ended within the satellite end grace, by its end report."""
+        rows = self.store.progress_of(job_id)
+        return finished_training(rows) and 0.0 <= now - rows[-1].t < SATELLITE_END_GRACE_S
 
     def _cancel_orphans(self, records: Mapping[str, JobRecord]) -> list[str]:
         """Cancel the jobs carrying a satellite token this daemon journaled, unknown as satellites."""

@@ -518,3 +518,31 @@ def test_a_report_naming_lost_workers_is_read_and_a_bad_one_refused() -> None:
     for bad in ("w1", ["../x"], [1], ["w" + "9" * 20], ["w1"] * 5000):
         with pytest.raises(ReportRefused, match="lost="):
             row_of({**base, "lost": bad})
+
+
+@pytest.mark.parametrize("ended_at, waits", [(1000.0, True), (1000.0 - 31, False), (1000.0 + 60, False)])
+def test_the_satellite_of_a_job_whose_training_ended_gets_a_grace_to_end_by_itself(
+        tmp_path: Path, ended_at: float, waits: bool) -> None:
+    # The job's end report says its workers are exiting, the satellite's with them: cancelling it the
+    # moment its job leaves the queue would mark a finished run CANCELLED in the accounting. Past the
+    # grace, or with an end report dated ahead of the daemon's clock, it is cancelled.
+    comment, _ = _job_files(tmp_path)
+    records = {"7": rec("7", {"n000": 2}, comment=comment)}
+    ran: list[list[str]] = []
+    act = _actuator(tmp_path, records, ran)
+    snap = make_snapshot(make_nodes(2), [make_job("7", state=JobState.RUNNING, max_gpus=8,
+                                                  placement=[("n000", 0), ("n000", 1)])])
+    grow = Action(ActionKind.GROW, JobId("7"), place({"n000": 2}), place({"n000": 2, "n001": 1}), 96, 32, 1, 0.1)
+    assert act.apply(snap, (grow,))[0].ok
+    records["100"] = rec("100", {"n001": 1}, admin="")
+    act.store.add_progress("7", ProgressRow(ended_at, "end", 4096, 3, 96, None, None, None, None))
+    records["7"] = rec("7", {"n000": 2}, state=JobState.FINISHED, comment=comment)
+    act.clock = lambda: 1000.0 + 5
+    ran.clear()
+    if waits:
+        assert act.tend() == [] and ran == [] and act.store.satellites() == {"100": "7"}
+        del records["100"]  # it ended by itself
+        assert act.tend() == ["satellite 100 of job 7 ended"] and ran == []
+    else:
+        assert act.tend() == ["satellite 100 cancelled: job 7 is not running"]
+        assert ran == [["scancel", "100"]]
