@@ -22,15 +22,22 @@ seconds and uses ``k * T`` GPU-seconds.
   released at its arrival ``r_j`` with work ``p_j = W_min_j / G``; preemptive shortest remaining
   processing time (:func:`srpt_completions`) minimises the sum of completion times there
   (``1|r_j,pmtn|sum C_j``), so its mean ``C_j - r_j`` bounds the mean JCT from below.
-* ``lower_bound_avg_jct`` = the larger of the two.
+* The *fluid* bound (:func:`fluid_bound`): each job's least time on each GPU count gives the
+  least GPUs it must hold to progress at a given rate (:func:`gpu_envelope`); a linear program
+  spreads every job's work over time under the cluster's GPUs and each job's fastest rate, and
+  charges each job the mean time of its work plus half its fastest time. Tighter than both others
+  on a shared cluster: the capacity bound lets every job run at its cheapest rate *and* finish as
+  if it had the whole cluster, the solo bound ignores the other jobs.
+* ``lower_bound_avg_jct`` = the largest of the three.
 
-Both run over the *counted* jobs only, the ones the run's ``avg_jct`` averages (finished, not
+All run over the *counted* jobs only, the ones the run's ``avg_jct`` averages (finished, not
 dropped): a real run's schedule restricted to those jobs is a schedule of them alone, so SRPT over
 exactly them is a valid bound on their mean (SRPT over every job, averaged over the counted ones,
-would not be: it may delay a counted job behind one that the run dropped).
+would not be: it may delay a counted job behind one that the run dropped). None depends on how
+the run went beyond which jobs it finished.
 
 Every physics the simulator adds (resize and restart pauses, start-up overhead, shared host cores)
-only slows a job or holds GPUs longer, so the bound holds with them too; with ``equal_start`` a
+only slows a job or holds GPUs longer, so the bounds hold with them too; with ``equal_start`` a
 job can start outside its declared ranges, so no bound is computed for such runs
 (:func:`~slurm_elastic.sim.metrics.metrics`).
 """
@@ -38,6 +45,7 @@ job can start outside its declared ranges, so no bound is computed for such runs
 from __future__ import annotations
 
 import heapq
+import itertools
 import logging
 import math
 from collections.abc import Collection, Iterator, Sequence
@@ -45,7 +53,9 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
+import scipy.sparse as sps
 from numpy.typing import NDArray
+from scipy.optimize import linprog
 
 from slurm_elastic.core.model import ElasticMode
 from slurm_elastic.sim.cluster import DONE_EPS
@@ -57,6 +67,14 @@ log = logging.getLogger(__name__)
 SLACK = 1.0 - 2 * DONE_EPS
 """Both bounds are multiplied by this: the simulator finishes a job at ``1 - DONE_EPS`` of its work,
 and the vectorised search may round differently from the simulator's scalar step time."""
+
+FLUID_BUDGET = 300_000
+"""Most variables of the fluid bound's linear program (a few seconds with HiGHS here); past it at
+:data:`FLUID_MIN_INTERVALS` intervals, no fluid bound (10,000-job traces)."""
+FLUID_MIN_INTERVALS = 20
+FLUID_MAX_INTERVALS = 400
+LP_SLACK = 1.0 - 1e-6
+"""The fluid bound is the LP optimum times this: HiGHS meets constraints to about 1e-7."""
 
 GRID_BUDGET = 1_000_000
 """Most (accumulation, per-GPU batch) pairs searched exactly per GPU count and shape; past it the
@@ -84,18 +102,20 @@ class LowerBound:
         solo: mean of each job's ``T_min``.
         capacity: mean JCT of preemptive SRPT on one machine of ``G`` GPU-seconds per second.
         jobs: how many jobs the means are over.
+        fluid: the fluid relaxation (:func:`fluid_bound`), ``None`` when not computed.
     """
 
     solo: float | None
     capacity: float | None
     jobs: int
+    fluid: float | None = None
 
     @property
     def value(self) -> float | None:
-        """The tighter (larger) bound."""
+        """The tightest (largest) bound."""
         if self.solo is None or self.capacity is None:
             return None
-        return max(self.solo, self.capacity)
+        return max(self.solo, self.capacity, self.fluid if self.fluid is not None else 0.0)
 
 
 def srpt_completions(releases: Sequence[float], work: Sequence[float]) -> list[float]:
@@ -261,7 +281,17 @@ def _pair_count(a: int, k: int, hi: int, l_max: int) -> int:
 
 def job_best(spec: SimJobSpec, gpus: int, gpus_per_node: int) -> JobBest:
     """The job's least time and least GPU-seconds alone on a cluster of ``gpus`` GPUs, over every
-    configuration the module docstring defines, exactly (then times ``SLACK``).
+    configuration the module docstring defines, exactly (then times ``SLACK``): the least of
+    :func:`_count_times`, and the least ``k`` times it."""
+    times = _count_times(spec, gpus, gpus_per_node)
+    if not times:
+        return JobBest(math.inf, math.inf)
+    return JobBest(min(t for _, t in times) * SLACK, min(k * t for k, t in times) * SLACK)
+
+
+def _count_times(spec: SimJobSpec, gpus: int, gpus_per_node: int) -> tuple[tuple[int, float], ...]:
+    """``(k, T_k)`` for each GPU count ``k`` the job can run on: its least time alone on ``k`` GPUs
+    over every configuration the module docstring defines, exactly (without ``SLACK``).
 
     The search, for each GPU count ``k`` and each distinct step-time curve of its shapes: for an
     accumulation ``a`` and a per-GPU batch ``l``, the least ``g(B)`` over the batches that fit
@@ -278,7 +308,7 @@ def job_best(spec: SimJobSpec, gpus: int, gpus_per_node: int) -> JobBest:
     nodes = max(1, gpus // gpus_per_node)
     l_max = spec.local_limit
     locals_ = np.arange(1, l_max + 1, dtype=np.int64)
-    best_t = best_w = math.inf
+    out = []
     for k in range(max(1, spec.min_gpus), min(spec.max_gpus, gpus) + 1):
         if spec.mode is ElasticMode.ENDO:
             lo = hi = spec.base_batch
@@ -300,19 +330,17 @@ def job_best(spec: SimJobSpec, gpus: int, gpus_per_node: int) -> JobBest:
         ok = h >= lo
         a_ok, l_ok = a_idx[ok], l_idx[ok] - 1
         least = epochs.least_up_to(h[ok])
+        best = math.inf
         for shape in _curves(speed, k, gpus_per_node, nodes):
             compute, sync = _step_parts(speed, l_max, shape)
             if a_ok.size:
-                t = least * (a_ok * compute[l_ok] + sync[l_ok])
-                t_min = float(np.min(t))
-                best_t = min(best_t, t_min)
-                best_w = min(best_w, k * t_min)
+                best = min(best, float(np.min(least * (a_ok * compute[l_ok] + sync[l_ok]))))
             if a_cut < a_top:  # larger accumulations: compute alone
                 per_sample = float(np.min(compute / locals_))
-                t_low = spec.epoch_size * epochs.least_epochs(hi) * per_sample / k
-                best_t = min(best_t, t_low)
-                best_w = min(best_w, k * t_low)
-    return JobBest(best_t * SLACK, best_w * SLACK)
+                best = min(best, spec.epoch_size * epochs.least_epochs(hi) * per_sample / k)
+        if math.isfinite(best):
+            out.append((k, best))
+    return tuple(out)
 
 
 @lru_cache(maxsize=65536)
@@ -335,37 +363,150 @@ def _shape_key(spec: SimJobSpec) -> SimJobSpec:
 
 
 @lru_cache(maxsize=4096)
-def _unit_best(key: SimJobSpec, gpus: int, gpus_per_node: int) -> JobBest:
-    return job_best(key, gpus, gpus_per_node)
+def _unit_times(key: SimJobSpec, gpus: int, gpus_per_node: int) -> tuple[tuple[int, float], ...]:
+    return _count_times(key, gpus, gpus_per_node)
+
+
+def job_curves(specs: Sequence[SimJobSpec], gpus: int, gpus_per_node: int) -> dict[str, tuple[tuple[int, float], ...]]:
+    """Each job's ``(k, T_k)`` (:func:`_count_times`, scaled by its ``work_scale``, times ``SLACK``),
+    each job shape searched once per process (the search is pure, so its results are cached)."""
+    return {spec.job_id: tuple((k, t * spec.work_scale * SLACK)
+                               for k, t in _unit_times(_shape_key(spec), gpus, gpus_per_node))
+            for spec in specs}
 
 
 def job_bests(specs: Sequence[SimJobSpec], gpus: int, gpus_per_node: int) -> dict[str, JobBest]:
     """:func:`job_best` of every job, each job shape searched once per process (``T`` and ``W`` scale
-    with ``work_scale``; the search is pure, so its results are cached)."""
+    with ``work_scale``)."""
     out: dict[str, JobBest] = {}
     for spec in specs:
-        unit = _unit_best(_shape_key(spec), gpus, gpus_per_node)
+        times = _unit_times(_shape_key(spec), gpus, gpus_per_node)
+        if not times:
+            out[spec.job_id] = JobBest(math.inf, math.inf)
+            continue
+        unit = JobBest(min(t for _, t in times) * SLACK, min(k * t for k, t in times) * SLACK)
         out[spec.job_id] = JobBest(unit.time * spec.work_scale, unit.gpu_seconds * spec.work_scale)
     return out
 
 
+def gpu_envelope(times: Sequence[tuple[int, float]]) -> list[tuple[float, float]]:
+    """The least GPUs a job holds to progress at a given rate, as segments ``(rate width, slope)``.
+
+    A job on ``k`` GPUs progresses at most at ``1/T_k`` (a fraction of its work per second). Over a
+    stretch of time in which it does a fraction ``x`` of its work, mixing configurations, the
+    GPU-seconds it holds are at least ``duration * g(x / duration)``, where ``g`` is the lower
+    convex hull of the points ``(1/T_k, k)`` and the origin (Jensen's inequality; every
+    configuration, slowed down or paused, lies on or above it). The segments run from rate 0 to the
+    job's fastest rate ``1/T_min``, slopes (GPU-seconds per unit of work) ascending; the first slope
+    is ``W_min``.
+    """
+    hull = [(0.0, 0.0)]
+    for rate, k in sorted((1.0 / t, float(k)) for k, t in times if t > 0 and math.isfinite(t)):
+        while len(hull) >= 2:
+            (x1, y1), (x2, y2) = hull[-2], hull[-1]
+            if (x2 - x1) * (k - y1) - (y2 - y1) * (rate - x1) > 0:
+                break
+            hull.pop()  # the last point lies on or above the chord to the new one
+        hull.append((rate, k))
+    return [(x2 - x1, (y2 - y1) / (x2 - x1)) for (x1, y1), (x2, y2) in itertools.pairwise(hull) if x2 > x1]
+
+
+def _fluid_intervals(releases: NDArray[np.float64], segments: NDArray[np.int64], start: float, end: float) -> int:
+    """The most intervals (at most :data:`FLUID_MAX_INTERVALS`) whose LP stays within
+    :data:`FLUID_BUDGET` variables; 0 when even :data:`FLUID_MIN_INTERVALS` would not."""
+    span = end - start
+    for n in range(FLUID_MAX_INTERVALS, FLUID_MIN_INTERVALS - 1, -10):
+        first = np.minimum(np.floor((releases - start) / span * n), n - 1)
+        if float(np.sum(segments * (n - first))) <= FLUID_BUDGET:
+            return n
+    return 0
+
+
+def fluid_bound(releases: Sequence[float], curves: Sequence[Sequence[tuple[int, float]]], gpus: int,
+                horizon: float) -> float | None:
+    """A lower bound on the mean JCT of the jobs, the fluid relaxation, in a linear program.
+
+    Time from the first release to ``horizon`` is cut into equal intervals. In interval ``t`` job
+    ``j`` does a fraction ``x_jt`` of its work, no faster than its fastest rate over the part of the
+    interval after its release, and holds at least the GPU-seconds of :func:`gpu_envelope` for it
+    (one variable per envelope segment, each capped by its rate width); the jobs' GPU-seconds in an
+    interval are at most ``G`` times its length. What a job does after ``horizon`` is one more
+    variable, free of both limits and counted as done at ``horizon``, so every schedule, however
+    late it ends, is a solution. Every job does all its work. A job's work is spread over time
+    with density at most ``1/T_min``, so it completes at least ``T_min/2`` after the mean time of
+    its work (the latest such spread is the uniform one ending at completion), and that mean is at
+    least ``sum_t x_jt * b_jt`` (``b_jt``: the interval's start, or the release if later; the
+    horizon for the rest). The least of ``mean_j(sum_t x_jt b_jt + T_min_j/2 - r_j)`` is therefore
+    a lower bound on the mean JCT of every schedule. Solved with HiGHS; the optimum times
+    ``LP_SLACK`` (the solver's tolerances). ``None`` when the jobs are too many for
+    :data:`FLUID_BUDGET` variables at :data:`FLUID_MIN_INTERVALS` intervals, or the solver fails
+    (logged). The horizon changes how tight the bound is, never whether it holds.
+    """
+    envelopes = [gpu_envelope(c) for c in curves]
+    if not envelopes or any(not e for e in envelopes) or gpus < 1:
+        return None
+    r = np.asarray(releases, dtype=np.float64)
+    start = float(r.min())
+    if not horizon > start:
+        return None
+    n = _fluid_intervals(r, np.array([len(e) for e in envelopes], dtype=np.int64), start, horizon)
+    if not n:
+        return None
+    edges = np.linspace(start, horizon, n + 1)
+    begins, ends, lengths = edges[:-1], edges[1:], np.diff(edges)
+    n_jobs = len(envelopes)
+    rows_job, rows_t, slopes, costs, caps = [np.arange(n_jobs)], [np.zeros(n_jobs, dtype=np.int64)], \
+        [np.zeros(n_jobs)], [np.full(n_jobs, horizon)], [np.ones(n_jobs)]  # the work after the horizon
+    for j, env in enumerate(envelopes):
+        first = int(np.searchsorted(ends, r[j], side="right"))
+        b = np.maximum(begins[first:], r[j])
+        avail = ends[first:] - b
+        ts = np.arange(first, n)[avail > 0]
+        b, avail = b[avail > 0], avail[avail > 0]
+        for width, slope in env:
+            rows_job.append(np.full(len(ts), j))
+            rows_t.append(ts)
+            slopes.append(np.full(len(ts), slope))
+            costs.append(b)
+            caps.append(width * avail)
+    job_of, t_of = np.concatenate(rows_job), np.concatenate(rows_t)
+    m = len(job_of)
+    cols = np.arange(m)
+    a_eq = sps.csr_matrix((np.ones(m), (job_of, cols)), shape=(n_jobs, m))
+    a_ub = sps.csr_matrix((np.concatenate(slopes), (t_of, cols)), shape=(n, m))
+    res = linprog(np.concatenate(costs), A_ub=a_ub, b_ub=gpus * lengths, A_eq=a_eq, b_eq=np.ones(n_jobs),
+                  bounds=np.column_stack([np.zeros(m), np.concatenate(caps)]), method="highs")
+    if res.status != 0:
+        log.warning("no fluid bound: the linear program of %d jobs did not solve (%s)", n_jobs, res.message)
+        return None
+    t_min = np.array([min(t for _, t in c) for c in curves])
+    return float((res.fun + np.sum(t_min / 2 - r)) / n_jobs) * LP_SLACK
+
+
 def lower_bound(specs: Sequence[SimJobSpec], gpus: int, gpus_per_node: int,
                 counted: Collection[str] | None = None) -> LowerBound:
-    """Both bounds on the mean JCT of the ``counted`` jobs (all of ``specs`` when ``None``).
+    """The bounds on the mean JCT of the ``counted`` jobs (all of ``specs`` when ``None``).
 
     Args:
         specs: the workload.
         gpus: the cluster's GPUs.
         gpus_per_node: GPUs per node.
-        counted: ids of the jobs the mean is over (the run's finished jobs); both bounds use only them.
+        counted: ids of the jobs the mean is over (the run's finished jobs); every bound uses only them.
 
     Returns:
-        The bounds; both ``None`` when no job is counted, or when a counted job has no configuration
+        The bounds; all ``None`` when no job is counted, or when a counted job has no configuration
         on this cluster (it cannot have finished: logged as an inconsistency).
     """
-    jobs = [s for s in specs if counted is None or s.job_id in counted]
+    jobs = tuple(s for s in specs if counted is None or s.job_id in counted)
     if not jobs or gpus < 1:
         return LowerBound(None, None, len(jobs))
+    return _bounds(jobs, gpus, gpus_per_node)
+
+
+@lru_cache(maxsize=32)
+def _bounds(jobs: tuple[SimJobSpec, ...], gpus: int, gpus_per_node: int) -> LowerBound:
+    """:func:`lower_bound` of exactly ``jobs``: pure, so kept for the runs of one workload whose
+    policies finished the same jobs (``reproduce`` and ``simulate --policy all`` run several)."""
     best = job_bests(jobs, gpus, gpus_per_node)
     if any(not math.isfinite(best[s.job_id].time) for s in jobs):
         bad = [s.job_id for s in jobs if not math.isfinite(best[s.job_id].time)]
@@ -375,4 +516,9 @@ def lower_bound(specs: Sequence[SimJobSpec], gpus: int, gpus_per_node: int,
     releases = [s.submit_time for s in jobs]
     done = srpt_completions(releases, [best[s.job_id].gpu_seconds / gpus for s in jobs])
     capacity = float(np.mean([c - r for c, r in zip(done, releases, strict=True)]))
-    return LowerBound(solo, capacity, len(jobs))
+    curves = job_curves(jobs, gpus, gpus_per_node)
+    # The horizon: when every job could be done (the capacity relaxation's last completion, or a
+    # job's release plus its fastest time); past it the LP lets the work go unlimited.
+    horizon = max(max(done), max(r + best[s.job_id].time for r, s in zip(releases, jobs, strict=True)))
+    fluid = fluid_bound(releases, [curves[s.job_id] for s in jobs], gpus, horizon)
+    return LowerBound(solo, capacity, len(jobs), fluid)

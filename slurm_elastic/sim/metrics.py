@@ -20,7 +20,9 @@ This module owns the definitions (pure functions, no simulation):
 * Lower bound on avg JCT (:mod:`slurm_elastic.sim.lower_bound`), over the same finished jobs as
   ``avg_jct``: ``lower_bound_avg_jct`` = max(``lower_bound_solo_avg_jct``, each job alone at its
   fastest configuration; ``lower_bound_capacity_avg_jct``, preemptive SRPT of each job's least
-  GPU-seconds on the cluster as one machine), and ``avg_jct_over_lower_bound`` = avg JCT / that
+  GPU-seconds on the cluster as one machine; ``lower_bound_fluid_avg_jct``, the fluid relaxation
+  of the cluster's GPU-seconds and each job's rate, ``None`` for traces too large for its linear
+  program), and ``avg_jct_over_lower_bound`` = avg JCT / that
   (>= 1; how far the policy is from a clairvoyant one at most). ``None`` when no job finished or
   when the run's physics let a job leave its declared ranges (``equal_start``).
 """
@@ -110,5 +112,6 @@ def metrics(records: list[dict[str, Any]], specs: Sequence[SimJobSpec], timeline
         "lower_bound_avg_jct": bound_jct,
         "lower_bound_solo_avg_jct": lb.solo if lb is not None else None,
         "lower_bound_capacity_avg_jct": lb.capacity if lb is not None else None,
+        "lower_bound_fluid_avg_jct": lb.fluid if lb is not None else None,
         "avg_jct_over_lower_bound": (avg_jct / bound_jct) if avg_jct is not None and bound_jct else None,
     }

@@ -16,7 +16,7 @@ from slurm_elastic.sim.lower_bound import lower_bound
 from slurm_elastic.sim.workload import SimJobSpec, ibm_categories, ones_longhorn_50, philly_like
 
 KEYS = ("lower_bound_avg_jct", "lower_bound_solo_avg_jct", "lower_bound_capacity_avg_jct",
-        "avg_jct_over_lower_bound")
+        "lower_bound_fluid_avg_jct", "avg_jct_over_lower_bound")
 
 
 def _case(name: str) -> tuple[list[SimJobSpec], int]:
@@ -38,7 +38,8 @@ def test_no_policy_beats_the_lower_bound(workload: str, policy: str, params: dic
     m = res["metrics"]
     assert all(k in m for k in KEYS)
     assert m["avg_jct"] >= m["lower_bound_avg_jct"] > 0
-    assert m["lower_bound_avg_jct"] == max(m["lower_bound_solo_avg_jct"], m["lower_bound_capacity_avg_jct"])
+    assert m["lower_bound_avg_jct"] == max(m["lower_bound_solo_avg_jct"], m["lower_bound_capacity_avg_jct"],
+                                           m["lower_bound_fluid_avg_jct"])
     assert m["avg_jct_over_lower_bound"] == pytest.approx(m["avg_jct"] / m["lower_bound_avg_jct"])
     done = {j["job_id"] for j in res["jobs"] if j["finished"]}  # the bound is over the jobs avg_jct counts
     assert m["lower_bound_avg_jct"] == pytest.approx(lower_bound(jobs, gpus, 4, done).value)

@@ -1,5 +1,5 @@
 """The clairvoyant lower bound on avg JCT (slurm_elastic.sim.lower_bound): SRPT by hand, the per-job
-search against brute force, the bound over the counted jobs only."""
+search against brute force, the bound over the counted jobs only, the fluid relaxation by hand."""
 
 from __future__ import annotations
 
@@ -9,7 +9,18 @@ import numpy as np
 import pytest
 
 from slurm_elastic.core.model import ElasticMode
-from slurm_elastic.sim.lower_bound import SLACK, _curves, _shapes, job_best, lower_bound, srpt_completions
+from slurm_elastic.sim.lower_bound import (
+    SLACK,
+    _curves,
+    _shapes,
+    fluid_bound,
+    gpu_envelope,
+    job_best,
+    job_bests,
+    job_curves,
+    lower_bound,
+    srpt_completions,
+)
 from slurm_elastic.sim.truth import truth
 from slurm_elastic.sim.workload import SimJobSpec, ones_longhorn, requested_time
 
@@ -145,3 +156,44 @@ def test_curves_are_those_of_every_shape_listed(measured: tuple[tuple[int, ...],
                     key = ("shape", shape) if shape in speed.by_shape else ("count", len(shape))
                     seen.setdefault(key, shape)
                 assert sorted(_curves(speed, k, per_node, nodes)) == sorted(seen.values())  # type: ignore[arg-type]
+
+
+def test_the_gpu_envelope_is_the_lower_convex_hull_from_the_origin() -> None:
+    # (rate, GPUs): (0.5, 1) and (0.833, 2): two segments, W_min = 2 GPU-s per job, then 3.
+    (w1, s1), (w2, s2) = gpu_envelope([(1, 2.0), (2, 1.2)])
+    assert (w1, s1) == pytest.approx((0.5, 2.0)) and (w2, s2) == pytest.approx((1 / 1.2 - 0.5, 3.0))
+    # 2 GPUs slower than 1 lies above the hull; 1 and 4 GPUs on one line from the origin: one segment.
+    assert gpu_envelope([(1, 2.0), (2, 2.5), (4, 0.5)]) == pytest.approx([(2.0, 2.0)])
+    assert gpu_envelope([]) == []
+
+
+def test_fluid_bound_by_hand_two_jobs_that_share_two_gpus() -> None:
+    # Two jobs at 0 on 2 GPUs, each 2 s on 1 GPU or 1.2 s on 2. Solo 1.2, capacity (SRPT of 2 GPU-s
+    # each) 1.5; the best schedules: both on 1 GPU (2.0), one after the other on 2 (1.8). The fluid
+    # optimum runs both at their cheapest rate (mean work time 1) and adds T_min/2: 1.6.
+    curves = [[(1, 2.0), (2, 1.2)]] * 2
+    fluid = fluid_bound([0.0, 0.0], curves, 2, horizon=2.0)
+    assert fluid is not None and 1.5 < fluid <= 1.6 and fluid == pytest.approx(1.6, abs=0.01)
+    # A horizon too short for the work only moves work past it (counted done there): still a bound.
+    short = fluid_bound([0.0, 0.0], curves, 2, horizon=0.5)
+    assert short is not None and short < fluid
+    # A job released later cannot work before its release.
+    late = fluid_bound([0.0, 10.0], curves, 2, horizon=12.0)
+    assert late is not None and late == pytest.approx(1.2, abs=0.02)  # alone each: T_min
+
+
+def test_fluid_bound_gives_up_past_its_budget() -> None:
+    curves = [[(k, k ** -0.5) for k in range(1, 11)]] * 6000  # ten hull segments each
+    assert len(gpu_envelope(curves[0])) == 10
+    assert fluid_bound([0.0] * 6000, curves, 64, horizon=100.0) is None
+
+
+def test_the_fluid_part_is_tighter_than_the_others_on_a_shared_cluster() -> None:
+    jobs = ones_longhorn(1, 30)
+    bound = lower_bound(jobs, 8, 4)
+    assert bound.fluid is not None and bound.value == bound.fluid > max(bound.solo or 0, bound.capacity or 0)
+    curves, bests = job_curves(jobs, 8, 4), job_bests(jobs, 8, 4)
+    for s in jobs:  # the per-count times give the other bounds' minima
+        best = bests[s.job_id]
+        assert min(t for _, t in curves[s.job_id]) == pytest.approx(best.time, rel=1e-12)
+        assert min(k * t for k, t in curves[s.job_id]) == pytest.approx(best.gpu_seconds, rel=1e-12)
