@@ -210,8 +210,9 @@ def _render_html(title: str, rows: Sequence[Mapping[str, Any]], series: Sequence
         f"in {esc(render.UNIT_NAMES[dur[0]])}, makespan in {esc(render.UNIT_NAMES[span[0]])}. Utilization is the "
         f"time-averaged share of busy GPUs; FTF is finish-time fairness (time in the shared cluster over "
         f"time with a fair 1/N share; &gt; 1 is unfair). LB avg JCT is a clairvoyant lower bound on the avg JCT "
-        f"of the same finished jobs (each job alone at its fastest size and batch, or SRPT of their least "
-        f"GPU-time on the whole cluster, whichever is larger); ×LB is avg JCT over it, per run (≥ 1).</p>",
+        f"of the same finished jobs (each job alone at its fastest size and batch, SRPT of their least "
+        f"GPU-time on the whole cluster, or the jobs sharing the cluster as a fluid, each holding the least "
+        f"GPUs its speed needs, whichever is largest); ×LB is avg JCT over it, per run (≥ 1).</p>",
         "<h2>Plots</h2>",
     ]
     lines += [render.html_figure(name, png, _CAPTIONS[name], link_in_caption=True) for name, png in images.items()]

@@ -182,10 +182,11 @@ def _m(runs: Sequence[dict[str, Any]], key: str) -> float | None:
     return _mean([r["metrics"].get(key) for r in runs])
 
 
-LB_NOTE = ("LB avg JCT: a clairvoyant lower bound on the avg JCT of the same completed jobs, the larger of each "
-           "job alone from its arrival at its fastest GPU count, shape and batch, and preemptive SRPT of each job's "
-           "least GPU-seconds on the whole cluster as one machine (docs/planners.md). ×LB: avg JCT over the bound, "
-           "the mean of each seed's ratio (1 would be a clairvoyant scheduler that reaches the bound).")
+LB_NOTE = ("LB avg JCT: a clairvoyant lower bound on the avg JCT of the same completed jobs, the largest of each "
+           "job alone from its arrival at its fastest GPU count, shape and batch; preemptive SRPT of each job's "
+           "least GPU-seconds on the whole cluster as one machine; and the fluid relaxation, where each job holds "
+           "the least GPUs its speed needs and the jobs share the cluster (docs/planners.md). ×LB: avg JCT over the "
+           "bound, the mean of each seed's ratio (1 would be a clairvoyant scheduler that reaches the bound).")
 
 
 def _lb_ratio(runs: Sequence[dict[str, Any]]) -> str:
