@@ -182,10 +182,12 @@ def test_fluid_bound_by_hand_two_jobs_that_share_two_gpus() -> None:
     assert late is not None and late == pytest.approx(1.2, abs=0.02)  # alone each: T_min
 
 
-def test_fluid_bound_gives_up_past_its_budget() -> None:
+def test_fluid_bound_gives_up_past_its_budget_or_its_resolution() -> None:
     curves = [[(k, k ** -0.5) for k in range(1, 11)]] * 6000  # ten hull segments each
     assert len(gpu_envelope(curves[0])) == 10
     assert fluid_bound([0.0] * 6000, curves, 64, horizon=100.0) is None
+    # Intervals far longer than the jobs (two 1.2 s jobs a day apart): no bound, not a weak one.
+    assert fluid_bound([0.0, 86_400.0], [[(1, 2.0), (2, 1.2)]] * 2, 2, horizon=86_402.0) is None
 
 
 def test_the_fluid_part_is_tighter_than_the_others_on_a_shared_cluster() -> None:
