@@ -76,6 +76,7 @@ import bisect
 import heapq
 import itertools
 import math
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -104,9 +105,9 @@ def _fixed_size(job: Job) -> int:
     return _clamp(job, job.requested_gpus)
 
 
-def submit_order(job: Job) -> tuple[float, str]:
-    """The sort key of first come, first served: submission time, then job id."""
-    return (job.submit_time, job.job_id)
+submit_order: Callable[[Job], tuple[float, str]] = operator.attrgetter("submit_time", "job_id")
+"""The sort key of first come, first served: submission time, then job id (a getter written in C:
+``drl`` sorts every active job with it at every round)."""
 
 
 def _never_fits(snapshot: ClusterSnapshot, job: Job, k: int, total: int) -> str | None:

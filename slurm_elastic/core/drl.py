@@ -40,7 +40,6 @@ rng state give the same plan.
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,7 +47,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from slurm_elastic.core.baselines import fixed_batch_sizing
+from slurm_elastic.core.baselines import fixed_batch_sizing, submit_order
 from slurm_elastic.core.model import ClusterSnapshot, Job, JobId, JobState, NodeState
 from slurm_elastic.core.planner import PlanResult, build_plan
 from slurm_elastic.core.remaining import expected_remaining, progress_shapes
@@ -215,7 +214,6 @@ class Allocation:
     stopped: int
 
 
-_order: Callable[[Job], tuple[float, str]] = operator.attrgetter("submit_time", "job_id")
 """Arrival order: submit time, then job id."""
 
 
@@ -278,7 +276,7 @@ def allocate(snapshot: ClusterSnapshot, spec: FeatureSpec, choose: Chooser, *, r
     Raises:
         ConfigError: ``choose`` returned an action that is not allowed.
     """
-    jobs = sorted(snapshot.elastic_jobs(), key=_order)
+    jobs = sorted(snapshot.elastic_jobs(), key=submit_order)
     total = len(snapshot.schedulable_gpus())
     sched = set(snapshot.schedulable_gpus())
     counts: dict[JobId, int] = {}

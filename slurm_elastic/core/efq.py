@@ -52,6 +52,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from slurm_elastic.core import sizing
+from slurm_elastic.core.baselines import never_at_fixed_batch
 from slurm_elastic.core.model import ClusterSnapshot, Job, JobId, JobState
 from slurm_elastic.core.planner import PlanResult, build_plan
 from slurm_elastic.core.remaining import expected_remaining, progress_shapes
@@ -243,7 +244,7 @@ class EfqPlanner:
             k0 = k0s[job.job_id]
             what = "preempted by efq" if job.state is JobState.RUNNING else "waiting"
             if k0 == 0:
-                reasons[job.job_id] = self._never(job, total)
+                reasons[job.job_id] = never_at_fixed_batch(job, total)
                 continue
             k = k0 if k0 <= free else self._largest_below(job, t, free)
             if k == 0:
@@ -306,7 +307,7 @@ class EfqPlanner:
         for job in pool:
             span = sizing.feasible_span(tables[job.job_id], job.min_gpus)
             if span is None:
-                reasons[job.job_id] = self._never(job, len(snapshot.schedulable_gpus()))
+                reasons[job.job_id] = never_at_fixed_batch(job, len(snapshot.schedulable_gpus()))
                 continue
             k = min(max(share, span[0]), span[1])
             if k <= left:
@@ -322,10 +323,3 @@ class EfqPlanner:
                 counts[job.job_id] += 1
                 left -= 1
         return gpus - left
-
-    @staticmethod
-    def _never(job: Job, total: int) -> str:
-        if job.min_gpus > total:
-            return f"cannot run: needs {job.min_gpus} GPUs at least, only {total} are schedulable now"
-        return (f"cannot run: no GPU count in {job.min_gpus}:{min(job.max_gpus, total)} holds its batch of "
-                f"{job.base_batch}")

@@ -248,16 +248,24 @@ def test_grow_then_shrink_a_launcher_job_in_place(tmp_path: Path) -> None:
     assert act.tend() == ["satellite 100 of job 7 ended"] and act.store.satellites() == {}
 
 
-def test_tend_cancels_satellites_of_ended_jobs_and_withdraws_ones_that_never_start(tmp_path: Path) -> None:
+def _grown(tmp_path: Path, onto: dict[str, int]) -> tuple[SlurmActuator, dict[str, JobRecord], list[list[str]],
+                                                         str, str]:
+    """Job 7, running on n000's 2 GPUs, grown by one satellite per node of ``onto``: the actuator,
+    the records it reads, the commands it ran, the job's comment and secret."""
     comment, secret = _job_files(tmp_path)
     records = {"7": rec("7", {"n000": 2}, comment=comment)}
     ran: list[list[str]] = []
     act = _actuator(tmp_path, records, ran)
-    snap = make_snapshot(make_nodes(3), [make_job("7", state=JobState.RUNNING, max_gpus=8,
-                                                  placement=[("n000", 0), ("n000", 1)])])
-    grow = Action(ActionKind.GROW, JobId("7"), place({"n000": 2}), place({"n000": 2, "n001": 1, "n002": 1}),
-                  128, 32, 1, 0.1)
+    snap = make_snapshot(make_nodes(1 + len(onto)), [make_job("7", state=JobState.RUNNING, max_gpus=8,
+                                                              placement=[("n000", 0), ("n000", 1)])])
+    after = place({"n000": 2, **onto})
+    grow = Action(ActionKind.GROW, JobId("7"), place({"n000": 2}), after, 32 * after.num_gpus, 32, 1, 0.1)
     assert act.apply(snap, (grow,))[0].ok
+    return act, records, ran, comment, secret
+
+
+def test_tend_cancels_satellites_of_ended_jobs_and_withdraws_ones_that_never_start(tmp_path: Path) -> None:
+    act, records, ran, comment, secret = _grown(tmp_path, {"n001": 1, "n002": 1})
     records["100"] = rec("100", {"n001": 1}, admin="")
     records["101"] = rec("101", {}, state=JobState.PENDING, admin="")
     act.clock = lambda: 5.0 + 1000
@@ -526,14 +534,7 @@ def test_the_satellite_of_a_job_whose_training_ended_gets_a_grace_to_end_by_itse
     # The job's end report says its workers are exiting, the satellite's with them: cancelling it the
     # moment its job leaves the queue would mark a finished run CANCELLED in the accounting. Past the
     # grace, or with an end report dated ahead of the daemon's clock, it is cancelled.
-    comment, _ = _job_files(tmp_path)
-    records = {"7": rec("7", {"n000": 2}, comment=comment)}
-    ran: list[list[str]] = []
-    act = _actuator(tmp_path, records, ran)
-    snap = make_snapshot(make_nodes(2), [make_job("7", state=JobState.RUNNING, max_gpus=8,
-                                                  placement=[("n000", 0), ("n000", 1)])])
-    grow = Action(ActionKind.GROW, JobId("7"), place({"n000": 2}), place({"n000": 2, "n001": 1}), 96, 32, 1, 0.1)
-    assert act.apply(snap, (grow,))[0].ok
+    act, records, ran, comment, _ = _grown(tmp_path, {"n001": 1})
     records["100"] = rec("100", {"n001": 1}, admin="")
     act.store.add_progress("7", ProgressRow(ended_at, "end", 4096, 3, 96, None, None, None, None))
     records["7"] = rec("7", {"n000": 2}, state=JobState.FINISHED, comment=comment)
