@@ -214,9 +214,6 @@ class Allocation:
     stopped: int
 
 
-"""Arrival order: submit time, then job id."""
-
-
 def usable_range(job: Job, total: int) -> tuple[int, int]:
     """``(kmin, kmax)``: GPU counts the job may have at its fixed batch (``kmin > kmax``: none)."""
     return job.min_gpus, min(job.max_gpus, total, job.base_batch)

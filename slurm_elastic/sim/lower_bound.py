@@ -292,10 +292,15 @@ def job_best(spec: SimJobSpec, gpus: int, gpus_per_node: int) -> JobBest:
     """The job's least time and least GPU-seconds alone on a cluster of ``gpus`` GPUs, over every
     configuration the module docstring defines, exactly (then times ``SLACK``): the least of
     :func:`_count_times`, and the least ``k`` times it."""
-    times = _count_times(spec, gpus, gpus_per_node)
+    return _best_of(_count_times(spec, gpus, gpus_per_node))
+
+
+def _best_of(times: Sequence[tuple[int, float]], scale: float = 1.0) -> JobBest:
+    """The least ``T_k`` and the least ``k * T_k`` of :func:`_count_times`' pairs, times ``SLACK``
+    and ``scale`` (``inf`` for a job with no GPU count)."""
     if not times:
         return JobBest(math.inf, math.inf)
-    return JobBest(min(t for _, t in times) * SLACK, min(k * t for k, t in times) * SLACK)
+    return JobBest(min(t for _, t in times) * SLACK * scale, min(k * t for k, t in times) * SLACK * scale)
 
 
 def _count_times(spec: SimJobSpec, gpus: int, gpus_per_node: int) -> tuple[tuple[int, float], ...]:
@@ -387,15 +392,8 @@ def job_curves(specs: Sequence[SimJobSpec], gpus: int, gpus_per_node: int) -> di
 def job_bests(specs: Sequence[SimJobSpec], gpus: int, gpus_per_node: int) -> dict[str, JobBest]:
     """:func:`job_best` of every job, each job shape searched once per process (``T`` and ``W`` scale
     with ``work_scale``)."""
-    out: dict[str, JobBest] = {}
-    for spec in specs:
-        times = _unit_times(_shape_key(spec), gpus, gpus_per_node)
-        if not times:
-            out[spec.job_id] = JobBest(math.inf, math.inf)
-            continue
-        unit = JobBest(min(t for _, t in times) * SLACK, min(k * t for k, t in times) * SLACK)
-        out[spec.job_id] = JobBest(unit.time * spec.work_scale, unit.gpu_seconds * spec.work_scale)
-    return out
+    return {spec.job_id: _best_of(_unit_times(_shape_key(spec), gpus, gpus_per_node), spec.work_scale)
+            for spec in specs}
 
 
 def gpu_envelope(times: Sequence[tuple[int, float]]) -> list[tuple[float, float]]:

@@ -472,8 +472,8 @@ class SlurmActuator:
 
     def _exiting(self, job_id: str, now: float) -> bool:
         """Whether the job's training ended within the satellite end grace, by its end report."""
-        rows = self.store.progress_of(job_id)
-        return finished_training(rows) and 0.0 <= now - rows[-1].t < SATELLITE_END_GRACE_S
+        last = self.store.latest_progress(job_id)
+        return last is not None and last.kind == "end" and 0.0 <= now - last.t < SATELLITE_END_GRACE_S
 
     def _cancel_orphans(self, records: Mapping[str, JobRecord]) -> list[str]:
         """Cancel the jobs carrying a satellite token this daemon journaled, unknown as satellites."""
