@@ -43,7 +43,10 @@ Choices made where the paper is vague:
 * **Shape bounds.** ``alpha`` and ``beta`` are clipped into ``[1, SHAPE_MAX]`` so that any finite
   features give valid, finite Beta shapes.
 * **Objective.** :func:`fit_progress_model` maximises ``sum_i log Beta(rho_i; alpha_i, beta_i) -
-  l2 * |A|^2`` (``b`` unpenalised) with L-BFGS-B and an analytic gradient. The gradient of the
+  l2 * |A|^2`` (``b`` unpenalised) with BFGS (:func:`~slurm_elastic_predictor.portable.minimize`)
+  and an analytic gradient, every float of it from :mod:`~slurm_elastic_predictor.portable`: a
+  fitted model, and every decision taken with it, is the same on every CPU (scipy's L-BFGS-B and
+  special functions were not: they run through BLAS and the C library's per-CPU code). The gradient of the
   threshold ``max(z, 1)`` is taken as 1 for ``z > 1`` and 0 otherwise. Internally the objective
   is divided by the number of points (same maximiser, better conditioned). The optimiser starts from
   ``A = 0`` (or the given ``prior``'s weights re-expressed in the new scale) and never returns a
@@ -62,9 +65,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from scipy.optimize import minimize
-from scipy.special import betaln, digamma
 
+from slurm_elastic_predictor import portable
 from slurm_elastic_predictor.errors import ProfileError
 
 __all__ = [
@@ -158,7 +160,7 @@ def _transform(arr: FloatArray, done: FloatArray) -> FloatArray:
     """Map raw features ``(..., 5)`` to the unscaled model features ``t(x)`` (see module doc);
     ``done`` is ``_epochs_done(arr)``, which the callers need for ``alpha`` too."""
     t = arr.copy()
-    t[..., _I_EPOCH_SIZE] = np.log1p(np.maximum(arr[..., _I_EPOCH_SIZE], 0.0))
+    t[..., _I_EPOCH_SIZE] = portable.log1p(np.maximum(arr[..., _I_EPOCH_SIZE], 0.0))
     t[..., _I_PROCESSED] = done
     return t
 
@@ -235,7 +237,7 @@ class BetaProgressModel:
     def _z(self, t: FloatArray) -> FloatArray:
         with np.errstate(over="ignore", invalid="ignore"):
             s = t / np.asarray(self.scale, dtype=np.float64)
-            z: FloatArray = s @ np.asarray(self.weights, dtype=np.float64) + self.bias
+            z: FloatArray = portable.matvec(s, self.weights) + self.bias
         return z
 
     def alpha_beta(self, x: npt.ArrayLike) -> tuple[FloatArray, FloatArray]:
@@ -455,7 +457,7 @@ def _prepare(
 
 def _log_pdf(rho: FloatArray, alpha: FloatArray, beta: FloatArray) -> FloatArray:
     result: FloatArray = (
-        (alpha - 1.0) * np.log(rho) + (beta - 1.0) * np.log1p(-rho) - betaln(alpha, beta)
+        (alpha - 1.0) * portable.log(rho) + (beta - 1.0) * portable.log1p(-rho) - portable.betaln(alpha, beta)
     )
     return result
 
@@ -497,7 +499,7 @@ def fit_progress_model(
 
     Points with ``rho = 1`` (a job's final point) are dropped; the rest are clipped into
     ``[EPS, 1 - EPS]``. ``scale`` is the root mean square of each transformed feature over the
-    kept points. The optimiser (L-BFGS-B, analytic gradient using digamma) starts from the
+    kept points. The optimiser (BFGS, analytic gradient using digamma) starts from the
     ``prior``'s weights re-expressed in the new scale and its bias, or, without a prior, from
     ``A = 0`` and ``b`` = the median plug-in epochs to go ``alpha (1/rho - 1)`` (at least 1).
     The returned model's penalised objective is never worse than that of the start.
@@ -528,7 +530,7 @@ def fit_progress_model(
     scale = _fit_scale(t)
     s = t / scale
     alpha = _alpha(done)
-    log_rho, log_1m_rho = np.log(rho), np.log1p(-rho)
+    log_rho, log_1m_rho = portable.log(rho), portable.log1p(-rho)
 
     if prior is None:
         a0 = np.zeros(_N_FEATURES)
@@ -543,18 +545,17 @@ def fit_progress_model(
     def objective(theta: FloatArray) -> tuple[float, FloatArray]:
         weights, bias = theta[:-1], theta[-1]
         with np.errstate(over="ignore", invalid="ignore"):
-            z = s @ weights + bias
+            z = portable.matvec(s, weights) + bias
         beta = _beta_from_z(z)
         active = (z > 1.0) & (z < SHAPE_MAX)
-        ll = (alpha - 1.0) * log_rho + (beta - 1.0) * log_1m_rho - betaln(alpha, beta)
-        dz = np.where(active, log_1m_rho - digamma(beta) + digamma(alpha + beta), 0.0)
-        value = -(float(np.sum(ll)) - l2 * float(weights @ weights)) / n
-        grad = -np.append(s.T @ dz - 2.0 * l2 * weights, np.sum(dz)) / n
+        ll = (alpha - 1.0) * log_rho + (beta - 1.0) * log_1m_rho - portable.betaln(alpha, beta)
+        dz = np.where(active, log_1m_rho - portable.digamma(beta) + portable.digamma(alpha + beta), 0.0)
+        value = -(float(np.sum(ll)) - l2 * portable.dot(weights, weights)) / n
+        grad = -np.append(portable.vecmat(dz, s) - 2.0 * l2 * weights, np.sum(dz)) / n
         return value, grad
 
     f0, _ = objective(theta0)
-    result = minimize(objective, theta0, jac=True, method="L-BFGS-B", options={"maxiter": 1000})
-    theta = np.asarray(result.x, dtype=np.float64)
+    theta = portable.minimize(objective, theta0, max_iter=1000)
     f_fit = objective(theta)[0] if np.all(np.isfinite(theta)) else math.inf
     if not (np.all(np.isfinite(theta)) and math.isfinite(f_fit) and f_fit <= f0):
         theta = theta0

@@ -34,9 +34,10 @@ Fitting choices (also in ``docs/throughput-model.md``):
   ``k == 1``. Beyond the measured 64 GPUs the inter-node term grows linearly in ``k``: a
   pessimistic extrapolation, so a planner is not lured into scaling a job further than the data
   supports.
-* The coefficients are fitted by non-negative least squares (``scipy.optimize.nnls``) on the
-  *relative* residual ``(t_proc(local) + t_comm(k, nodes) - step_time) / step_time`` over the
-  multi-GPU measurements, i.e. each row is weighted by ``1 / step_time`` so that fast and slow
+* The coefficients are fitted by non-negative least squares
+  (:func:`~slurm_elastic_predictor.portable.nnls`, the same bits on every CPU) on the *relative*
+  residual ``(t_proc(local) + t_comm(k, nodes) - step_time) / step_time`` over the multi-GPU
+  measurements, i.e. each row is weighted by ``1 / step_time`` so that fast and slow
   configurations count alike (the error is reported as a relative error too).
 * Known limit of the additive form: the measured all-reduce overlaps with the backward pass, so
   the exposed communication time shrinks as the per-GPU batch grows; a ``t_comm`` independent of
@@ -57,8 +58,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from scipy.optimize import nnls
 
+from slurm_elastic_predictor import portable
 from slurm_elastic_predictor.errors import ProfileError
 
 __all__ = [
@@ -326,7 +327,7 @@ def _fit_terms(
     k: FloatArray, residual: FloatArray, weight: FloatArray, inter: bool
 ) -> tuple[float, ...]:
     a = _design(k, inter) * weight[:, None]
-    coef, _ = nnls(a, residual * weight)
+    coef, _ = portable.nnls(a, residual * weight)
     return tuple(float(c) for c in coef)
 
 

@@ -53,6 +53,7 @@ from slurm_elastic.core.planner import PlanResult, build_plan
 from slurm_elastic.core.remaining import expected_remaining, progress_shapes
 from slurm_elastic.core.sizing import Sizing
 from slurm_elastic.errors import ConfigError
+from slurm_elastic_predictor import portable
 
 FloatArr = NDArray[np.float64]
 BoolArr = NDArray[np.bool_]
@@ -156,11 +157,13 @@ class PolicyWeights:
 
 
 def forward(weights: PolicyWeights, state: FloatArr) -> FloatArr:
-    """Logits of the policy for one state ``(input_size,)`` or a batch ``(n, input_size)``."""
+    """Logits of the policy for one state ``(input_size,)`` or a batch ``(n, input_size)``
+    (products by :func:`~slurm_elastic_predictor.portable.matmul`: a choice must not depend on
+    the CPU's BLAS kernel)."""
     h = state
     last = len(weights.layers) - 1
     for i, (w, b) in enumerate(weights.layers):
-        h = h @ w + b
+        h = portable.matmul(h, w) + b
         if i < last:
             h = np.maximum(h, 0.0)
     return h
@@ -169,7 +172,7 @@ def forward(weights: PolicyWeights, state: FloatArr) -> FloatArr:
 def masked_probabilities(logits: FloatArr, mask: BoolArr) -> FloatArr:
     """Softmax of ``logits`` over the allowed actions (0 elsewhere)."""
     z = np.where(mask, logits, -np.inf)
-    z = np.exp(z - np.max(z))
+    z = portable.exp(z - np.max(z))
     out: FloatArr = z / np.sum(z)
     return out
 
@@ -239,11 +242,11 @@ def slot_features(snapshot: ClusterSnapshot, jobs: Sequence[Job], spec: FeatureS
         rows.append([
             1.0,
             1.0 if job.state is JobState.RUNNING else 0.0,
-            math.log1p(max(0.0, snapshot.now - job.submit_time) / 60.0),
-            math.log1p(max(0.0, job.run_time) / 60.0),
-            math.log1p(max(0.0, to_go)),
-            math.log1p(max(0.0, to_go * job.epoch_size) / 1e4),
-            math.log2(job.base_batch) / 10.0,
+            portable.log1p_float(max(0.0, snapshot.now - job.submit_time) / 60.0),
+            portable.log1p_float(max(0.0, job.run_time) / 60.0),
+            portable.log1p_float(max(0.0, to_go)),
+            portable.log1p_float(max(0.0, to_go * job.epoch_size) / 1e4),
+            portable.log2_float(job.base_batch) / 10.0,
             job.requested_gpus / scale,
             max(0, usable_range(job, total)[1]) / scale,
             job.num_gpus / scale,
@@ -429,14 +432,15 @@ class _GreedyRun:
         spec = weights.spec
         n, per = spec.slots, spec.per_slot
         (w1, b1), *rest = weights.layers
-        self.h1: FloatArr = state @ w1 + b1 if rest else state @ w1
+        self.h1: FloatArr = portable.vecmat(state, w1) + b1 if rest else portable.vecmat(state, w1)
         free_row = w1[n * per] / total if total else np.zeros(w1.shape[1])
         # One GPU more for slot i: its ``allocated`` rises by 1/gpu_scale, the free share falls by 1/total.
         self.grow_rows: FloatArr = w1[_ALLOC:n * per:per] / spec.gpu_scale - free_row
         self.can_rows: FloatArr = w1[_CAN_ADD:n * per:per]
-        self.hidden = [(w, b, np.empty(w.shape[1])) for w, b in rest[:-1]]
+        self.hidden = [(w, b, np.empty(w.shape[1]), np.empty_like(w)) for w, b in rest[:-1]]
         out_w, out_b = rest[-1] if rest else (None, b1)
         self.out_w = out_w
+        self.out_scratch = None if out_w is None else np.empty_like(out_w)
         self.stop_b = float(out_b[n])
         self.out_b: FloatArr = np.where(np.append(can, False), out_b, -np.inf)
         self.open = can.copy()
@@ -450,11 +454,11 @@ class _GreedyRun:
             np.add(self.h1, self.out_b, out=self.logits)
             return int(self.logits.argmax())
         h = np.maximum(self.h1, 0.0, out=self.relu)
-        for w, b, out in self.hidden:
-            np.dot(h, w, out=out)
+        for w, b, out, scratch in self.hidden:
+            portable.vecmat(h, w, out=out, scratch=scratch)
             out += b
             h = np.maximum(out, 0.0, out=out)
-        np.dot(h, self.out_w, out=self.logits)
+        portable.vecmat(h, self.out_w, out=self.logits, scratch=self.out_scratch)
         self.logits += self.out_b
         return int(self.logits.argmax())
 

@@ -80,6 +80,7 @@ from slurm_elastic.core.model import ClusterSnapshot, Job, JobId, JobState, Node
 from slurm_elastic.core.planner import PlanResult, build_plan, current_counts
 from slurm_elastic.core.remaining import expected_remaining, progress_shapes
 from slurm_elastic.errors import ConfigError
+from slurm_elastic_predictor import portable
 
 IntArr = NDArray[np.signedinteger[Any]]
 FloatArr = NDArray[np.float64]
@@ -185,7 +186,7 @@ def _scores(ctx: _Ctx, counts: IntArr, spans: IntArr, *ys: FloatArr) -> list[Flo
     if ctx.n_jobs == 0:
         return [np.zeros(len(counts)) for _ in ys]
     per_gpu_time = kernels.gpu_time_per_sample(counts, spans, ctx.xtab, ctx.wait_cost, ctx.gpn)
-    return [per_gpu_time @ y for y in ys]
+    return [portable.matvec(per_gpu_time, y) for y in ys]  # not BLAS: a score must not depend on the CPU
 
 
 def _repair(ctx: _Ctx, genomes: IntArr, counts: IntArr) -> tuple[IntArr, IntArr]:

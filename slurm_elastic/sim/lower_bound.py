@@ -61,6 +61,7 @@ from slurm_elastic.core.model import ElasticMode
 from slurm_elastic.sim.cluster import DONE_EPS
 from slurm_elastic.sim.truth import MeasuredSpeed, Shape
 from slurm_elastic.sim.workload import SimJobSpec
+from slurm_elastic_predictor import portable
 
 log = logging.getLogger(__name__)
 
@@ -248,7 +249,7 @@ class _Epochs:
         """Epochs to the target at each global batch (``work_scale`` 1), as the simulator's truth."""
         if self._log_batches is None or self._epochs_at is None:
             return np.full(batch.shape, float(self.spec.epochs_needed(1.0)))
-        out: NDArray[np.float64] = np.interp(np.log2(np.maximum(batch, 1.0)), self._log_batches, self._epochs_at)
+        out: NDArray[np.float64] = np.interp(portable.log2(np.maximum(batch, 1.0)), self._log_batches, self._epochs_at)
         return out
 
     def g(self, batch: NDArray[np.float64]) -> NDArray[np.float64]:

@@ -26,7 +26,6 @@ Reads the profile files once per process (cached); pure computation otherwise.
 from __future__ import annotations
 
 import csv
-import math
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -35,6 +34,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from slurm_elastic.errors import ProfileError
+from slurm_elastic_predictor import portable
 from slurm_elastic_predictor.profiles import (
     V100_COMPUTE_SPEEDUP,
     V100_INTER_SPEEDUP,
@@ -226,7 +226,7 @@ class Convergence:
         self._curves = {b: np.array([r["metric"] for r in curves[b]]) for b in batches}
         self._values = {b: [float(x) for x in c] for b, c in self._curves.items()}  # at epochs 1, 2, ...
         self._nearest: dict[float, int] = {}  # global batch -> the nearest measured batch (batches repeat)
-        self.batches = np.log2(np.array(batches, dtype=np.float64))
+        self.batches = portable.log2(np.array(batches, dtype=np.float64))
         self.epochs_at = np.array(epochs)
 
     def _first_reach(self, metric: list[float], target: float, batch: int) -> float:
@@ -248,13 +248,13 @@ class Convergence:
             if len(self._nearest) >= NEAREST_CACHE:
                 self._nearest.clear()
             b = self._nearest[global_batch] = min(
-                self._curves, key=lambda m: abs(math.log2(m) - math.log2(max(global_batch, 1.0))))
+                self._curves, key=lambda m: abs(portable.log2_float(m) - portable.log2_float(max(global_batch, 1.0))))
         m = _on_unit_grid(self._values[b], epoch)
         return m / self.target if self._rising else self.target / max(m, 1e-9)
 
     def epochs(self, global_batch: float) -> float:
         """Epochs to the target at this global batch (interpolated in log2 of the batch)."""
-        return float(np.interp(math.log2(max(global_batch, 1.0)), self.batches, self.epochs_at))
+        return float(np.interp(portable.log2_float(max(global_batch, 1.0)), self.batches, self.epochs_at))
 
 
 def _on_unit_grid(values: list[float], x: float) -> float:

@@ -40,6 +40,7 @@ from slurm_elastic.core.model import ElasticMode
 from slurm_elastic.errors import TraceError
 from slurm_elastic.sim.truth import ModelTruth, truth
 from slurm_elastic.textfiles import read_text
+from slurm_elastic_predictor import portable
 from slurm_elastic_predictor.profiles import MODEL_DEFAULTS
 
 GPUS_PER_NODE = 4
@@ -649,7 +650,7 @@ def _philly_sizes(rng: np.random.Generator, n: int) -> NDArray[np.int64]:
 def _philly_draw(rng: np.random.Generator, n: int) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
     """``n`` jobs' GPU counts and durations (seconds) with Philly's shape."""
     k = _philly_sizes(rng, n)
-    dur = np.minimum(PHILLY_MAX_S, PHILLY_MEDIAN_S * np.exp(PHILLY_SIGMA * rng.standard_normal(n)))
+    dur = np.minimum(PHILLY_MAX_S, PHILLY_MEDIAN_S * portable.exp(PHILLY_SIGMA * rng.standard_normal(n)))
     return k, dur
 
 
@@ -731,8 +732,8 @@ def dl2_simulation(seed: int) -> list[SimJobSpec]:
     ``40 / (147 min / 20 min)`` = 5.4 jobs per 20-minute slot."""
     rng = np.random.default_rng(seed)
     req = _philly_sizes(rng, DL2_JOBS)
-    sigma = math.sqrt(2 * math.log(DL2_MEAN_S / DL2_MEDIAN_S))
-    dur = np.minimum(DL2_MAX_S, DL2_MEDIAN_S * np.exp(sigma * rng.standard_normal(DL2_JOBS)))
+    sigma = math.sqrt(2 * portable.log_float(DL2_MEAN_S / DL2_MEDIAN_S))
+    dur = np.minimum(DL2_MAX_S, DL2_MEDIAN_S * portable.exp(sigma * rng.standard_normal(DL2_JOBS)))
     kind = rng.integers(0, len(DL2_MODELS), size=DL2_JOBS)
     per_slot = DL2_CONCURRENT / (DL2_MEAN_S / DL2_SLOT_S)
     submit = np.cumsum(rng.exponential(DL2_SLOT_S / per_slot, size=DL2_JOBS))
