@@ -75,8 +75,9 @@ with a Gaussian prior on the multipliers, solved in closed form (a ridge regress
   way covers every pair of shipped profiles (see above) and stops a degenerate fit (a term the data
   cannot see, or noise that makes the two-GPU step faster than the one-GPU step, driving a
   communication multiplier to 0 or below). When the unconstrained solution leaves the box, the same
-  objective is minimised over the box (``scipy.optimize.lsq_linear``), the exact version of
-  clipping.
+  objective is minimised over the box (:func:`~slurm_elastic_predictor.portable.box_lstsq`, exact
+  by active sets), the exact version of clipping. Every product and solve here is
+  :mod:`~slurm_elastic_predictor.portable`'s: a job's model is the same on every CPU.
 * **Memory limit.** ``max_local_batch`` is raised to at least the largest per-GPU batch the job ran
   at (it fitted, so it fits); this is done *before* the regressors are computed, so a configuration
   beyond the prior's limit is used. A configuration still infinite for the prior (e.g. ``k`` GPUs on
@@ -122,8 +123,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
-from scipy.optimize import lsq_linear
 
+from slurm_elastic_predictor import portable
 from slurm_elastic_predictor.errors import ProfileError
 from slurm_elastic_predictor.throughput import ThroughputModel
 
@@ -272,13 +273,13 @@ def _solve(x: FloatArray, strength: float, floored: tuple[bool, bool]) -> FloatA
     component's weight is :data:`FLOORED_WEIGHT` times that."""
     ones = np.ones(x.shape[0])
     r = x.sum(axis=1)
-    g = float(r.sum() / (r @ r))
+    g = float(r.sum()) / portable.dot(r, r)
     gx = g * x
     present = gx > 0
     counts = present.sum(axis=0)
     share = np.where(counts > 0, np.sqrt((gx**2).sum(axis=0) / np.maximum(counts, 1)), 1.0)
     prec = strength * share**2 * np.array([1.0, *(FLOORED_WEIGHT if f else 1.0 for f in floored)])
-    u = np.linalg.solve(gx.T @ gx + np.diag(prec), gx.T @ ones + prec)
+    u = portable.lstsq(portable.matmul(gx.T, gx) + np.diag(prec), portable.vecmat(ones, gx) + prec)
     theta = np.asarray(g * u, dtype=np.float64)
     if np.all((theta >= FACTOR_MIN) & (theta <= FACTOR_MAX)):
         return theta
@@ -286,8 +287,8 @@ def _solve(x: FloatArray, strength: float, floored: tuple[bool, bool]) -> FloatA
     w = np.sqrt(prec) / g
     a = np.vstack([x, np.diag(w)])
     b = np.concatenate([ones, w * g])
-    fit = lsq_linear(a, b, bounds=(FACTOR_MIN, FACTOR_MAX), method="bvls")
-    return np.clip(np.asarray(fit.x, dtype=np.float64), FACTOR_MIN, FACTOR_MAX)
+    fit, _ = portable.box_lstsq(a, b, FACTOR_MIN, FACTOR_MAX)
+    return np.clip(fit, FACTOR_MIN, FACTOR_MAX)
 
 
 def calibrate(
@@ -334,7 +335,7 @@ def calibrate(
     if not conf:
         return Calibrated(base, 0, (1.0, 1.0, 1.0), None)
     if prior_batch is not None:
-        job_batch = math.exp(sum(math.log(c[2]) for c in conf) / len(conf))
+        job_batch = float(portable.exp(sum(portable.log_float(c[2]) for c in conf) / len(conf)))
         base = _stretched(base, float(prior_batch), job_batch)
     largest = max(c[2] for c in conf)
     if base.max_local_batch < largest:
@@ -350,6 +351,6 @@ def calibrate(
     theta = _solve(x, float(strength), floored)
     tc, ta, te = (float(t) for t in theta)
     model = base.scaled(compute=1.0 / tc, intra=1.0 / ta, inter=1.0 / te, name=name)
-    pred = rows[usable] @ theta
+    pred = portable.matvec(rows[usable], theta)
     error = float(np.median(np.abs(pred - step) / step))
     return Calibrated(model, int(usable.sum()), (tc, ta, te), error)

@@ -30,7 +30,8 @@ So this module builds what planning needs from those alone:
   difference of the series, so that it does not cancel.
 * :func:`matvec`, :func:`vecmat`, :func:`matmul`, :func:`dot`: products summed by numpy's
   reductions, not by BLAS.
-* :func:`lstsq` (Householder QR) and :func:`nnls` (exact, by the supports of a few columns).
+* :func:`lstsq` (Householder QR), :func:`box_lstsq` and :func:`nnls` (exact, by the active
+  sets of a few columns).
 * :func:`minimize`: BFGS with a backtracking line search, for smooth objectives of a few
   parameters (scipy's L-BFGS-B runs its own arithmetic through BLAS).
 
@@ -343,46 +344,62 @@ def lstsq(a: npt.ArrayLike, b: npt.ArrayLike) -> FloatArray:
     return x
 
 
-MAX_NNLS_COLUMNS = 6
-""":func:`nnls` tries every support, ``2 ** columns`` of them."""
+MAX_BOX_COLUMNS = 6
+""":func:`box_lstsq` tries every assignment of its columns, up to ``3 ** columns`` of them."""
 
 
-def nnls(a: npt.ArrayLike, b: npt.ArrayLike) -> tuple[FloatArray, float]:
-    """``argmin ||a x - b||`` over ``x >= 0``, and the residual's norm, for a few columns.
+def box_lstsq(a: npt.ArrayLike, b: npt.ArrayLike, lower: float, upper: float) -> tuple[FloatArray, float]:
+    """``argmin ||a x - b||`` over ``lower <= x <= upper`` (each bound may be infinite), and the
+    residual's norm, for a few columns.
 
-    The optimum is the least-squares solution on its own support, with every coefficient there
-    positive; so it is the best, by residual, of the least-squares solutions of every support that
-    come out non-negative (supports whose columns depend on each other skipped). Exact, and the
-    same bits on every CPU, for up to :data:`MAX_NNLS_COLUMNS` columns. Ties between supports go
-    to the smaller support, then the earlier one.
+    The objective is convex, so the optimum is the least-squares solution of its free components
+    with the others at a bound, every free component inside the box. It is therefore the best, by
+    residual, of those solutions over every assignment of free, at-lower or at-upper to each
+    column that comes out inside the box (an assignment whose free columns depend on each other is
+    skipped). Exact, and the same bits on every CPU, for up to :data:`MAX_BOX_COLUMNS` columns.
+    Ties go to the assignment found first (fewer free columns first).
 
     Raises:
-        ValueError: more than :data:`MAX_NNLS_COLUMNS` columns.
+        ValueError: more than :data:`MAX_BOX_COLUMNS` columns, or an empty box.
     """
     a, b = _array(a), _array(b)
     n = a.shape[1]
-    if n > MAX_NNLS_COLUMNS:
-        raise ValueError(f"nnls: {n} columns; at most {MAX_NNLS_COLUMNS} (every support is tried)")
-    best = np.zeros(n)
-    best_norm = math.sqrt(dot(b, b))
-    for size in range(1, n + 1):
-        for support in itertools.combinations(range(n), size):
-            cols = list(support)
-            if a.shape[0] < size:
-                continue
-            try:
-                coef = lstsq(a[:, cols], b)
-            except ValueError:
-                continue
-            if np.any(coef < 0.0):
-                continue
-            residual = b - matvec(a[:, cols], coef)
-            norm = math.sqrt(dot(residual, residual))
-            if norm < best_norm:
-                best = np.zeros(n)
-                best[cols] = coef
-                best_norm = norm
+    if n > MAX_BOX_COLUMNS:
+        raise ValueError(f"box_lstsq: {n} columns; at most {MAX_BOX_COLUMNS} (every assignment is tried)")
+    if not lower <= upper:
+        raise ValueError(f"box_lstsq: empty box [{lower}, {upper}]")
+    bounds = [v for v in (lower, upper) if math.isfinite(v)]
+    best, best_norm = None, math.inf
+    for size in range(n + 1):
+        for free in itertools.combinations(range(n), size):
+            fixed = [j for j in range(n) if j not in free]
+            for at in itertools.product(bounds, repeat=len(fixed)):
+                x = np.zeros(n)
+                x[fixed] = at
+                rest = b - matvec(a[:, fixed], x[fixed]) if fixed else b
+                if free:
+                    if a.shape[0] < size:
+                        continue
+                    try:
+                        x[list(free)] = lstsq(a[:, list(free)], rest)
+                    except ValueError:
+                        continue
+                    if np.any(x[list(free)] < lower) or np.any(x[list(free)] > upper):
+                        continue
+                residual = b - matvec(a, x)
+                norm = math.sqrt(dot(residual, residual))
+                if norm < best_norm:
+                    best, best_norm = x, norm
+    if best is None:  # no bound is finite and no set of columns is independent
+        raise ValueError("box_lstsq: the columns depend on each other and no bound is finite")
     return best, best_norm
+
+
+def nnls(a: npt.ArrayLike, b: npt.ArrayLike) -> tuple[FloatArray, float]:
+    """``argmin ||a x - b||`` over ``x >= 0``, and the residual's norm: :func:`box_lstsq` with
+    the box ``[0, inf)`` (every support tried; the optimum is the least-squares solution on its
+    own support)."""
+    return box_lstsq(a, b, 0.0, math.inf)
 
 
 def minimize(fun: Callable[[FloatArray], tuple[float, FloatArray]], x0: npt.ArrayLike, *,

@@ -88,10 +88,15 @@ def test_least_squares_and_nnls_find_scipys_optimum() -> None:
         assert norm == pytest.approx(their_norm, rel=1e-10)
         assert np.allclose(ours, theirs, atol=1e-9) and (ours >= 0).all()
         assert np.allclose(portable.lstsq(a, b), np.linalg.lstsq(a, b, rcond=None)[0], atol=1e-10)
+        boxed, _ = portable.box_lstsq(a, b * 3, 0.5, 2.0)
+        bvls = scipy.optimize.lsq_linear(a, b * 3, bounds=(0.5, 2.0), method="bvls")
+        assert np.allclose(boxed, bvls.x, atol=1e-9) and ((boxed >= 0.5) & (boxed <= 2.0)).all()
     with pytest.raises(ValueError, match="depends on the others"):
         portable.lstsq(np.ones((4, 2)), np.ones(4))
     with pytest.raises(ValueError, match="at most 6"):
         portable.nnls(np.ones((9, 7)), np.ones(9))
+    with pytest.raises(ValueError, match="empty box"):
+        portable.box_lstsq(np.eye(2), np.ones(2), 1.0, 0.0)
 
 
 def test_minimize_reaches_the_minimum_of_a_smooth_function() -> None:
@@ -111,6 +116,7 @@ x = rng.uniform(-50, 50, 5000); y = p.exp(rng.uniform(-50, 50, 5000)); m = rng.n
 quartic = lambda t: (float(np.sum(((t - 1.5) * (t - 1.5)) ** 2)), 4 * (t - 1.5) * (t - 1.5) * (t - 1.5))
 ours = [p.exp(x), p.log(y), p.log2(y), p.log1p(y), p.lgamma(y), p.digamma(y), p.betaln(y, y[::-1]),
         p.matvec(m, x[:300]), p.matmul(m[:3, :40], m[:40, :30]), p.nnls(np.abs(m[:, :3]), x[:40])[0],
+        p.box_lstsq(m[:, :3], x[:40], -0.1, 0.1)[0],
         p.minimize(quartic, np.zeros(3))]
 theirs = [np.exp(x), np.log(y), np.log1p(y), m @ x[:300], np.linalg.solve(m[:40, :40], x[:40])]
 digest = lambda arrays: hashlib.sha256(b"".join(np.asarray(a).tobytes() for a in arrays)).hexdigest()[:16]
