@@ -39,7 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,10 +114,13 @@ def make_trace(jobs: int, seed: int, samples_per_s: float, *, mean_gap_s: float 
 def bench_fidelity(*, root: Path, policy: str = "dp", jobs: int = 12, seed: int = 0,
                    placements: Sequence[str] = PLACEMENTS, bring_up: bool = True, timeout_s: float = 1800.0,
                    alone_s: tuple[float, float] = (15.0, 45.0), mean_gap_s: float = 10.0,
+                   measured: Mapping[str, Any] | None = None,
                    say: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> dict[str, Any]:
     """Profile, run the trace for real, simulate it; the figures (module docstring).
 
-    ``bring_up=False`` uses the dev cluster already up under ``root`` (the tests').
+    ``bring_up=False`` uses the dev cluster already up under ``root`` (the tests'). ``measured``:
+    what :func:`~slurm_elastic.site_profile.profile_site` returned for :data:`MODEL` on this
+    cluster, used instead of profiling again (its folder is the daemon's profiles).
 
     Raises:
         ConfigError: an unknown policy, no dev cluster at ``root`` (``bring_up=False``), or a profile
@@ -131,8 +134,9 @@ def bench_fidelity(*, root: Path, policy: str = "dp", jobs: int = 12, seed: int 
         run_command(["scancel", "--user", getpass.getuser()], env=env)
         work = Path(tempfile.mkdtemp(prefix="fidelity-", dir=root))
         say(f"bench fidelity: profiling {MODEL} on placements {','.join(placements)} (work in {work})")
-        measured = profile_site(work / "profiles", models=[MODEL], placements=placements, batches=[LOCAL_BATCH],
-                                env=env, say=say)
+        if measured is None:
+            measured = profile_site(work / "profiles", models=[MODEL], placements=placements,
+                                    batches=[LOCAL_BATCH], env=env, say=say)
         gpus_per_node = int(measured["gpus_per_node"])
         gpus = gpus_per_node * len(set(run_command(["sinfo", "-h", "-N", "-o", "%N"], env=env).split()))
         profile = measured["models"][MODEL]
@@ -142,9 +146,10 @@ def bench_fidelity(*, root: Path, policy: str = "dp", jobs: int = 12, seed: int 
         if one is None:
             raise ConfigError(f"bench fidelity: placement 1 was not measured: {profile['failed']}")
         trace = make_trace(jobs, seed, LOCAL_BATCH / one["step_time"], mean_gap_s=mean_gap_s, alone_s=alone_s)
+        profiles = Path(profile["folder"]).parent
         conf_text = (f'[daemon]\npartitions = ["gpu"]\npolicy = "{policy}"\ndry_run = false\n'
                      f'store = "{work / "s.db"}"\npoll_interval = {POLL_S}\nmetrics_address = ""\n'
-                     f'profiles = "{work / "profiles"}"\ndefault_model = "{MODEL}"\n')
+                     f'profiles = "{profiles}"\ndefault_model = "{MODEL}"\n')
         (work / "elastic.toml").write_text(conf_text, encoding="utf-8")
         say(f"bench fidelity: {len(trace)} jobs for real under {policy} on {gpus} GPUs")
         real = _run_real(work, env, trace, timeout_s)
@@ -178,7 +183,8 @@ def replay_fidelity(work: Path) -> dict[str, Any]:
         raise ConfigError(f"{work / RUN_FILE}: not a run bench fidelity recorded ({exc})") from None
     cfg = parse(conf, str(work / "elastic.toml"))
     physics = _physics(real, host_cores)
-    sims = _ladder(cfg, trace, real, physics, work / "profiles", gpus, gpus_per_node, seed)
+    profiles = cfg.daemon.profiles if cfg.daemon.profiles is not None else work / "profiles"
+    sims = _ladder(cfg, trace, real, physics, profiles, gpus, gpus_per_node, seed)
     return {**_summary(cfg.daemon.policy, gpus, trace, real, physics, sims, profile), "work": str(work)}
 
 

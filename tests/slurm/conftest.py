@@ -142,7 +142,11 @@ EXAMPLE = EXAMPLE_TRAINER
 @pytest.fixture
 def submit_example(cluster: DevCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                    capsys: pytest.CaptureFixture[str]) -> Any:
-    """Submit the launcher example with ``slurm-elastic submit`` as a user whose HOME is ``tmp_path``.
+    """Submit the launcher example with ``slurm-elastic submit`` as a user whose HOME is ``tmp_path``,
+    and start it now at its requested size, as the daemon would (``scontrol update StartTime=now``):
+    these tests act on the running job by hand, and ``job_submit.lua``'s 10 s hold, which is there so
+    a daemon can size the job first, would only make each of them wait (the hold itself is tested
+    in ``test_daemon_acting.py``: a job held while no daemon runs, and one the daemon starts first).
 
     Returns a function ``(output_name, *submit_options, dataset_size=..., script=...) -> job id``; a
     ``script`` (a training script and its arguments) replaces the example trainer.
@@ -158,7 +162,9 @@ def submit_example(cluster: DevCluster, tmp_path: Path, monkeypatch: pytest.Monk
     def submit(out: Path, *options: str, dataset_size: int = 512, script: Sequence[str] = ()) -> int:
         command = list(script) or [str(EXAMPLE), "--dataset-size", str(dataset_size)]
         assert main(["submit", *options, "--output", str(out), "--", sys.executable, *command]) == 0
-        return int(capsys.readouterr().out.strip())
+        job = int(capsys.readouterr().out.strip())
+        cluster.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True)
+        return job
 
     return submit
 

@@ -36,7 +36,7 @@ def test_daemon_killed_mid_grow_is_settled_without_repeating(cluster: DevCluster
     epochs, size = 3, 32768
     job = str(submit_example(cluster.root / "jobs" / "restart-%j.out", "--elastic", "1:2", "--gpus-per-node", "1",
                              "--epochs", str(epochs), dataset_size=size))
-    cluster.wait_state(int(job), "RUNNING", timeout=40)  # started by Slurm after the hold: no daemon yet
+    cluster.wait_state(int(job), "RUNNING", timeout=40)  # started by the fixture, as a daemon would: no daemon yet
 
     def runner(argv: Sequence[str]) -> str:
         return run_command(argv, env=cluster.env)

@@ -1,5 +1,6 @@
-"""``slurm-elastic profile`` on the real dev cluster (issue 15, part 3): fixed-size launcher jobs
-measured through Slurm, a profile folder the daemon's configuration can name, fitted back."""
+"""``slurm-elastic profile`` on the real dev cluster: fixed-size launcher jobs measured through
+Slurm, a profile folder the daemon's configuration can name, fitted back, and ``bench fidelity``
+run on it."""
 
 from __future__ import annotations
 
@@ -10,40 +11,38 @@ import pytest
 from .conftest import DevCluster
 
 
-def test_profile_measures_through_slurm_and_writes_a_folder_the_daemon_loads(cluster: DevCluster,
-                                                                             tmp_path: Path) -> None:
+def test_a_profile_measured_through_slurm_is_loaded_by_the_daemon_and_runs_bench_fidelity(
+        cluster: DevCluster, tmp_path: Path) -> None:
+    """Two scenarios on one profile, as they share the session cluster: ``slurm-elastic profile``
+    measures fixed-size launcher jobs through Slurm into a folder the daemon's configuration can
+    name; then ``bench fidelity`` in CI, small (3 short jobs, 3 placements), runs a trace for real
+    on that profile and in the simulator: every job completed with every sample once, both JCTs
+    measured, and each rung of the physics ladder simulated. The figures themselves come from the
+    benchmark (its own 3 x 2 cluster, 12 jobs, its own profile)."""
     pytest.importorskip("torch")
     from slurm_elastic.config import parse
+    from slurm_elastic.fidelity_bench import MODEL, PHYSICS, bench_fidelity, replay_fidelity
     from slurm_elastic.site_profile import profile_site
     from slurm_elastic.wiring import default_profiles
 
     cluster.cancel_all()
-    out = profile_site(tmp_path / "profiles", models=["cnn"], placements=["1", "2", "11"], batches=[32], steps=8,
-                       env=cluster.env, job_timeout_s=240, say=lambda line: None)
-    cnn = out["models"]["cnn"]
+    measured = profile_site(tmp_path / "profiles", models=[MODEL], placements=["1", "2", "11"], batches=[32],
+                            steps=8, env=cluster.env, job_timeout_s=240, say=lambda line: None)
+    cnn = measured["models"][MODEL]
     assert cnn["failed"] == [] and cnn["fit"] == "fitted", cnn
-    assert out["gpus_per_node"] == 4  # the dev cluster's nodes, by sinfo
+    assert measured["gpus_per_node"] == 4  # the dev cluster's nodes, by sinfo
     assert sorted(r["placement"] for r in cnn["rows"]) == ["1", "11", "2"], cnn
     assert all(0 < r["step_time"] < 5 for r in cnn["rows"]), cnn
     # 8 steps end before two reports pair (0.25 s apart): each such job was run again, longer
     assert all(r["steps"] > 8 for r in cnn["rows"] if r["placement"] == "1"), cnn
-    cfg = parse(f'[daemon]\nprofiles = "{tmp_path / "profiles"}"\ndefault_model = "cnn"\n')
-    model = default_profiles(cfg.daemon.profiles)["cnn"]
+    cfg = parse(f'[daemon]\nprofiles = "{tmp_path / "profiles"}"\ndefault_model = "{MODEL}"\n')
+    model = default_profiles(cfg.daemon.profiles)[MODEL]
     assert model.gpus_per_node == 4
     one = next(r for r in cnn["rows"] if r["placement"] == "1")
     assert float(model.t_iter(32, 1, 1)) == pytest.approx(one["step_time"], rel=0.05)
 
-
-def test_bench_fidelity_runs_a_trace_for_real_and_in_the_simulator(cluster: DevCluster) -> None:
-    """``bench fidelity`` in CI, small (3 short jobs, 3 placements) on the session cluster: every job
-    completed with every sample once, both JCTs measured, and each rung of the physics ladder
-    simulated. The figures themselves come from the benchmark (its own 3 x 2 cluster, 12 jobs)."""
-    pytest.importorskip("torch")
-    from slurm_elastic.fidelity_bench import PHYSICS, bench_fidelity, replay_fidelity
-
-    cluster.cancel_all()
     out = bench_fidelity(root=cluster.root, jobs=3, placements=("1", "2", "11"), bring_up=False, timeout_s=300,
-                         alone_s=(4.0, 8.0), mean_gap_s=3.0, say=lambda line: None)
+                         alone_s=(4.0, 8.0), mean_gap_s=3.0, measured=measured, say=lambda line: None)
     assert out["completed"] == 3 and out["samples_exact"] == 3, out
     assert out["real_avg_jct_s"] > 0 and out["sim_avg_jct_s"] > 0 and out["ratio"] > 0, out
     assert list(out["ladder"]) == ["profiles", *(f"+{p}" for p in PHYSICS)], out
