@@ -1,5 +1,7 @@
 # The two commands of README.rst: `make demo` (set up, run the main job) and `make test`.
 PYTHON ?= python3
+# pytest workers: tests/slurm runs in one (its one dev cluster), everything else in the others
+TEST_WORKERS ?= 2
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
@@ -23,7 +25,7 @@ lint: setup
 
 test: system lint
 	mkdir -p build
-	$(BIN)/python -m pytest --junitxml=build/junit.xml
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --junitxml=build/junit.xml
 	$(BIN)/python .ci/check_junit.py build/junit.xml
 	@# where Slurm is required (CI), the main job must pass too: every job COMPLETED, every sample once
 	@if [ "$${SLURM_ELASTIC_REQUIRE_SLURM:-0}" = 1 ]; then $(BIN)/slurm-elastic demo --out build/demo; fi
