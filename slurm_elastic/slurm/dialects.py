@@ -208,6 +208,17 @@ def _bounded(num: int, key: str, where: Where) -> int:
     return num
 
 
+RESTART_MAX = 2**16 - 1
+"""Slurm counts a job's requeues (``restart_cnt``, pyslurm's ``requeue_count``) in 16 bits."""
+
+
+def restart_count_error(count: int) -> str | None:
+    """Why ``count`` cannot be a job's requeue count (the rule it breaks), or None."""
+    if 0 <= count <= RESTART_MAX:
+        return None
+    return f"{count} out of range (rule: 0 .. {RESTART_MAX}: Slurm counts requeues in 16 bits)"
+
+
 def as_int(value: object, key: str, where: Where) -> int | None:
     """A number field: plain int or null (22.05), or ``{set, infinite, number}`` (25.11), within 64 bits.
 

@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 from slurm_elastic.core.model import JobId, NodeName
-from slurm_elastic.slurm.dialects import SlurmJsonError, map_job_state, map_node_state
+from slurm_elastic.slurm.dialects import SlurmJsonError, map_job_state, map_node_state, restart_count_error
 from slurm_elastic.slurm.hostlist import expand_hostlist, parse_index_list
 from slurm_elastic.slurm.records import GpuRequest, JobRecord, NodeRecord
 
@@ -261,6 +261,8 @@ def job_record(job: PyslurmJob) -> JobRecord:
     subject = f"Job {display}"
     word = _s(job.state, subject, "state").upper()
     restart = _i(job.requeue_count, subject, "requeue_count") or 0
+    if (bad := restart_count_error(restart)) is not None:
+        raise _bad(subject, "requeue_count", bad)
     try:
         state = map_job_state((word,), restart)
     except SlurmJsonError as exc:

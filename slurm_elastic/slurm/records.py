@@ -40,6 +40,7 @@ from slurm_elastic.slurm.dialects import (
     map_job_state,
     map_node_state,
     require,
+    restart_count_error,
     typename,
 )
 from slurm_elastic.slurm.hostlist import (
@@ -501,6 +502,8 @@ def _job(j: Mapping[str, Any], kind: DocKind, version: SlurmJsonVersion) -> JobR
     else:
         states = as_states(raw_state, "job_state", where)
     restart = as_int(j.get("restart_cnt"), "restart_cnt", where) or 0
+    if (bad := restart_count_error(restart)) is not None:
+        raise where.error("restart_cnt", bad)
     try:
         state = map_job_state(states, restart)
     except SlurmJsonError as exc:

@@ -241,3 +241,11 @@ def test_a_config_watching_another_partition_is_not_counted_as_losing_jobs() -> 
     jobs (they are in ``gpu``); the fuzz counted them as honest jobs left unplanned."""
     res = fuzz.run_case("config", 6240005)
     assert res.outcome and not unknown_problems(res), res.failures
+
+
+def test_a_restart_count_past_16_bits_is_refused_for_its_job_not_an_overflow_in_the_journal() -> None:
+    """CI found seed 9304839: a 25.11 ``restart_cnt`` of 2**63 passed the 64-bit bound, and shrinking
+    that job raised OverflowError in the actuator (SQLite's integers are signed 64 bits). Slurm counts
+    requeues in 16 bits: the record is refused and its job left out, with that reason."""
+    res = fuzz.run_case("slurm_records", 9304839)
+    assert res.outcome and not unknown_problems(res), res.failures

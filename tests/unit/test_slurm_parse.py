@@ -697,3 +697,27 @@ def test_build_snapshot_errors() -> None:
     beyond = parse_jobs(squeue_2205(job_2205(job_id=9, nodes="n01", gres_detail=["gpu:v100:1(IDX:7)"])))
     with pytest.raises(SlurmJsonError, match=r"job 9: key 'gres_detail': GPU indices \[7\] on node n01 beyond its 4"):
         build_snapshot(nodes, beyond, now=1000, profiles=shipped_profiles())
+
+
+@pytest.mark.parametrize("doc", [squeue_2511(job_2511(restart_cnt=num(2**63))),
+                                 squeue_2511(job_2511(restart_cnt=2**63 - 1)),
+                                 squeue_2205(job_2205(restart_cnt=65536)), squeue_2205(job_2205(restart_cnt=-1))],
+                         ids=["2511-2^63", "2511-2^63-1", "2205-65536", "2205-negative"])
+def test_a_restart_count_slurm_cannot_hold_is_refused_for_that_job_only(doc: dict[str, Any]) -> None:
+    """Found by the hostile-record fuzz (seed 9304839): a 25.11 ``restart_cnt`` of 2**63 passed the
+    64-bit bound, and the actuator's journal (SQLite, signed 64 bits) raised OverflowError while
+    shrinking that job. Slurm counts requeues in 16 bits: anything else is refused, the job named."""
+    refused: dict[str, str] = {}
+    good = job_2511(job_id=8) if "jobs" in doc and isinstance(doc["jobs"][0]["job_state"], list) else job_2205(job_id=6)
+    doc["jobs"].append(good)
+    jobs = parse_jobs(doc, refused)
+    assert [str(j.job_id) for j in jobs] == [str(good["job_id"])]
+    ((job, why),) = refused.items()
+    assert job == str(doc["jobs"][0]["job_id"]) and "restart_cnt" in why and "0 .. 65535" in why, why
+    with pytest.raises(SlurmJsonError, match="restart_cnt"):
+        parse_jobs(doc)
+
+
+def test_the_largest_restart_count_slurm_holds_is_read() -> None:
+    (job,) = parse_jobs(squeue_2511(job_2511(restart_cnt=num(65535))))
+    assert job.restart_count == 65535
