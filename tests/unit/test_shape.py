@@ -62,3 +62,36 @@ def test_observing_runs_no_command_and_imports_no_actuator() -> None:
         imported |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
         assert not imported & {"subprocess", "slurm_elastic.slurm.actions", "slurm_elastic.slurm.commands",
                                "slurm_elastic.slurm.satellites"}, name
+
+
+PREDICTOR = ROOT.parent / "predictor" / "slurm_elastic_predictor"
+DECIDING = [*sorted((ROOT / "core").glob("*.py")), ROOT / "sim" / "workload.py", ROOT / "sim" / "truth.py",
+            ROOT / "sim" / "cluster.py", ROOT / "sim" / "engine.py", PREDICTOR / "progress.py",
+            PREDICTOR / "throughput.py", PREDICTOR / "calibrate.py", PREDICTOR / "profiles.py"]
+"""What plans, and what a plan or a simulated run is computed from: its floats must be the same on every CPU."""
+CPU_DEPENDENT = {
+    "np": {"dot", "matmul", "inner", "einsum", "tensordot", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p",
+           "power", "float_power", "tanh", "sinh", "cosh", "logaddexp", "linalg"},
+    "math": {"exp", "expm1", "log", "log2", "log10", "log1p", "pow", "tanh", "lgamma", "gamma", "erf"},
+}
+"""Per-CPU code (docs/architecture.md, "Results that do not depend on the CPU"): BLAS, numpy's SIMD
+transcendental functions, the C library's libm. ``slurm_elastic_predictor.portable`` has each."""
+
+
+def test_what_decides_uses_no_arithmetic_that_depends_on_the_cpu() -> None:
+    """No ``@``, no BLAS product, no numpy or libm transcendental function, no scipy solver where a
+    plan or a simulated run gets its floats (``2 ** k``, ``x ** 2`` and ``np.sqrt`` are exact
+    or correctly rounded everywhere and stay allowed)."""
+    found = []
+    for path in DECIDING:
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            where = f"{path.name}:{getattr(node, 'lineno', '?')}"
+            if isinstance(node, ast.BinOp | ast.AugAssign) and isinstance(node.op, ast.MatMult):
+                found.append(f"{where}: @")
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and node.attr in CPU_DEPENDENT.get(node.value.id, ())):
+                found.append(f"{where}: {node.value.id}.{node.attr}")
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(("scipy.optimize", "scipy.special")):
+                found.append(f"{where}: from {node.module} import ...")
+    assert not found, found
