@@ -47,11 +47,13 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 FloatArray = npt.NDArray[np.float64]
+Real = TypeVar("Real", float, FloatArray)
 
 LN2_HI = 6.93147180369123816490e-01
 """``ln 2`` rounded to 32 significant bits: ``k * LN2_HI`` is exact for any exponent ``k``."""
@@ -87,8 +89,9 @@ def _array(x: npt.ArrayLike) -> FloatArray:
     return np.asarray(x, dtype=np.float64)
 
 
-def _horner(coefs: tuple[float, ...], x: FloatArray) -> FloatArray:
-    """``sum_i coefs[i] * x**i``, by Horner's rule from the highest term."""
+def _horner(coefs: tuple[float, ...], x: Real) -> Real:
+    """``sum_i coefs[i] * x**i``, by Horner's rule from the highest term: the same operations in
+    the same order for an array (in place) and for one float, so the same bits."""
     out = coefs[-1] * x
     out += coefs[-2]
     for c in reversed(coefs[:-2]):
@@ -130,6 +133,16 @@ def _log_edges(x: FloatArray, out: FloatArray) -> FloatArray:
     return np.asarray(np.where((x < 0.0) | np.isnan(x), np.nan, out), dtype=np.float64)
 
 
+def _ln(e: Real, log_m: Real) -> Real:
+    """``ln x`` from :func:`_log_parts` (``ln 2`` split so ``e ln2_hi`` is exact)."""
+    return e * LN2_HI + (log_m + e * LN2_LO)
+
+
+def _log2(e: Real, log_m: Real) -> Real:
+    """``log2 x`` from :func:`_log_parts`: ``e`` exactly where ``m`` is 1."""
+    return e + log_m * INV_LN2
+
+
 def _logarithm(x: npt.ArrayLike, combine: Callable[[FloatArray, FloatArray], FloatArray]) -> FloatArray:
     """``combine(e, ln m)`` of :func:`_log_parts`, with the edge cases where ``x`` is not
     positive and finite."""
@@ -142,12 +155,12 @@ def _logarithm(x: npt.ArrayLike, combine: Callable[[FloatArray, FloatArray], Flo
 
 def log(x: npt.ArrayLike) -> FloatArray:
     """Natural logarithm: ``e ln2 + ln m`` (``ln 2`` split so ``e ln2_hi`` is exact)."""
-    return _logarithm(x, lambda e, log_m: e * LN2_HI + (log_m + e * LN2_LO))
+    return _logarithm(x, _ln)
 
 
 def log2(x: npt.ArrayLike) -> FloatArray:
     """Base-2 logarithm: ``e + ln m / ln 2``, exact at every power of two."""
-    return _logarithm(x, lambda e, log_m: e + log_m * INV_LN2)
+    return _logarithm(x, _log2)
 
 
 def log1p(x: npt.ArrayLike) -> FloatArray:
@@ -170,27 +183,22 @@ def _log_parts_float(x: float) -> tuple[float, float]:
     f = m - 1.0
     s = f / (2.0 + f)
     z = s * s
-    poly = _ATANH_TERMS[-1]
-    for c in reversed(_ATANH_TERMS[:-1]):
-        poly = poly * z + c
     half_f2 = 0.5 * f * f
-    return float(e), f - (half_f2 - s * (half_f2 + z * poly))
+    return float(e), f - (half_f2 - s * (half_f2 + z * _horner(_ATANH_TERMS, z)))
 
 
 def log_float(x: float) -> float:
     """:func:`log` of one float (for a scalar, a hundred times faster than the array function)."""
     if not (x > 0.0 and math.isfinite(x)):
         return float(log(x))
-    e, log_m = _log_parts_float(x)
-    return e * LN2_HI + (log_m + e * LN2_LO)
+    return _ln(*_log_parts_float(x))
 
 
 def log2_float(x: float) -> float:
     """:func:`log2` of one float."""
     if not (x > 0.0 and math.isfinite(x)):
         return float(log2(x))
-    e, log_m = _log_parts_float(x)
-    return e + log_m * INV_LN2
+    return _log2(*_log_parts_float(x))
 
 
 def log1p_float(x: float) -> float:
@@ -378,13 +386,12 @@ def box_lstsq(a: npt.ArrayLike, b: npt.ArrayLike, lower: float, upper: float) ->
                 x[fixed] = at
                 rest = b - matvec(a[:, fixed], x[fixed]) if fixed else b
                 if free:
-                    if a.shape[0] < size:
-                        continue
-                    try:
-                        x[list(free)] = lstsq(a[:, list(free)], rest)
+                    cols = list(free)
+                    try:  # fewer rows than free columns, or columns that depend on each other
+                        x[cols] = lstsq(a[:, cols], rest)
                     except ValueError:
                         continue
-                    if np.any(x[list(free)] < lower) or np.any(x[list(free)] > upper):
+                    if np.any(x[cols] < lower) or np.any(x[cols] > upper):
                         continue
                 residual = b - matvec(a, x)
                 norm = math.sqrt(dot(residual, residual))

@@ -432,7 +432,8 @@ class _GreedyRun:
         spec = weights.spec
         n, per = spec.slots, spec.per_slot
         (w1, b1), *rest = weights.layers
-        self.h1: FloatArr = portable.vecmat(state, w1) + b1 if rest else portable.vecmat(state, w1)
+        first = portable.vecmat(state, w1)
+        self.h1: FloatArr = first + b1 if rest else first
         free_row = w1[n * per] / total if total else np.zeros(w1.shape[1])
         # One GPU more for slot i: its ``allocated`` rises by 1/gpu_scale, the free share falls by 1/total.
         self.grow_rows: FloatArr = w1[_ALLOC:n * per:per] / spec.gpu_scale - free_row

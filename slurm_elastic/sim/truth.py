@@ -247,8 +247,8 @@ class Convergence:
         if b is None:
             if len(self._nearest) >= NEAREST_CACHE:
                 self._nearest.clear()
-            b = self._nearest[global_batch] = min(
-                self._curves, key=lambda m: abs(portable.log2_float(m) - portable.log2_float(max(global_batch, 1.0))))
+            wanted = portable.log2_float(max(global_batch, 1.0))
+            b = self._nearest[global_batch] = min(self._curves, key=lambda m: abs(portable.log2_float(m) - wanted))
         m = _on_unit_grid(self._values[b], epoch)
         return m / self.target if self._rising else self.target / max(m, 1e-9)
 
