@@ -705,7 +705,7 @@ class Agent:
                                   "form_s": round(t1 - t0, 4), "sync_s": round(t2 - t1, 4)}
         if self.env.log_indices:
             fields["digest"] = self.backend.digest(self.job.model)
-        self.event("formed", **fields)
+        self.event("formed", **fields, **getattr(self.backend, "gpu_report", {}))  # which GPU it bound
 
     def _decide(self) -> list[int]:
         """Rank 0: the control words of this step (resize/stop seq, once joiners are ready)."""

@@ -27,6 +27,7 @@ import io
 import logging
 import os
 import random
+import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
@@ -39,6 +40,7 @@ from torch.utils.data import default_collate
 
 from .agent import PeerLostError
 from .env import LauncherEnv
+from .gpu_binding import bind
 from .grad_reducer import GradReducer
 from .orders import VALUE_MAC_LEN, ValueRejectedError, check_value_mac, open_value, sign_value, value_hmac
 from .state import SkeletonError, TensorOps, TensorSpec, decode_skeleton, encode_skeleton
@@ -136,8 +138,12 @@ def job_backend(env: LauncherEnv) -> TorchBackend:
     """A worker's backend: the job's TCPStore (hosted by this process if ``SLURM_ELASTIC_STORE_SERVE``),
     signed with the job's secret, and its collectives as the environment chooses them."""
     store = make_store(env.store_host, env.store_port, env.store_serve, timeout_s=max(60.0, env.group_timeout_s))
-    return TorchBackend(SignedStore(store, env.job_id, env.secret), env.group_timeout_s, env.socket_ifname,
-                        env.dist_backend)
+    backend = TorchBackend(SignedStore(store, env.job_id, env.secret), env.group_timeout_s, env.socket_ifname,
+                           env.dist_backend)
+    # before the world forms: a script that reads LOCAL_RANK sees the GPU the worker bound
+    os.environ["LOCAL_RANK"] = str(backend.gpu_binding.local_rank)
+    log.info("%s: GPU binding %s", env.worker_id, backend.gpu_report)
+    return backend
 
 
 _ABSENT = b"\0slurm-elastic: absent\0"
@@ -296,8 +302,11 @@ class TorchBackend:
             os.environ["GLOO_SOCKET_IFNAME"] = socket_ifname
             os.environ["NCCL_SOCKET_IFNAME"] = socket_ifname
         self.cuda = torch.cuda.is_available()
-        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        self.device = torch.device("cuda", local_rank % torch.cuda.device_count()) if self.cuda else torch.device("cpu")
+        # one GPU per worker: the task's slot on its node picks among the GPUs Slurm gave it (gpu_binding.py)
+        self.gpu_binding = bind(os.environ, torch.cuda.device_count() if self.cuda else 0)
+        self.gpu_report = self.gpu_binding.report(socket.gethostname())  # in the "formed" events
+        index = self.gpu_binding.index
+        self.device = torch.device("cuda", index) if self.cuda and index is not None else torch.device("cpu")
         self.ops: TensorOps = TorchOps(self.device)
         self.dist_backend = ("nccl" if self.cuda else "gloo") if dist_backend == "auto" else dist_backend
         # gloo sends and receives host tensors only: point-to-point traffic of CUDA tensors goes through the host

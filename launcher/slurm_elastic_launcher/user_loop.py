@@ -510,7 +510,7 @@ class ElasticWorld:
         agent = self.require_agent()
         os.environ.update(RANK=str(agent.rank), WORLD_SIZE=str(len(agent.members)),
                           MASTER_ADDR=self.env.store_host, MASTER_PORT=str(self.env.store_port))
-        os.environ.setdefault("LOCAL_RANK", os.environ.get("SLURM_LOCALID", "0"))
+        os.environ["LOCAL_RANK"] = str(self.backend.gpu_binding.local_rank)  # set at start too (job_backend)
         for callback in self._callbacks:
             callback(self)
         self._begin()
