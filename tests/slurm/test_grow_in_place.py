@@ -15,12 +15,13 @@ import pytest
 
 from slurm_elastic.cli import main
 from slurm_elastic.core.actions import Action, ActionKind
-from slurm_elastic.core.model import JobId, Placement
+from slurm_elastic.core.model import JobId, NodeName, Placement
 from slurm_elastic.observe.view import ClusterView
 from slurm_elastic.resources import EXAMPLE_TRAINER
 from slurm_elastic.slurm.actions import SlurmActuator
 from slurm_elastic.slurm.cli_backend import SlurmCli
 from slurm_elastic.slurm.commands import run_command
+from slurm_elastic.slurm.hostlist import expand_hostlist, parse_gres_detail
 from slurm_elastic.store import Store
 from slurm_elastic.testing import shipped_profiles
 
@@ -47,6 +48,40 @@ def _actuator(cluster: DevCluster, tmp_path: Path, job: str) -> tuple[Store, Clu
     act = SlurmActuator(runner, store, time.time, records=lambda: obs.records, client_env=cluster.env)
     _wait("the first progress report", lambda: obs.observe() is not None and bool(store.progress_of(job)))
     return store, obs, act
+
+
+def _gpus(cluster: DevCluster, job: str) -> dict[str, set[str]]:
+    """The GPUs Slurm allocated to ``job`` (``gres_detail``'s IDX), by node."""
+    rec = cluster.job(int(job))
+    nodes = [NodeName(n) for n in expand_hostlist(rec["nodes"])]
+    return {str(node): {str(i) for i in idx} for node, idx in parse_gres_detail(rec["gres_detail"], nodes)}
+
+
+def _bindings(events: Path, start: int = 0) -> list[list[dict[str, Any]]]:
+    """Each world the job formed (its workers' ``formed`` events, in the order written, from byte
+    ``start`` of the event log), a list per generation."""
+    worlds: dict[str, list[dict[str, Any]]] = {}
+    with events.open() as f:
+        f.seek(start)
+        for line in f:
+            e = json.loads(line)
+            if e["ev"] == "formed":
+                worlds.setdefault(e["gen"], []).append(e)
+    return list(worlds.values())
+
+
+def _check_one_gpu_each(world: list[dict[str, Any]], owner: dict[str, str], allocated: dict[str, dict[str, set[str]]],
+                        ) -> None:
+    """Issue 35: no two workers of one node share a GPU, and each uses one Slurm allocated to its
+    own job or satellite (``owner``: worker -> Slurm job id) on its node."""
+    assert all("gpu" in e for e in world), world  # each worker reports the GPU it bound
+    on_node: dict[str, list[str]] = {}
+    for e in world:
+        on_node.setdefault(e["node"], []).append(e["gpu"])
+        assert e["gpu"] in allocated[owner[e["worker"]]].get(e["node"], set()), (e, allocated)
+        assert e["local_rank"] == e["gpu_index"] == int(e["slurm_localid"]), e  # one task per GPU: index = slot
+    for node, gpus in on_node.items():
+        assert len(gpus) == len(set(gpus)), (node, world)
 
 
 def test_launcher_job_grows_onto_a_satellite_and_shrinks_back(cluster: DevCluster, tmp_path: Path,
@@ -116,20 +151,27 @@ def test_launcher_job_grows_onto_a_satellite_and_shrinks_back(cluster: DevCluste
 
 
 def test_ported_ddp_script_grows_shrinks_and_resumes_after_a_requeue(cluster: DevCluster, tmp_path: Path,
-                                                                      submit_example: Any) -> None:
+                                                                      submit_example: Any,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 17 on the real dev cluster: the DDP script ported to the user-loop API
     (``examples/train_elastic.py``, one ``.npy`` file per sample read by DataLoader workers), submitted
     with ``slurm-elastic submit``, grows 1 -> 2 onto a satellite allocation whose worker joins in
     place, shrinks back to 1 (the satellite ends by itself), and is then requeued by Slurm: SIGTERM
     checkpoints it at a step boundary to the file the template names, and the requeued job resumes
-    there. Every sample of every epoch is trained exactly once across all three."""
+    there. Every sample of every epoch is trained exactly once across all three.
+
+    Issue 35: the job runs 2 workers on one node of 4 (fake) GPUs and grows 2 -> 4 onto a satellite of
+    2 GPUs on the same node; at 2, 4, 2 workers and after the requeue, each worker reports the GPU it
+    bound, no two share one, and each is one Slurm allocated to its job or satellite."""
     from slurm_elastic_launcher.examples import make_npy_data
 
     data = cluster.root / "npy-data"  # under the dev root: readable by the job's user
     samples, epochs = make_npy_data.write(data, 2048), 60
     script = EXAMPLE_TRAINER.with_name("train_elastic.py")
     out = cluster.root / "jobs" / "ported-grow-%j.out"
-    job = str(submit_example(out, "--elastic", "1:4", "--gpus-per-node", "1", "--epochs", str(epochs),
+    events = cluster.root / "jobs" / f"ported-grow-events-{tmp_path.name}.jsonl"
+    monkeypatch.setenv("SLURM_ELASTIC_EVENT_LOG", str(events))  # the job's and its satellite's workers'
+    job = str(submit_example(out, "--elastic", "2:4", "--gpus-per-node", "2", "--epochs", str(epochs),
                              "--local-batch", "16",
                              script=[str(script), "--data", str(data), "--epochs", str(epochs), "--workers", "1"]))
     cluster.wait_state(int(job), "RUNNING", timeout=40)
@@ -137,30 +179,40 @@ def test_ported_ddp_script_grows_shrinks_and_resumes_after_a_requeue(cluster: De
     snap = obs.observe()
     held = snap.job(JobId(job)).placement
     ((node, _),) = held.slots
-    other = next(n.name for n in snap.nodes if n.name != node and n.free_gpus)
-    grown = Placement.of([(node, 0), (other, 0)])
-    (outcome,) = act.apply(snap, (Action(ActionKind.GROW, JobId(job), held, grown, 32, 16, 1, 0.1),))
+    grown = Placement.of([(node, g) for g in range(4)])  # the satellite beside the job, on its node
+    (outcome,) = act.apply(snap, (Action(ActionKind.GROW, JobId(job), held, grown, 64, 16, 1, 0.1),))
     assert outcome.ok, outcome.message
     (sat,) = store.satellites()
+    owner = {"w0": job, "w1": job, "w2": sat, "w3": sat}
+    cluster.wait_state(int(sat), "RUNNING", timeout=40)
+    allocated = {job: _gpus(cluster, job), sat: _gpus(cluster, sat)}
+    assert len(allocated[job][node]) == len(allocated[sat][node]) == 2, allocated
 
     def world(n: int) -> bool:
         obs.observe()
         return any(r.kind == "resize" and r.world == n for r in store.progress_of(job))
 
-    _wait("the joined world of 2 workers", lambda: world(2))
+    _wait("the joined world of 4 workers", lambda: world(4))
     snap = obs.observe()
     (outcome,) = act.apply(snap, (Action(ActionKind.SHRINK, JobId(job), snap.job(JobId(job)).placement, held,
-                                         16, 16, 1, 0.1),))
+                                         32, 16, 1, 0.1),))
     assert outcome.ok and f"satellites {sat} end" in outcome.message, outcome.message
     _wait("the satellite to end by itself", lambda: cluster.job(int(sat))["job_state"] == "COMPLETED")
-    _wait("the shrunk world of 1 worker", lambda: world(1))
+    _wait("the shrunk world of 2 workers", lambda: world(2) and len(_bindings(events)) >= 3)
     log = Path(str(out).replace("%j", job)).read_text()
-    assert "1 -> 2 workers" in log and "2 -> 1 workers" in log, log[-3000:]
+    assert "2 -> 4 workers" in log and "4 -> 2 workers" in log, log[-3000:]
+    worlds = _bindings(events)
+    assert [len(w) for w in worlds] == [2, 4, 2], worlds  # the shrink narrows: its world's survivors report
+    for w in worlds:
+        _check_one_gpu_each(w, owner, allocated)
+    before_requeue = events.stat().st_size
 
     # Slurm requeues the job (as a preemption would): its tasks get SIGTERM and checkpoint
     cluster.run(["scontrol", "requeue", job], check=True)
     _wait("the job requeued", lambda: base_state(cluster.job(int(job))) == "PENDING", timeout=60)
     cluster.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True)  # not the 2-minute BeginTime
+    cluster.wait_state(int(job), "RUNNING", timeout=60)
+    allocated[job] = _gpus(cluster, job)  # the requeued job's GPUs (perhaps others, on another node)
     _wait("the job to finish", lambda: cluster.job(int(job))["job_state"] == "COMPLETED", timeout=300)
     obs.poll()  # the last reports
     log = Path(str(out).replace("%j", job)).read_text()  # both runs' output (the template appends)
@@ -171,5 +223,7 @@ def test_ported_ddp_script_grows_shrinks_and_resumes_after_a_requeue(cluster: De
     assert len(ends) == 2, (rows, said[-6000:])  # the stop before the requeue, and the end
     stopped, done = ends
     assert 0 < stopped.samples < epochs * samples, stopped  # stopped mid-way, not from the start or at the end
-    assert done.samples == epochs * samples and done.world == 1, done  # nothing lost or repeated
+    assert done.samples == epochs * samples and done.world == 2, done  # nothing lost or repeated
+    (requeued,) = _bindings(events, before_requeue)
+    _check_one_gpu_each(requeued, owner, allocated)
     assert not list((tmp_path / ".slurm-elastic").glob("**/*.ckpt*"))  # the completed job removed its checkpoint
