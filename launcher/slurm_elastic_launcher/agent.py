@@ -9,10 +9,12 @@ joiners are ready, the old workers finish their step, everyone leaves the old gr
 one (generation ``o<seq>``, a fresh prefix on the long-lived store), and the staying workers send the
 state point-to-point to the joiners only (:func:`transfer_plan`). On shrink, the staying workers narrow
 the group they are in (no new world, no state moved) and the leaving workers exit cleanly. A lost peer
-is a :class:`PeerLostError`: survivors roll back to their last commit, agree on the survivors through
-the store, and one holding a commit broadcasts it (generation ``<gen>.r``). It owns the batch and LR
-policy (exo: global batch and LR scale with the workers; endo: global batch kept, gradient accumulation
-above the per-GPU limit). It must not import torch or any communication library: the backend does that.
+is a :class:`PeerLostError`: survivors roll back to the last step boundary (nothing is copied per step
+for it: every collective of a step ends before the optimizer's step, :mod:`.grad_reducer`), agree on
+the survivors through the store, and one holding the state broadcasts it (generation ``<gen>.r``).
+It owns the batch and LR policy (exo: global batch and LR scale with the workers; endo: global batch
+kept, gradient accumulation above the per-GPU limit). It must not import torch or any communication
+library: the backend does that.
 
 Everything it reads from the job's store is hostile until checked: the backend verifies each value's
 MAC (a forged one reads as absent) and :mod:`.control` checks each payload's shape; a key that fails
@@ -62,11 +64,11 @@ class AgentState(enum.Enum):
       switch, and the joiner reads the go key → FORMING.
     * FORMING: init the group of the new generation → SYNCING.
     * SYNCING: the staying workers send the state to the joiners (skipped when nobody joined); after a
-      lost peer, a survivor holding a commit broadcasts its rolled-back state → TRAINING.
+      lost peer, a survivor holding the state broadcasts its rolled-back state → TRAINING.
     * TRAINING: steps; a step may end with an interrupt: Resize → SWITCHING, Stop → DONE, or a
       lost peer → RECOVERING.
     * SWITCHING: leave the old group; a worker the order drops → LEFT, others → FORMING.
-    * RECOVERING: restore the last commit, agree on the survivors via the store → FORMING, or FAILED
+    * RECOVERING: roll back to the last step boundary, agree on the survivors via the store → FORMING, or FAILED
       if this worker was declared lost.
     * DONE / LEFT / FAILED: final.
     """
@@ -254,12 +256,16 @@ class Backend(KeyValue, Protocol):
     def recv_object(self, src: int) -> Any:
         """Receive a small object from ``src``."""
 
-    def arm(self, model: Any, weight: float) -> None:
-        """Average the gradients of the model's next backward pass over the group, each times ``weight``
-        (overlapped with backward; a rank with no backward this step takes part with zeros)."""
+    def arm(self, model: Any, weight: float, control: Sequence[int]) -> None:
+        """Start a step: average the gradients of the model's next backward pass over the group, each
+        times ``weight`` (overlapped with backward; a rank with no backward this step takes part with
+        zeros), share rank 0's buffers and sum ``control`` with them."""
 
-    def reduce_step(self, model: Any, control: Sequence[int], rank: int) -> list[int]:
-        """Finish the armed gradient reduction, share rank 0's buffers, sum the control words."""
+    def pause(self, model: Any, paused: bool) -> None:
+        """While paused, backward passes accumulate gradients locally (the step's earlier micro-batches)."""
+
+    def reduce_step(self, model: Any) -> list[int]:
+        """Finish the step's collectives; the summed control words (:class:`PeerLostError` if one failed)."""
 
     def save(self, tree: Any, path: str) -> None:
         """Write a checkpoint."""
@@ -373,6 +379,7 @@ class Agent:
     """
 
     CONTROL_WORDS = 3  # [resize seq, stop seq, ranks asked to stop (SIGTERM)]
+    ORDERS_EVERY_S = 0.2  # rank 0 reads the orders and the joiners' ready keys at most this often
 
     def __init__(
         self,
@@ -396,6 +403,8 @@ class Agent:
         self.members: tuple[str, ...] = ()
         self.rank = -1
         self._pending: Order | None = None
+        self._next_read = 0.0  # monotonic time of rank 0's next read of the orders (:meth:`_decide`)
+        self._ready: set[tuple[int, str]] = set()  # (order, joiner) pairs seen ready
         self._parsed: dict[str, Order | None] = {}
         self._refused: dict[str, int] = {}  # control key -> hash of the payload last refused (logged once)
         self._generations: list[str] = []
@@ -568,7 +577,7 @@ class Agent:
 
     def start_world(self) -> None:
         """An initial worker: load the checkpoint to resume from, if any, form the first world, sync
-        rank 0's state to all, commit → TRAINING.
+        rank 0's state to all → TRAINING.
 
         The LR is the script's at :attr:`reference_workers` workers (the initial world when None) and
         follows the global batch from there (exo).
@@ -594,7 +603,6 @@ class Agent:
             self._say(f"resumed from {resume} at step {self.extra['step']} (epoch {self.sampler.state.epoch}, "
                       f"sample {self.sampler.state.consumed} of it), {len(self.members)} workers")
         self._apply_policy()
-        self.state.commit()
         self._transition(AgentState.TRAINING)
 
     def await_order(self) -> Order:
@@ -618,7 +626,6 @@ class Agent:
             raise TimeoutError(f"{self.me}: no go for order {order.seq} within {self.env.join_timeout_s} s")
         self._form(f"o{order.seq}", go.order.workers, plan=transfer_plan(go.members, go.order.workers))
         self._apply_policy(go.order.local_batch)
-        # no commit yet: the first step's commit is this worker's first rollback point (see _recover)
         self._transition(AgentState.TRAINING)
 
     def resume_path(self) -> str:
@@ -700,6 +707,7 @@ class Agent:
         elif sync_src is not None:
             self._transition(AgentState.SYNCING)
             moved = self.state.sync(self.backend.broadcast, self.backend.broadcast_object, sync_src, self.rank)
+        self.state.holds_state = True  # every member of a formed world holds the same, whole state
         t2 = time.perf_counter()
         fields: dict[str, Any] = {"world": len(self.members), "synced_bytes": moved,
                                   "form_s": round(t1 - t0, 4), "sync_s": round(t2 - t1, 4)}
@@ -708,15 +716,24 @@ class Agent:
         self.event("formed", **fields, **getattr(self.backend, "gpu_report", {}))  # which GPU it bound
 
     def _decide(self) -> list[int]:
-        """Rank 0: the control words of this step (resize/stop seq, once joiners are ready)."""
+        """Rank 0: the control words of this step (resize/stop seq, once joiners are ready).
+
+        The order source and the joiners' ready keys are read at most every :attr:`ORDERS_EVERY_S`
+        seconds, not at every step: a step in between does no I/O (a store round trip is a few
+        percent of a GPU's 10 ms step), and an order waits at most that long more.
+        """
         words = [0] * self.CONTROL_WORDS
         applied = int(self.extra["applied_seq"])
-        newer = [o for o in self._valid_orders() if o.seq > applied and o.run == self.job_run]  # an earlier run's
-        # orders name the workers of that run, gone since the requeue
-        if newer:  # every order is a whole target world: the latest one supersedes any still waiting
-            self._pending = max(newer, key=lambda o: o.seq)
-        elif self._pending is not None and self._pending.seq <= applied:
+        if self._pending is not None and self._pending.seq <= applied:
             self._pending = None
+        now = time.monotonic()
+        read = now >= self._next_read
+        if read:
+            self._next_read = now + self.ORDERS_EVERY_S
+            newer = [o for o in self._valid_orders() if o.seq > applied and o.run == self.job_run]  # an earlier
+            # run's orders name the workers of that run, gone since the requeue
+            if newer:  # every order is a whole target world: the latest one supersedes any still waiting
+                self._pending = max(newer, key=lambda o: o.seq)
         order = self._pending
         if order is None:
             return words
@@ -729,7 +746,10 @@ class Agent:
             self.extra["applied_seq"] = order.seq
             self._pending = None
             return words
-        if all(self._read_control(control.ready_key(order.seq, w), control.read_ready) for w in joiners):
+        if read:
+            self._ready.update((order.seq, w) for w in joiners if (order.seq, w) not in self._ready and
+                               self._read_control(control.ready_key(order.seq, w), control.read_ready))
+        if all((order.seq, w) in self._ready for w in joiners):
             words[0] = order.seq
         return words
 
@@ -737,6 +757,7 @@ class Agent:
         """This worker's part of the next step: its sample ids, the step's size, and the control words
         (rank 0 decides; every rank adds whether a stop was asked of it, :meth:`request_stop`)."""
         world, local = len(self.members), int(self.extra["local_batch"])
+        self.state.step_started()
         control = self._decide() if self.rank == 0 else [0] * self.CONTROL_WORDS
         control[2] = int(self.stop_requested)
         indices = self.sampler.indices(world, self.rank, local)
@@ -746,20 +767,20 @@ class Agent:
         plan = self.begin_step()
         self.job.optimizer.zero_grad(set_to_none=True)
         micro_batches = self._micro_batches(plan.indices)
+        self.backend.arm(self.job.model, 1.0 / plan.n_global, plan.control)
         for k, micro in enumerate(micro_batches):
-            if k == len(micro_batches) - 1:  # earlier micro-batches accumulate locally; the last one reduces
-                self.backend.arm(self.job.model, 1.0 / plan.n_global)
+            # earlier micro-batches accumulate locally; the last one reduces (a rank with no samples
+            # this step takes part in reduce_step, with zero gradients)
+            self.backend.pause(self.job.model, k < len(micro_batches) - 1)
             loss = self.job.loss_fn(self.job.model, self.job.dataset.batch(micro))
             if self.job.loss_reduction == "mean":
                 loss = loss * len(micro)
             loss.backward()
             if self._reporter is not None and self.rank == 0:
                 self._reporter.add_loss(float(loss.detach()), len(micro))
-        if not micro_batches:  # no samples here this step: the rank still takes part, with zero gradients
-            self.backend.arm(self.job.model, 1.0 / plan.n_global)
         try:
-            decided = self.backend.reduce_step(self.job.model, plan.control, self.rank)
-        except PeerLostError as exc:
+            decided = self.backend.reduce_step(self.job.model)
+        except PeerLostError as exc:  # before the optimizer's step: the state is the last boundary's
             return WorkerLost(str(exc))
         self.job.optimizer.step()
         if self.job.scheduler is not None:
@@ -768,7 +789,8 @@ class Agent:
 
     def end_step(self, plan: StepPlan, decided: Sequence[int]) -> Interrupt | None:
         """Account a step whose gradients were reduced and applied: advance the sampler, count, log,
-        commit, report; the interrupt the step's control words carry."""
+        report; the interrupt the step's control words carry."""
+        self.state.step_ended()
         epoch, consumed = self.sampler.state.epoch, self.sampler.state.consumed
         self.sampler.advance(plan.world, plan.local)
         if self.sampler.state.epoch > epoch and self.rank == 0:
@@ -786,8 +808,6 @@ class Agent:
         if self.env.log_indices:
             fields["indices"] = plan.indices
         self.event("step", **fields)
-        if int(self.extra["step"]) % self.env.commit_every == 0:
-            self.state.commit()
         if self._reporter is not None and self.rank == 0 and self._reporter.due(self.clock()):
             self._report("progress")
         if decided[1] or decided[2]:
@@ -902,8 +922,8 @@ class Agent:
             self._form(f"o{seq}", order.workers, plan=transfer_plan(old, order.workers))
         t_formed = self.clock()
         self._apply_policy(order.local_batch)
-        # No commit here: the last one (taken at the end of the step that announced this switch when
-        # commit_every is 1) stays the rollback point; applied_seq survives a rollback (see _recover).
+        # Nothing is copied here: the rollback point is the live state of the step boundary, and the
+        # applied order number is part of it (an order is never applied twice).
         self.event("resumed", go_s=round(t_go - t0, 4), form_s=round(t_formed - t_go, 4))
         self._report("resize", self.clock() - t0)
         self._say(f"order {seq}: {len(old)} -> {len(self.members)} workers ({','.join(self.members)}), per-GPU "
@@ -942,21 +962,19 @@ class Agent:
         self._transition(AgentState.RECOVERING)
         log.warning("%s: peer lost in %s: %s", self.me, self.generation, error)
         self.backend.leave()
-        applied = int(self.extra.get("applied_seq", 0))
-        committed = self.state.has_commit
-        if committed:
-            self.state.restore()
-        self.extra["applied_seq"] = max(applied, int(self.extra.get("applied_seq", 0)))
+        holds = self.state.holds_state
+        if holds:
+            self.state.rollback()
         gen = f"{self.generation}.r"
         before = self.members
         try:
-            survivors, src = self._agree(gen, committed)
+            survivors, src = self._agree(gen, holds)
             if self.me not in survivors:
                 log.error("%s: declared lost by the survivors of %s", self.me, self.generation)
                 self._transition(AgentState.FAILED)
                 return
             if src is None:
-                log.error("%s: no survivor of %s holds a commit to roll back to", self.me, self.generation)
+                log.error("%s: no survivor of %s holds a state to go on from", self.me, self.generation)
                 self._transition(AgentState.FAILED)
                 return
             self._form(gen, survivors, sync_src=survivors.index(src))
@@ -965,35 +983,35 @@ class Agent:
             self._transition(AgentState.FAILED)
             return
         self._apply_policy()
-        self.state.commit()
         self.event("recovered", world=len(survivors), since=self.clock() - t0)
         self._report("resize", self.clock() - t0, lost=[w for w in before if w not in survivors])
         self._say(f"lost {','.join(w for w in before if w not in survivors)}: {len(survivors)} workers "
-                  f"({','.join(survivors)}) went on after {self.clock() - t0:.2f} s from the last commit")
+                  f"({','.join(survivors)}) went on after {self.clock() - t0:.2f} s from the last step")
         self._transition(AgentState.TRAINING)
 
-    def _agree(self, gen: str, committed: bool) -> tuple[tuple[str, ...], str | None]:
+    def _agree(self, gen: str, holds: bool) -> tuple[tuple[str, ...], str | None]:
         """The survivors' rendezvous after a loss in the current world (keys of :mod:`.control`).
 
-        Each survivor signs in (``who``, with whether it holds a commit), then claims ``leader``; the
+        Each survivor signs in (``who``, with whether it holds the state), then claims ``leader``; the
         first claim wins. The leader waits for all but one member to sign in (or a group timeout and
-        2 s), names the survivors in rank order and the first of them holding a commit, and writes
+        2 s), names the survivors in rank order and the first of them holding the state, and writes
         that as ``members``; the others wait for it. Only values that verify count, so a forged
         sign-in, claim or decision can neither add a worker nor remove one.
 
         Args:
             gen: the generation the survivors will form.
-            committed: this worker holds a commit.
+            holds: this worker holds the state of a step boundary (a joiner holds none until its
+                state has arrived whole).
 
         Returns:
-            The survivors and the worker whose commit wins (None if none holds one); ``((), None)``
+            The survivors and the worker whose state wins (None if none holds one); ``((), None)``
             if no decision came in time.
 
         Raises:
             PeerLostError: the store cannot be reached to sign in.
         """
         members = self.members
-        self.backend.store_set(control.who_key(gen, self.me), control.who_payload(committed))  # before the claim
+        self.backend.store_set(control.who_key(gen, self.me), control.who_payload(holds))  # before the claim
         key = control.leader_key(gen)
         leader = self._checked(key, self.backend.store_claim(key, control.leader_payload(self.me)),
                                lambda p: control.read_leader(p, members))
@@ -1006,9 +1024,9 @@ class Agent:
         while True:
             for w in members:
                 if w not in seen:
-                    commit = self._read_control(control.who_key(gen, w), control.read_who)
-                    if commit is not None:
-                        seen[w] = commit
+                    holder = self._read_control(control.who_key(gen, w), control.read_who)
+                    if holder is not None:
+                        seen[w] = holder
             if len(seen) >= len(members) - 1 or time.monotonic() >= deadline:
                 break
             time.sleep(0.02)

@@ -25,7 +25,6 @@ Variables (name, type, default, rule):
 * ``SLURM_ELASTIC_GROUP_TIMEOUT_S`` (float > 0, ``10``): collective timeout, seconds; a hung peer is
   declared lost after it.
 * ``SLURM_ELASTIC_JOIN_TIMEOUT_S`` (float > 0, ``600``): how long a joiner waits for its order, seconds.
-* ``SLURM_ELASTIC_COMMIT_EVERY`` (int ≥ 1, ``1``): steps between in-memory commits (worker-loss rollback).
 * ``SLURM_ELASTIC_SOCKET_IFNAME`` (str, empty): network interface for gloo/NCCL (``GLOO_SOCKET_IFNAME``).
 * ``SLURM_ELASTIC_EVENT_LOG`` (path, empty): JSON-lines file for per-step events (tests, bench).
 * ``SLURM_ELASTIC_LOG_INDICES`` (bool, ``0``): include each step's sample indices in the event log.
@@ -91,7 +90,6 @@ class LauncherEnv:
         epochs: epochs to train.
         group_timeout_s: collective timeout, seconds.
         join_timeout_s: joiner wait limit, seconds.
-        commit_every: steps between in-memory commits.
         socket_ifname: network interface for gloo/NCCL, or empty.
         event_log: JSON-lines event file, or empty.
         log_indices: include sample indices in step events.
@@ -119,7 +117,6 @@ class LauncherEnv:
     epochs: int
     group_timeout_s: float
     join_timeout_s: float
-    commit_every: int
     socket_ifname: str
     event_log: str
     log_indices: bool
@@ -189,7 +186,6 @@ class LauncherEnv:
             epochs=p.number("EPOCHS", int, 1, lambda v: v >= 1, "an integer ≥ 1"),
             group_timeout_s=p.number("GROUP_TIMEOUT_S", float, 10.0, lambda v: v > 0, "a number > 0"),
             join_timeout_s=p.number("JOIN_TIMEOUT_S", float, 600.0, lambda v: v > 0, "a number > 0"),
-            commit_every=p.number("COMMIT_EVERY", int, 1, lambda v: v >= 1, "an integer ≥ 1"),
             socket_ifname=p.get("SOCKET_IFNAME", ""),
             event_log=p.get("EVENT_LOG", ""),
             log_indices=p.boolean("LOG_INDICES", False),

@@ -1,7 +1,8 @@
-"""Training state: commit, restore and sync of model, optimizer, LR scheduler, RNG and sampler position.
+"""Training state: rollback, sync and checkpoint of model, optimizer, LR scheduler, RNG and sampler position.
 
-This module owns what "the state of a training job" is and how it moves: an in-memory commit at a step
-boundary (the rollback point after a lost worker), a restore, and a sync that broadcasts the state from
+This module owns what "the state of a training job" is and how it moves: the rollback point after a lost
+worker (the live state of the last step boundary: nothing of the model or optimizer is copied per step,
+see :meth:`TrainingState.step_started`), and a sync that broadcasts the state from
 one rank to the others as one flat buffer per dtype plus a small skeleton (faster than pickled state
 dicts), either as a broadcast to the whole group (recovery) or point-to-point to the ranks that need it
 (a grow's joiners). It also owns the skeleton's encoding (:func:`encode_skeleton`,
@@ -140,7 +141,7 @@ def join_tree(skeleton: Any, tensors: Sequence[Any]) -> Any:
 
 
 class TrainingState:
-    """The state a resize or a lost worker must preserve, with commit/restore/sync.
+    """The state a resize or a lost worker must preserve, with rollback and sync.
 
     Args:
         model: the model (its state dict includes BatchNorm buffers).
@@ -149,12 +150,12 @@ class TrainingState:
         sampler: the elastic sampler.
         ops: tensor operations of the framework.
         extra: small counters owned by the caller (global step, applied order, LR scale);
-            committed, restored and synced with the rest, kept by reference.
+            synced with the rest, kept by reference.
 
     Attributes:
         carried: more of the user's state, by name: objects with ``state_dict``/``load_state_dict``
             (an AMP ``GradScaler``, the user's trainer) or plain dicts (their counters, kept by
-            reference and refilled in place); committed, restored and synced with the rest.
+            reference and refilled in place); synced with the rest.
     """
 
     def __init__(
@@ -173,7 +174,8 @@ class TrainingState:
         self.ops = ops
         self.extra: dict[str, Any] = extra if extra is not None else {}
         self.carried: dict[str, Any] = {}
-        self._committed: Any = None
+        self.holds_state = False  # this rank holds a whole state of a step boundary (a joiner: once received)
+        self._open_step: dict[str, Any] | None = None
 
     def capture(self, *, rng: bool = True) -> dict[str, Any]:
         """The current state as a nested tree (tensors are live references, not copies)."""
@@ -211,41 +213,43 @@ class TrainingState:
         if "rng" in tree:
             self.ops.set_rng_state(tree["rng"])
 
-    def commit(self) -> None:
-        """Snapshot the state in memory (tensors copied) as the rollback point.
+    def step_started(self) -> None:
+        """A step begins: keep what the step may change before its collectives end and that is cheap
+        to keep (the LR scheduler's state and the user's counter dicts, host objects only).
 
-        Each commit clones afresh. Copying into the previous commit's tensors instead made the commit
-        itself no faster on ResNet-18 + Adam (15 against 17 ms) and the training step 9% slower, as
-        the allocator could no longer hand the freed snapshot to the step.
-
-        The RNG states are taken whole, not walked leaf by leaf (``random``'s alone is 625 numbers,
-        which made the walk most of a small model's commit): :meth:`.TensorOps.get_rng_state`
-        returns copies.
+        The parameters and the optimizer need no copy: every collective of a step ends before the
+        optimizer may step (:mod:`.grad_reducer`), so a lost peer finds them at the last boundary. The
+        buffers a forward pass changes are kept by the gradient reducer (one copy per dtype), the
+        sampler and the counters advance only once the step's collectives succeeded. What the user's
+        loop does after ``backward()`` to its scheduler and counters is undone by :meth:`rollback`.
+        Carried objects with ``state_dict`` (an AMP ``GradScaler``) are not kept per step: reading
+        one may wait for the GPU; after a lost worker they keep what the failed step did to them.
         """
-        skeleton, tensors = split_tree(self.capture(rng=False), self.ops)
-        self._committed = join_tree(skeleton, [self.ops.clone(t) for t in tensors])
-        self._committed["rng"] = self.ops.get_rng_state()
+        self._open_step = {
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "carried": {k: dict(v) for k, v in self.carried.items() if isinstance(v, dict)},
+        }
 
-    @property
-    def has_commit(self) -> bool:
-        """True once :meth:`commit` has run."""
-        return self._committed is not None
+    def step_ended(self) -> None:
+        """The step's collectives succeeded: its live state is the new step boundary."""
+        self._open_step = None
 
-    def restore(self) -> None:
-        """Roll the live objects back to the last commit.
-
-        Raises:
-            RuntimeError: if nothing was committed.
-        """
-        if self._committed is None:
-            raise RuntimeError("restore() before any commit()")
-        self.apply(self._committed)
+    def rollback(self) -> None:
+        """After a lost peer: undo what the open step (if any) did to the scheduler and counter dicts."""
+        kept, self._open_step = self._open_step, None
+        if kept is None:
+            return
+        if self.scheduler is not None and kept["scheduler"] is not None:
+            self.scheduler.load_state_dict(kept["scheduler"])
+        for name, value in kept["carried"].items():
+            self.carried[name].clear()
+            self.carried[name].update(value)
 
     def sync(self, broadcast: Broadcast, broadcast_object: BroadcastObject, src: int, rank: int) -> int:
         """Make every rank's state equal to ``src``'s (model, optimizer, scheduler, sampler, extra).
 
         RNG states stay per rank. Every rank of the group must call this with the same ``src``. This is
-        the recovery path, where every survivor may hold another commit; a grow sends the state only to
+        the recovery path, where survivors may be a step apart; a grow sends the state only to
         the joiners (:meth:`send` / :meth:`receive`).
 
         Args:

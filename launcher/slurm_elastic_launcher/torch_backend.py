@@ -289,8 +289,6 @@ class TorchBackend:
         dist_backend: ``auto`` (NCCL with CUDA, else gloo), ``gloo`` or ``nccl``.
     """
 
-    CONTROL_WORDS = 3
-
     def __init__(self, store: SignedStore, group_timeout_s: float, socket_ifname: str = "",
                  dist_backend: str = "auto") -> None:
         self.store = store
@@ -474,58 +472,50 @@ class TorchBackend:
             log.warning("refused state %r: %s", key, exc)
             raise PeerLostError(f"refused state {key!r}: {exc}") from None
 
-    def arm(self, model: torch.nn.Module, weight: float) -> None:
-        """Average the gradients of ``model``'s next backward pass over the current group, overlapped
-        with it (:class:`.grad_reducer.GradReducer`, made for the model on first use); each gradient
-        is multiplied by ``weight`` before the sum."""
-        self.reducer(model).arm(weight)
+    def arm(self, model: torch.nn.Module, weight: float, control: Sequence[int]) -> None:
+        """Start a step of ``model``: its next backward pass's gradients are averaged over the current
+        group, overlapped with it (:class:`.grad_reducer.GradReducer`, made for the model on first
+        use), each multiplied by ``weight`` before the sum; rank 0's buffers and the sum of the
+        ``control`` words come with them."""
+        self.reducer(model).arm(weight, control)
+
+    def pause(self, model: torch.nn.Module, paused: bool) -> None:
+        """While paused, ``model``'s backward passes accumulate gradients locally (earlier micro-batches)."""
+        self.reducer(model).paused = paused
 
     def reducer(self, model: torch.nn.Module) -> GradReducer:
-        """The gradient reducer hooked on ``model`` (one model at a time)."""
+        """The reducer hooked on ``model`` (one model at a time; it holds the model's buffers flat)."""
         if self._reducer is None or self._reduced_model is not model:
             if self._reducer is not None:
                 self._reducer.remove()
-            self._reducer = GradReducer(model.parameters(), lambda: self.group)
+            self._reducer = GradReducer(model, lambda: self.group, self._control_group)
             self._reduced_model = model
         return self._reducer
 
-    def reduce_step(self, model: torch.nn.Module, control: Sequence[int], rank: int) -> list[int]:
-        """Finish the step's collectives: the armed gradient reduction, rank 0's buffers, the control words.
+    def _control_group(self) -> Any:
+        """The group the control words are summed on: the gloo group beside NCCL, else the current group."""
+        return self.control_group if self.control_group is not None else self.group
 
-        The gradients were reduced while backward ran (:meth:`arm`); a rank that ran no backward this
-        step takes part with zero gradients here. The buffers (BatchNorm statistics) of rank 0 are
-        shared with all, as DDP's broadcast does. ``control`` words are summed (rank 0 writes the
-        decision, every rank its stop request), so every rank leaves the step with the same decision.
+    def reduce_step(self, model: torch.nn.Module) -> list[int]:
+        """Finish the step's collectives (:meth:`arm`): the gradients, rank 0's buffers (as DDP's
+        broadcast does) and the control words, summed (rank 0 writes the decision, every rank its stop
+        request), so every rank leaves the step with the same decision.
+
+        They were launched while backward ran and finished at its end; a rank that ran no backward
+        this step takes part here, with zero gradients. Nothing here copies or launches per tensor.
 
         Returns:
             The summed control words.
 
         Raises:
-            PeerLostError: if a peer died or hung past the group timeout.
+            PeerLostError: if a peer died or hung past the group timeout (the parameters, the
+                optimizer and the buffers then still hold the last step boundary's state).
         """
         reducer = self.reducer(model)
         reducer.complete()
         if reducer.failure is not None:
             raise PeerLostError(reducer.failure)
-        bufs = list(model.buffers())
-        contrib = bufs if rank == 0 else [torch.zeros_like(b) for b in bufs]
-        on_host = self.control_group is not None
-        ctrl = torch.tensor(list(control), dtype=torch.int64, device="cpu" if on_host else self.device)
-        tensors = contrib if on_host else [*contrib, ctrl]
-        specs = [self.ops.spec(t) for t in tensors]
-        packed = self.ops.pack(tensors)
-        try:
-            for key in sorted(packed):
-                dist.all_reduce(packed[key], group=self.group)
-            if on_host:
-                dist.all_reduce(ctrl, group=self.control_group)
-        except (RuntimeError, dist.DistError) as exc:
-            raise PeerLostError(f"all_reduce failed: {exc}") from exc
-        out = self.ops.unpack(packed, specs)
-        with torch.no_grad():
-            for b, nb in zip(bufs, out[: len(bufs)], strict=True):
-                b.copy_(nb)
-        return [int(v) for v in (ctrl if on_host else out[-1]).tolist()]
+        return reducer.decided
 
     # -- store ----------------------------------------------------------------------------------
     def store_set(self, key: str, value: str) -> None:

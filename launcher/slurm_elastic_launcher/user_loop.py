@@ -16,7 +16,7 @@ optimizer, ``Dataset``, ``DataLoader`` arguments, loop and step logic::
             world.step(loss)                               # AMP, ...; then a step boundary
 
 The agent (:mod:`.agent`) still owns the protocol: orders, the switch of worlds, the state transfer,
-the commits, the recovery of a lost worker and the exact sample accounting. Here the user's loop drives
+the recovery of a lost worker and the exact sample accounting. Here the user's loop drives
 it: :meth:`ElasticWorld.step` ends a step (the buffers and control words are shared, the sampler
 advances, a resize happens if one was announced) and starts the next (its sample ids, its gradient
 weight). The loader serves this worker's samples of each step from the elastic sampler through a real
@@ -58,6 +58,7 @@ from .agent import (
     stop_on_sigterm,
 )
 from .env import LauncherEnv
+from .grad_reducer import BOUNDARY
 from .sampler import ElasticSampler, SamplerState
 from .torch_backend import TorchBackend, job_backend
 
@@ -357,6 +358,7 @@ class ElasticWorld:
         env = dataclasses.replace(self.env, local_batch=self._loader.batch_size)
         job = ElasticJob(model=reg["model"], optimizer=reg["optimizer"], dataset=self._loader.dataset,
                          loss_fn=_no_loss, scheduler=reg["scheduler"], model_name=reg["model_name"])
+        _skip_step_after_a_lost_peer(reg["optimizer"], lambda: self.backend.reducer(self._model).failed)
         agent = Agent(env, self.backend, job, make_order_source(env, self.backend))
         agent.reference_workers = self.lr_reference_workers
         agent.state.carried = dict(reg["carried"])
@@ -378,6 +380,10 @@ class ElasticWorld:
         Raises:
             RuntimeError: not exactly one loader batch since the last step, or the job has ended.
         """
+        with torch.profiler.record_function(BOUNDARY):
+            self._step(loss)
+
+    def _step(self, loss: torch.Tensor | float | None) -> None:
         agent = self.require_agent()
         if self.joining is not None:  # the warm-up step ran: now join the world
             order, self.joining = self.joining, None
@@ -395,7 +401,7 @@ class ElasticWorld:
         if agent.rank == 0 and agent.reporter is not None:
             self._account_loss(agent, loss, len(plan.indices))
         try:
-            decided = self.backend.reduce_step(self._model, plan.control, agent.rank)
+            decided = self.backend.reduce_step(self._model)
             interrupt = agent.end_step(plan, decided)
         except PeerLostError as exc:
             interrupt = WorkerLost(str(exc))
@@ -519,7 +525,26 @@ class ElasticWorld:
         agent = self.require_agent()
         plan = agent.begin_step()
         self._plan = plan
-        self.backend.arm(self._model, len(plan.indices) / plan.n_global)
+        self.backend.arm(self._model, len(plan.indices) / plan.n_global, plan.control)
+
+
+def _skip_step_after_a_lost_peer(optimizer: Any, failed: Callable[[], bool]) -> None:
+    """Make ``optimizer.step()`` do nothing in a step whose collectives failed (``failed()``).
+
+    The gradients of such a step are not the world's mean, and the state of the last step boundary
+    is the rollback point (nothing else is kept of the parameters or the optimizer): the user's loop
+    goes on to ``optimizer.step()`` (directly, or through an AMP ``GradScaler``), which must then
+    leave both as they are; :meth:`ElasticWorld.step` recovers right after. The wrapper is the
+    optimizer instance's own ``step`` attribute, over whatever wrapped it before (an LR scheduler's
+    call counter).
+    """
+    step = optimizer.step
+
+    @functools.wraps(step)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        return None if failed() else step(*args, **kwargs)
+
+    optimizer.step = guarded
 
 
 def _no_loss(model: Any, batch: Any) -> Any:

@@ -133,8 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
     bz.add_argument("--json", action="store_true", help="print JSON (the default)")
     bt = bsub.add_parser("step", help="step time under plain DistributedDataParallel and under the launcher, "
                          "same model, batch and world, in one run (the launcher)")
-    bt.add_argument("--model", choices=("resnet18", "cnn"), default="resnet18",
-                    help="the example model the workers train (default resnet18)")
+    bt.add_argument("--model", choices=("resnet18", "resnet50", "cnn"), default="resnet18",
+                    help="the example model the workers train: resnet18 (62 tensors), resnet50 (161), or cnn "
+                         "(8 tensors, a step of a few to tens of ms on CPU cores; default resnet18)")
     bt.add_argument("--workers", type=_gpus, default=2, help="worker processes, the world size (default 2)")
     bt.add_argument("--steps", type=_repeat, default=20, help="timed steps per phase (median; default 20)")
     bt.add_argument("--batch", type=_gpus, default=32, help="per-worker batch (default 32)")

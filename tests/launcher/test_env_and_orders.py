@@ -24,7 +24,7 @@ def test_defaults_and_values_are_parsed() -> None:
     assert env.workers == ("w0", "w1") and env.worker_id == "w1" and not env.join
     assert env.store_host == "127.0.0.1" and env.store_port == 29500 and env.secret == SECRET
     assert env.scaling is ScalingMode.ENDO and env.group_timeout_s == 2.5 and env.local_batch == 32
-    assert env.orders == "store" and env.commit_every == 1
+    assert env.orders == "store"
 
 
 def test_joiner_needs_no_worker_list() -> None:

@@ -9,6 +9,7 @@ run (Slurm's restart count) and each side reads only its run's.
 from __future__ import annotations
 
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -86,5 +87,26 @@ def test_a_requeued_run_acts_on_its_own_orders_only(tmp_path: Path, store_port: 
     assert agent._decide()[0] == 0  # the new 4-worker world is not shrunk by the old order
     with orders.open("a") as f:
         f.write(sign_order(JOB_ID, 2, "resize", ["w0", "w2"], 0, KEY, run=1) + "\n")
+    time.sleep(agent.ORDERS_EVERY_S)  # rank 0 reads the orders at most this often
     assert agent._decide()[0] == 2
     assert _rank0(store_port, orders, "0")._decide()[0] == 1  # the first run's own order still counts there
+
+
+def test_rank_0_reads_the_orders_off_the_step_path_at_most_every_orders_every_s(tmp_path: Path,
+                                                                                 store_port: int) -> None:
+    """A step between two reads does no I/O: a burst of steps reads the source once, and an order
+    written meanwhile is acted on once the interval has passed."""
+    orders = tmp_path / "job.orders"
+    orders.write_text("")
+    agent = _rank0(store_port, orders, "0")
+    reads = []
+    source_read = agent.source.read
+    agent.source.read = lambda: reads.append(1) or source_read()  # type: ignore[method-assign]
+    for _ in range(50):
+        assert agent._decide()[0] == 0
+    assert len(reads) == 1
+    with orders.open("a") as f:
+        f.write(sign_order(JOB_ID, 1, "resize", ["w0", "w1"], 0, KEY) + "\n")
+    assert agent._decide()[0] == 0 and len(reads) == 1  # not yet read
+    time.sleep(agent.ORDERS_EVERY_S)
+    assert agent._decide()[0] == 1 and len(reads) == 2

@@ -1,4 +1,4 @@
-"""Training state commit/restore/sync, single-process, with a fake (record/replay) broadcast."""
+"""Training state rollback/sync, single-process, with a fake (record/replay) broadcast."""
 
 from __future__ import annotations
 
@@ -130,30 +130,29 @@ def test_send_to_nobody_sends_nothing() -> None:
     assert make_state(1).send(wire.send, wire.send_object, []) == 0 and not wire.queues
 
 
-def test_restore_rolls_back_to_the_commit() -> None:
+def test_rollback_undoes_what_the_open_step_did_to_the_scheduler_and_the_counters() -> None:
+    """The user's loop steps its scheduler and counters after backward, before the boundary sees the
+    lost peer: those are put back; the parameters and the optimizer were never stepped (the guard)."""
     s = make_state(3)
-    train(s, 2)
-    s.commit()
-    before, sampler, rng = flat(s), s.sampler.state, torch.rand(3)
-    train(s, 2)
-    assert flat(s) != before and s.extra["step"] == 4
-    s.restore()
-    assert flat(s) == before and s.sampler.state == sampler and s.extra["step"] == 2
-    assert torch.equal(torch.rand(3), rng)  # RNG restored too (the rand above ran after the commit)
+    counters = {"seen": 5}
+    s.carried["counters"] = counters
+    train(s, 3)
+    lr, last = s.optimizer.param_groups[0]["lr"], s.scheduler.last_epoch  # type: ignore[attr-defined,union-attr]
+    s.step_started()
+    s.scheduler.step()  # type: ignore[union-attr]
+    counters["seen"] += 1
+    assert s.scheduler.last_epoch == last + 1  # type: ignore[union-attr]
+    s.rollback()
+    assert s.scheduler.last_epoch == last and s.scheduler.get_last_lr()[0] == lr  # type: ignore[union-attr]
+    assert counters == {"seen": 5} and s.carried["counters"] is counters  # refilled in place
 
 
-def test_restore_without_commit_is_an_error() -> None:
-    with pytest.raises(RuntimeError, match="before any commit"):
-        make_state(0).restore()
-
-
-def test_commit_is_a_copy_not_a_reference() -> None:
+def test_after_a_step_ended_its_live_state_is_the_boundary_and_rollback_keeps_it() -> None:
     s = make_state(4)
-    s.commit()
-    before = flat(s)
-    with torch.no_grad():
-        for p in s.model.parameters():  # type: ignore[attr-defined]
-            p.add_(1.0)
-    s.restore()
-    assert flat(s) == before
+    s.step_started()
+    train(s, 1)
+    s.step_ended()
+    after = (flat(s), s.scheduler.last_epoch, s.sampler.state)  # type: ignore[union-attr]
+    s.rollback()  # a peer lost while the worlds switch, after the step: nothing to undo
+    assert (flat(s), s.scheduler.last_epoch, s.sampler.state) == after  # type: ignore[union-attr]
 

@@ -164,7 +164,7 @@ REDUCER_CHECK = textwrap.dedent('''
     sum_loss = torch.nn.functional.cross_entropy(ref(x), y, reduction="sum") * 2 / 11  # DDP divides by 2
     sum_loss.backward()
     mine = net()
-    reducer = GradReducer(mine.parameters(), lambda: None, bucket_bytes=4096, first_bucket_bytes=1024)
+    reducer = GradReducer(mine, lambda: None, bucket_bytes=4096, first_bucket_bytes=1024)
     assert len(reducer.buckets) > 2
     for _ in range(2):  # twice: the second backward writes into the views of the first
         mine.zero_grad(set_to_none=_ == 0)

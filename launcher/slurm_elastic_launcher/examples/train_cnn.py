@@ -80,6 +80,48 @@ class ResNet18(nn.Module):
         return out
 
 
+class Bottleneck(nn.Module):
+    """ResNet bottleneck block (1x1, 3x3, 1x1 convs with BatchNorm, 4x expansion, and a shortcut)."""
+
+    def __init__(self, cin: int, width: int, stride: int) -> None:
+        super().__init__()
+        cout = width * 4
+        self.conv1 = nn.Conv2d(cin, width, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3 = nn.Conv2d(width, cout, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(cout)
+        self.short: nn.Module = nn.Identity()
+        if stride != 1 or cin != cout:
+            self.short = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = F.relu(self.bn2(self.conv2(y)))
+        return F.relu(self.bn3(self.conv3(y)) + self.short(x))
+
+
+class ResNet50(nn.Module):
+    """ResNet-50 in plain torch (25.6M parameters in 161 tensors at 1000 classes; CIFAR-style stem)."""
+
+    def __init__(self, channels: int = 3, classes: int = 1000) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(channels, 64, 3, 1, 1, bias=False), nn.BatchNorm2d(64), nn.ReLU())
+        layers: list[nn.Module] = []
+        cin = 64
+        for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+            for k in range(blocks):
+                layers.append(Bottleneck(cin, width, stride if k == 0 else 1))
+                cin = width * 4
+        self.layers = nn.Sequential(*layers)
+        self.head = nn.Linear(cin, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.head(F.adaptive_avg_pool2d(self.layers(self.stem(x)), 1).flatten(1))
+        return out
+
+
 def synthetic(
     size: int, channels: int, side: int, classes: int, seed: int = 1234, split: int = 0
 ) -> TensorBatchDataset:
