@@ -232,6 +232,9 @@ class Backend(KeyValue, Protocol):
     def form(self, generation: str, rank: int, world_size: int) -> None:
         """Join a generation's group."""
 
+    def can_narrow(self, ranks: Sequence[int]) -> bool:
+        """Whether :meth:`narrow` can make these ranks, in this order, a group."""
+
     def narrow(self, ranks: Sequence[int]) -> None:
         """Make the group of these ranks of the current group (in this order) current; only they call it."""
 
@@ -915,9 +918,10 @@ class Agent:
             return
         if tuple(order.workers) == old:  # the same world (a new batch size only): the group stays
             self.event("rebatched", seq=seq, local_batch=order.local_batch)
-        elif all(w in old for w in order.workers):  # shrink: the stayers narrow the group they are in
+        elif all(w in old for w in order.workers) and self.backend.can_narrow([old.index(w) for w in order.workers]):
+            # shrink: the stayers narrow the group they are in
             self._form(f"o{seq}", order.workers, within=[old.index(w) for w in order.workers])
-        else:
+        else:  # a grow, or a shrink into another rank order this torch cannot narrow to: a new world
             self.backend.leave()
             self._form(f"o{seq}", order.workers, plan=transfer_plan(old, order.workers))
         t_formed = self.clock()

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import inspect
 import io
 import logging
 import os
@@ -145,6 +146,9 @@ def job_backend(env: LauncherEnv) -> TorchBackend:
     log.info("%s: GPU binding %s", env.worker_id, backend.gpu_report)
     return backend
 
+
+_NEW_GROUP_SORT_RANKS = "sort_ranks" in inspect.signature(dist.new_group).parameters
+"""Whether this torch's ``new_group`` can keep a given rank order (``sort_ranks=False``, torch ≥ 2.12)."""
 
 _ABSENT = b"\0slurm-elastic: absent\0"
 """Expected and desired value of the compare-and-set that reads a key without blocking (never a signed value)."""
@@ -346,6 +350,12 @@ class TorchBackend:
         except (RuntimeError, dist.DistError) as exc:
             self.leave()
             raise PeerLostError(f"forming {generation} as rank {rank}/{world_size} failed: {exc}") from exc
+
+    def can_narrow(self, ranks: Sequence[int]) -> bool:
+        """Whether :meth:`narrow` can carve these ranks out of the current group in this order: always
+        in rank order; in another order only where ``new_group`` takes ``sort_ranks`` (torch ≥ 2.12)."""
+        glob = [r if self.group is None else dist.get_global_rank(self.group, r) for r in ranks]
+        return glob == sorted(glob) or _NEW_GROUP_SORT_RANKS
 
     def narrow(self, ranks: Sequence[int]) -> None:
         """Make the group of these ranks of the current group, in this order, the current group.
