@@ -275,10 +275,14 @@ class GradReducer:
             self._control, group=self.control_group(), async_op=True)) if self._control.numel() else None
         works = [(f"all_reduce of gradient bucket {b}", bucket.work) for b, bucket in enumerate(self.buckets)]
         works += [("broadcast of rank 0's buffers", w) for w in buffer_works]
-        works.append(("all_reduce of the control words", control_work))
+        works = [(what, w) for what, w in works if w is not None]
+        if works and dist.get_backend(self.group()) == "nccl":
+            # NCCL runs a group's collectives in the order they were issued, on one stream: waiting for
+            # the last makes the step's stream wait for all (a wait is an operator: one, not one per bucket)
+            works = works[-1:]
+        if control_work is not None:
+            works.append(("all_reduce of the control words", control_work))
         for what, work in works:
-            if work is None:
-                continue
             try:
                 work.wait()
             except (RuntimeError, dist.DistError) as exc:
