@@ -12,8 +12,9 @@ same for a model of 60 tensors as for one of 600:
   goes on. Buckets are launched strictly in index order on every rank, so the collectives match even
   if ranks finish gradients in another order.
 * **Buffers** (BatchNorm statistics). At construction the model's buffers are moved into one flat
-  tensor per dtype and device, each buffer a view of it, so sharing rank 0's buffers with all (DDP's
-  ``broadcast_buffers``) is one broadcast per dtype, not one per tensor.
+  tensor per dtype and device, each buffer a tensor of its own shape on that memory, so sharing
+  rank 0's buffers with all (DDP's ``broadcast_buffers``) is one broadcast per dtype, not one per
+  tensor.
 * **Control words** (the agent's resize, stop and stop-request words). They are summed over the ranks
   in one small all-reduce, on the control group (gloo, on the host, beside NCCL: reading them never
   waits for the GPU) or the gradients' group.
@@ -67,7 +68,8 @@ class _Bucket:
 
 @dataclasses.dataclass(eq=False)
 class _FlatBuffers:
-    """A model's buffers of one dtype and device as views of one flat tensor, with the step's copy."""
+    """A model's buffers of one dtype and device on the memory of one flat tensor (one broadcast
+    shares them all: rank 0's values are copied, never summed), with the step's copy."""
 
     flat: torch.Tensor
     shadow: torch.Tensor
@@ -84,6 +86,11 @@ class GradReducer:
         control_group: returns the group the control words are summed on (None: the default group).
         bucket_bytes: size cap of a bucket after the first.
         first_bucket_bytes: size cap of the first bucket.
+        control_words: how many control words :meth:`arm` takes. Where the last bucket (the last one
+            launched) is a host tensor of ``float32`` or ``float64`` (gloo on CPU) they ride in it, as
+            extra elements summed with the gradients (exact: order numbers and counts stay far below
+            2**24); elsewhere they get an all-reduce of their own on ``control_group`` (with NCCL, a
+            gloo group on the host: reading them never waits for the GPU).
     """
 
     def __init__(
@@ -93,6 +100,7 @@ class GradReducer:
         control_group: Callable[[], Any] | None = None,
         bucket_bytes: int = BUCKET_BYTES,
         first_bucket_bytes: int = FIRST_BUCKET_BYTES,
+        control_words: int = 0,
     ) -> None:
         self.model = model
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -103,21 +111,21 @@ class GradReducer:
         self.paused = False  # backward passes that accumulate locally (``no_sync``)
         self.failure: str | None = None
         self.decided: list[int] = []
-        self._control = torch.zeros(0, dtype=torch.int64)
-        self._control_words = self._control.numpy()
-        self._control_work: Any = None
+        self._control = torch.zeros(control_words, dtype=torch.int64)  # unless they ride in the last bucket
+        self._control_words: Any = self._control.numpy()  # the same memory: written and read with no operator
+        self._control_in_bucket = False
         self._seen: list[bool] = [False] * len(self.params)
         self._queued = False
         self._next = 0  # index of the next bucket to launch
         self.buckets: list[_Bucket] = []
         self._where: list[tuple[int, torch.Tensor]] = [(0, torch.empty(0))] * len(self.params)
-        self._build(bucket_bytes, first_bucket_bytes)
+        self._build(bucket_bytes, first_bucket_bytes, control_words)
         self.buffers: list[_FlatBuffers] = []
         self._flatten_buffers()
         self._hooks = [p.register_post_accumulate_grad_hook(self._hook(i))  # type: ignore[no-untyped-call]
                        for i, p in enumerate(self.params)]
 
-    def _build(self, bucket_bytes: int, first_bucket_bytes: int) -> None:
+    def _build(self, bucket_bytes: int, first_bucket_bytes: int, control_words: int) -> None:
         open_: dict[tuple[torch.dtype, torch.device], list[int]] = {}
         sizes: dict[tuple[torch.dtype, torch.device], int] = {}
         groups: list[list[int]] = []
@@ -134,7 +142,14 @@ class GradReducer:
         groups.extend(members for members in open_.values() if members)
         for members in groups:
             p0 = self.params[members[0]]
-            buffer = torch.zeros(sum(self.params[i].numel() for i in members), dtype=p0.dtype, device=p0.device)
+            last = members is groups[-1]
+            carry = last and control_words > 0 and p0.device.type == "cpu" and p0.dtype in (torch.float32,
+                                                                                             torch.float64)
+            size = sum(self.params[i].numel() for i in members)
+            buffer = torch.zeros(size + (control_words if carry else 0), dtype=p0.dtype, device=p0.device)
+            if carry:
+                self._control_in_bucket = True
+                self._control_words = buffer[size:].numpy()
             b = len(self.buckets)
             self.buckets.append(_Bucket(buffer, members))
             offset = 0
@@ -144,7 +159,11 @@ class GradReducer:
                 offset += n
 
     def _flatten_buffers(self) -> None:
-        """Move the model's buffers into one flat tensor per dtype and device (each buffer a view of it)."""
+        """Move the model's buffers into one flat tensor per dtype and device (each buffer on its memory).
+
+        One memory per dtype, not one for all: ``torch.save`` refuses tensors that see one memory as
+        different dtypes, and the user's script saves its model.
+        """
         by_key: dict[tuple[torch.dtype, torch.device], list[tuple[torch.nn.Module, str, torch.Tensor]]] = {}
         for module in self.model.modules():
             for name, b in module._buffers.items():
@@ -153,15 +172,19 @@ class GradReducer:
         self.buffers = []
         for (dtype, device), entries in by_key.items():
             unique = list({id(b): b for _, _, b in entries}.values())  # one registered twice stays one
+            flat = torch.zeros(sum(b.numel() for b in unique), dtype=dtype, device=device)
             views: dict[int, torch.Tensor] = {}
-            flat = torch.empty(sum(b.numel() for b in unique), dtype=dtype, device=device)
-            offset = 0
+            start = 0
             for b in unique:
-                view = flat[offset : offset + b.numel()].view_as(b)
+                # set_, not a view: the buffer shares the flat memory but keeps a version counter of its
+                # own (views share their base's, so one buffer changed in place in a forward pass would
+                # make autograd refuse every other buffer it saved, as BatchNorm saves its statistics)
+                view = torch.empty(0, dtype=dtype, device=device)
+                view.set_(flat.untyped_storage(), start, b.shape, b.contiguous().stride())
+                start += b.numel()
                 with torch.no_grad():
                     view.copy_(b)
                 views[id(b)] = view
-                offset += b.numel()
             owners = []
             for module, name, b in entries:
                 module._buffers[name] = views[id(b)]
@@ -204,9 +227,9 @@ class GradReducer:
             self._flatten_buffers()
         for fb in self.buffers:
             fb.shadow.copy_(fb.flat)
-        if self._control.numel() != len(control):
-            self._control = torch.zeros(len(control), dtype=torch.int64)
-            self._control_words = self._control.numpy()  # the same memory: written and read with no operator
+        if len(control) != len(self._control_words):
+            raise ValueError(f"arm(control={list(control)}): this reducer takes {len(self._control_words)} "
+                             "control words")
         self._control_words[:] = control
 
     # -- during backward ---------------------------------------------------------------------------
@@ -271,8 +294,10 @@ class GradReducer:
         self._launch_ready()
         buffer_works = [self._launch("broadcast of rank 0's buffers", functools.partial(
             dist.broadcast, fb.flat, group=self.group(), group_src=0, async_op=True)) for fb in self.buffers]
-        control_work = self._launch("all_reduce of the control words", lambda: dist.all_reduce(
-            self._control, group=self.control_group(), async_op=True)) if self._control.numel() else None
+        control_work = None
+        if self._control.numel() and not self._control_in_bucket:
+            control_work = self._launch("all_reduce of the control words", functools.partial(
+                dist.all_reduce, self._control, group=self.control_group(), async_op=True))
         works = [(f"all_reduce of gradient bucket {b}", bucket.work) for b, bucket in enumerate(self.buckets)]
         works += [("broadcast of rank 0's buffers", w) for w in buffer_works]
         works = [(what, w) for what, w in works if w is not None]
@@ -294,6 +319,6 @@ class GradReducer:
                 for fb in self.buffers:
                     fb.flat.copy_(fb.shadow)
             return
-        self.decided = [int(v) for v in self._control_words.tolist()]
+        self.decided = [round(v) for v in self._control_words.tolist()]
         for p, (_, view) in zip(self.params, self._where, strict=True):
             p.grad = view

@@ -1,27 +1,29 @@
 """Benchmark of a training step: plain ``DistributedDataParallel`` against the launcher, in one run.
 
 This module owns :func:`bench_step` and the worker it starts (``python -m
-slurm_elastic_launcher.step_bench``). The same worker processes train the same model on the same
-synthetic batches three times: under DDP, under the launcher's user-loop API (:mod:`.user_loop`:
-the wrapped model, the elastic loader, a step boundary with its commit, control words and buffers),
-and under DDP again; the DDP figure is the mean of its two phases, so a machine that drifts during
-the run does not count against either side. Each phase's step time is the median of rank 0's timed
-steps after warm-up. It prints nothing and parses no arguments (the controller's CLI wires it).
+slurm_elastic_launcher.step_bench``). The same worker processes train two copies of the same model on
+the same synthetic batches, on the launcher's own process group: one under DDP, one under the
+launcher's user-loop API (:mod:`.user_loop`: the wrapped model, the elastic loader, its step
+boundary), in :data:`BLOCKS` alternating blocks of steps after a warm-up of each. Alternating blocks
+pair the two under the same conditions, so a machine that drifts during the run (these machines
+are noisy: two DDP phases a minute apart differed by up to 45 %) counts against neither. The figures
+are the medians of rank 0's timed steps, overall and per block. It prints nothing and parses no
+arguments (the controller's CLI wires it).
 
 It also measures the launcher's own step boundary, the part DDP does not have:
 
 * ``boundary_ops``: the torch operators the launcher launches per step in its profiler ranges
   (:data:`.grad_reducer.BOUNDARY`: finishing the step's collectives at the end of backward, and
-  ``world.step()``), counted with ``torch.profiler`` over :data:`PROFILED_STEPS` steps after the
-  timed ones. Only operators called from the launcher's own code count, not those they call in
-  turn; on a GPU each is at least one kernel launch or collective. The gradients' copies into their
-  buckets during backward are not counted (DDP makes the same copies).
+  ``world.step()``), counted with ``torch.profiler`` over :data:`PROFILED_STEPS` steps in a run of
+  worker processes of their own (the profiler never runs where steps are timed). Only operators
+  called from the launcher's own code count, not those they call in turn; on a GPU each is at least
+  one kernel launch or collective. The gradients' copies into their buckets during backward are not
+  counted (DDP makes the same copies).
 * ``boundary_ms``: the median host time of ``world.step()``, in milliseconds.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import statistics
@@ -36,7 +38,10 @@ from typing import Any
 MODELS = ("resnet18", "resnet50", "cnn")
 
 PROFILED_STEPS = 4
-"""Steps of the launcher's phase run under ``torch.profiler`` to count ``boundary_ops``."""
+"""Steps of the launcher run under ``torch.profiler`` to count ``boundary_ops``."""
+
+BLOCKS = 5
+"""Alternating blocks of DDP's and the launcher's timed steps."""
 
 
 def bench_step(model: str = "resnet18", workers: int = 2, steps: int = 20, warmup: int = 5, batch: int = 32,
@@ -48,16 +53,16 @@ def bench_step(model: str = "resnet18", workers: int = 2, steps: int = 20, warmu
             ``"resnet50"`` (25.6M in 161 tensors) or ``"cnn"`` (5k parameters in 8 tensors, 16×16
             inputs: a step of a few to tens of milliseconds on CPU cores, where a fixed cost shows).
         workers: worker processes (the world size; each takes GPU ``rank % GPUs`` when CUDA is there).
-        steps: timed steps per phase.
-        warmup: untimed steps first, per phase.
+        steps: timed steps of each (DDP, the launcher), in :data:`BLOCKS` blocks.
+        warmup: untimed steps of each first.
         batch: per-worker batch.
         dist_backend: ``auto`` (NCCL with CUDA, else gloo), ``gloo`` or ``nccl`` (workers sharing one
             GPU need gloo: NCCL refuses two ranks on one device).
 
     Returns:
-        ``ddp_step_s``, ``elastic_step_s``, ``overhead`` (elastic ÷ DDP − 1), each phase's median,
-        ``boundary_ops`` (with their names), ``boundary_ms``, the device, the collectives' library
-        and torch's version.
+        ``ddp_step_s``, ``elastic_step_s`` (medians), ``overhead`` (elastic ÷ DDP − 1) and
+        ``overhead_by_block``, ``boundary_ops`` (with their names), ``boundary_ms``, the device, the
+        collectives' library and torch's version.
 
     Raises:
         ValueError: on bad arguments.
@@ -68,6 +73,20 @@ def bench_step(model: str = "resnet18", workers: int = 2, steps: int = 20, warmu
         raise ValueError(f"bench_step(model={model!r}, workers={workers}, steps={steps}, warmup={warmup}, "
                          f"batch={batch}, dist_backend={dist_backend!r}): model one of {MODELS}, workers ≥ 1, "
                          "steps ≥ 3, warmup ≥ 1, batch ≥ 1, dist_backend auto|gloo|nccl")
+    timed = _run_workers("time", model, workers, steps, warmup, batch, dist_backend)
+    counted = _run_workers("ops", model, workers, steps, warmup, batch, dist_backend)  # a run of its own:
+    # the profiler never runs in the processes that are timed (on an H200 the DDP phase after it ran 45% slower)
+    out = {**timed, **{k: counted[k] for k in ("boundary_ops", "boundary_op_names")}}
+    return {
+        "model": model, "workers": workers, "batch": batch, "steps": steps, **out,
+        "ddp_step_s": out["ddp_s"], "elastic_step_s": out["elastic_s"],
+        "overhead": round(out["elastic_s"] / out["ddp_s"] - 1, 4),
+    }
+
+
+def _run_workers(mode: str, model: str, workers: int, steps: int, warmup: int, batch: int,
+                 dist_backend: str) -> dict[str, Any]:
+    """Start the workers (``mode``: ``time`` the phases, or count the boundary's ``ops``); rank 0's figures."""
     from .bench import free_port  # the resize bench's helper: a free TCP port on this machine
 
     with tempfile.TemporaryDirectory(prefix="slurm-elastic-step-") as tmp:
@@ -86,58 +105,41 @@ def bench_step(model: str = "resnet18", workers: int = 2, steps: int = 20, warmu
                 SLURM_ELASTIC_DIST_BACKEND=dist_backend, LOCAL_RANK=str(rank),
             )
             env.setdefault("GLOO_SOCKET_IFNAME", "lo")
-            argv = [sys.executable, "-m", "slurm_elastic_launcher.step_bench", model, str(rank), str(workers),
+            argv = [sys.executable, "-m", "slurm_elastic_launcher.step_bench", mode, model, str(rank), str(workers),
                     str(steps), str(warmup), str(batch), str(Path(tmp) / f"{rank}.json")]
             procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
         errors = [p.communicate(timeout=900)[1] for p in procs]
         for rank, p in enumerate(procs):
             if p.returncode != 0:
-                raise RuntimeError(f"step bench worker {rank} exited {p.returncode}:\n{errors[rank][-3000:]}")
-        out = json.loads((Path(tmp) / "0.json").read_text())
-    ddp = (out["ddp_first_s"] + out["ddp_second_s"]) / 2
-    return {
-        "model": model, "workers": workers, "batch": batch, "steps": steps, **out,
-        "ddp_step_s": round(ddp, 5), "elastic_step_s": round(out["elastic_s"], 5),
-        "overhead": round(out["elastic_s"] / ddp - 1, 4),
-    }
+                raise RuntimeError(f"step bench worker {rank} ({mode}) exited {p.returncode}:\n{errors[rank][-3000:]}")
+        out: dict[str, Any] = json.loads((Path(tmp) / "0.json").read_text())
+    return out
 
 
 # -- the worker ---------------------------------------------------------------------------------
 
 
-def _median_step(step: Any, steps: int, warmup: int, sync: Any) -> float:
-    times = []
-    for k in range(warmup + steps):
-        t0 = time.perf_counter()
-        step()
-        sync()
-        if k >= warmup:
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def worker_main(argv: Sequence[str]) -> int:
-    """One worker: the DDP phase, the launcher phase, the DDP phase again; rank 0 writes the figures."""
+    """One worker: DDP's and the launcher's steps in alternating blocks (``time``), or the launcher's
+    steps under the profiler (``ops``); rank 0 writes the figures."""
     import torch
-    import torch.distributed as dist
     import torch.nn.functional as F  # noqa: N812
-    from torch._C._distributed_c10d import PrefixStore
     from torch.nn.parallel import DistributedDataParallel
-    from torch.utils.data import TensorDataset
+    from torch.utils.data import DataLoader, TensorDataset
 
     from . import init
     from .examples.train_cnn import ResNet18, ResNet50, SmallCNN
 
-    model_name, rank_s, world_s, steps_s, warmup_s, batch_s, out = argv
+    mode, model_name, rank_s, world_s, steps_s, warmup_s, batch_s, out = argv
     rank, world, steps, warmup, batch = int(rank_s), int(world_s), int(steps_s), int(warmup_s), int(batch_s)
     elastic = init()
     device = elastic.device
-    backend_name = elastic.backend.dist_backend
     if device.type == "cpu":  # the workers share the cores: more threads than cores only adds noise
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+    per_block = -(-steps // BLOCKS)
     shape, classes = ((1, 16, 16), 10) if model_name == "cnn" else ((3, 32, 32), 1000)
     g = torch.Generator().manual_seed(rank)
-    n = batch * (warmup + steps + PROFILED_STEPS + 1) * world
+    n = batch * (warmup + max(per_block * BLOCKS, PROFILED_STEPS) + 2) * world
     data = TensorDataset(torch.randn(n, *shape, generator=g), torch.randint(0, classes, (n,), generator=g))
 
     def build() -> torch.nn.Module:
@@ -148,13 +150,16 @@ def worker_main(argv: Sequence[str]) -> int:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    def ddp_phase(name: str) -> float:  # rendezvous on the job's store, already up: no port to race for
-        dist.init_process_group(backend_name, store=PrefixStore(f"{name}/", elastic.backend.store), rank=rank,
-                                world_size=world,
-                                timeout=dt.timedelta(seconds=120))
-        model = DistributedDataParallel(build(), device_ids=[device.index] if device.type == "cuda" else None)
+    def timed(step: Any, k: int, times: list[float] | None) -> None:
+        for _ in range(k):
+            t0 = time.perf_counter()
+            step()
+            sync()
+            if times is not None:
+                times.append(time.perf_counter() - t0)
+
+    def trainer(model: torch.nn.Module, batches: Any, boundary: Any) -> Any:
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-        batches = iter(torch.utils.data.DataLoader(data, batch_size=batch))
 
         def step() -> None:
             x, y = next(batches)
@@ -162,52 +167,67 @@ def worker_main(argv: Sequence[str]) -> int:
             loss = F.cross_entropy(model(x.to(device, non_blocking=True)), y.to(device, non_blocking=True))
             loss.backward()  # type: ignore[no-untyped-call]
             opt.step()
+            boundary()
 
-        try:
-            return _median_step(step, steps, warmup, sync)
-        finally:
-            dist.destroy_process_group()
+        return step, opt
 
     boundary_s: list[float] = []
 
-    def elastic_phase() -> tuple[float, dict[str, Any]]:
-        model = elastic.wrap(build())
-        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-        loader = elastic.loader(data, batch_size=batch)
-        elastic.register(model=model, optimizer=opt)
-        batches = None
+    def elastic_boundary() -> None:
+        t0 = time.perf_counter()
+        elastic.step()
+        boundary_s.append(time.perf_counter() - t0)
 
-        def step() -> None:
-            nonlocal batches
-            if batches is None:
-                batches = iter(loader)
-            x, y = next(batches)
-            opt.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(x.to(device, non_blocking=True)), y.to(device, non_blocking=True))
-            loss.backward()  # type: ignore[no-untyped-call]
-            opt.step()
-            t0 = time.perf_counter()
-            elastic.step()
-            boundary_s.append(time.perf_counter() - t0)
-
-        elastic.start()
-        try:
-            median = _median_step(step, steps, warmup, sync)
-            timed = boundary_s[warmup:]
-            return median, {"boundary_ms": round(statistics.median(timed) * 1e3, 4), **_boundary_ops(step, sync)}
-        finally:
-            elastic.close()
-
-    first = ddp_phase("ddp1")
-    mine, boundary = elastic_phase()
-    second = ddp_phase("ddp2")
+    model = elastic.wrap(build())
+    loader = elastic.loader(data, batch_size=batch)
+    elastic_step, opt = trainer(model, _Lazy(lambda: iter(loader)), elastic_boundary)
+    elastic.register(model=model, optimizer=opt)
+    elastic.start()
+    try:
+        if mode == "ops":
+            timed(elastic_step, warmup + 1, None)
+            counted = _boundary_ops(elastic_step, sync)
+            if rank == 0:
+                Path(out).write_text(json.dumps(counted))
+            return 0
+        # DDP in the same processes, on the launcher's own group (the same collectives library)
+        ddp = DistributedDataParallel(build(), device_ids=[device.index] if device.type == "cuda" else None,
+                                      process_group=elastic.group)
+        ddp_step, _ = trainer(ddp, iter(DataLoader(data, batch_size=batch)), lambda: None)
+        timed(ddp_step, warmup, None)
+        timed(elastic_step, warmup, None)
+        del boundary_s[:]
+        ddp_s: list[float] = []
+        elastic_s: list[float] = []
+        for _ in range(BLOCKS):
+            timed(ddp_step, per_block, ddp_s)
+            timed(elastic_step, per_block, elastic_s)
+    finally:
+        elastic.close()
     if rank == 0:
+        cut = [slice(b * per_block, (b + 1) * per_block) for b in range(BLOCKS)]
+        blocks = [round(statistics.median(elastic_s[c]) / statistics.median(ddp_s[c]) - 1, 4) for c in cut]
         Path(out).write_text(json.dumps({
-            "ddp_first_s": round(first, 5), "elastic_s": round(mine, 5), "ddp_second_s": round(second, 5),
-            **boundary, "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-            "dist_backend": backend_name, "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "ddp_s": round(statistics.median(ddp_s), 5), "elastic_s": round(statistics.median(elastic_s), 5),
+            "overhead_by_block": blocks, "boundary_ms": round(statistics.median(boundary_s) * 1e3, 4),
+            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+            "dist_backend": elastic.backend.dist_backend, "threads": torch.get_num_threads(),
+            "torch": torch.__version__,
         }))
     return 0
+
+
+class _Lazy:
+    """An iterator made at its first ``next`` (the elastic loader can be iterated once training started)."""
+
+    def __init__(self, make: Any) -> None:
+        self.make = make
+        self.it: Any = None
+
+    def __next__(self) -> Any:
+        if self.it is None:
+            self.it = self.make()
+        return next(self.it)
 
 
 def _boundary_ops(step: Any, sync: Any) -> dict[str, Any]:

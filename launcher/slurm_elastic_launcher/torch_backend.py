@@ -39,7 +39,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, Store, TCPStore
 from torch.utils.data import default_collate
 
-from .agent import PeerLostError
+from .agent import Agent, PeerLostError
 from .env import LauncherEnv
 from .gpu_binding import bind
 from .grad_reducer import GradReducer
@@ -498,7 +498,8 @@ class TorchBackend:
         if self._reducer is None or self._reduced_model is not model:
             if self._reducer is not None:
                 self._reducer.remove()
-            self._reducer = GradReducer(model, lambda: self.group, self._control_group)
+            self._reducer = GradReducer(model, lambda: self.group, self._control_group,
+                                        control_words=Agent.CONTROL_WORDS)
             self._reduced_model = model
         return self._reducer
 

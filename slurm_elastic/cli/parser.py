@@ -137,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the example model the workers train: resnet18 (62 tensors), resnet50 (161), or cnn "
                          "(8 tensors, a step of a few to tens of ms on CPU cores; default resnet18)")
     bt.add_argument("--workers", type=_gpus, default=2, help="worker processes, the world size (default 2)")
-    bt.add_argument("--steps", type=_repeat, default=20, help="timed steps per phase (median; default 20)")
+    bt.add_argument("--steps", type=_repeat, default=20,
+                    help="timed steps of each, DDP and the launcher, in 5 alternating blocks (median; default 20)")
     bt.add_argument("--batch", type=_gpus, default=32, help="per-worker batch (default 32)")
     bt.add_argument("--dist-backend", choices=("auto", "gloo", "nccl"), default="auto",
                     help="collectives: auto is NCCL with CUDA, else gloo; workers sharing one GPU need gloo "

@@ -140,10 +140,16 @@ def test_a_worker_started_by_srun_exports_its_local_rank_before_the_world_forms(
     backend, and before any world forms, LOCAL_RANK is 2 and the backend reports Slurm's GPU 2
     (torch counts no GPU here: the device stays the CPU, as on the dev cluster's fake GPUs)."""
     pytest.importorskip("torch")
+    import torch
+
     from slurm_elastic_launcher.bench import free_port
     from slurm_elastic_launcher.env import LauncherEnv
     from slurm_elastic_launcher.torch_backend import job_backend
 
+    # a worker on the dev cluster's fake GPUs: torch sees none (on a GPU machine this process's CUDA
+    # was set up before the node's CUDA_VISIBLE_DEVICES below, which a real worker gets at its start)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
     monkeypatch.delenv("LOCAL_RANK", raising=False)
     env = {**NODE4, "SLURM_LOCALID": "2", "SLURM_ELASTIC_JOB_ID": "35", "SLURM_ELASTIC_SECRET": "s" * 32,
            "SLURM_ELASTIC_WORKER_ID": "w2", "SLURM_ELASTIC_WORKERS": "w0,w1,w2,w3",
@@ -153,4 +159,4 @@ def test_a_worker_started_by_srun_exports_its_local_rank_before_the_world_forms(
     backend = job_backend(LauncherEnv.from_mapping(env))
     assert os.environ["LOCAL_RANK"] == "2"
     assert (backend.gpu_binding.index, backend.gpu_report["gpu"], backend.gpu_report["node"]) == (2, "2", "n1")
-    assert backend.device.type == ("cuda" if backend.cuda else "cpu")
+    assert backend.device.type == "cpu"

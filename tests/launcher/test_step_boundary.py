@@ -7,6 +7,7 @@ last boundary's state, and the guarded ``optimizer.step()`` of the user's loop d
 
 from __future__ import annotations
 
+import io
 import json
 import socket
 import subprocess
@@ -28,7 +29,7 @@ dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
 opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-reducer = GradReducer(model, lambda: None, bucket_bytes=256, first_bucket_bytes=64)
+reducer = GradReducer(model, lambda: None, bucket_bytes=256, first_bucket_bytes=64, control_words=3)
 _skip_step_after_a_lost_peer(opt, lambda: reducer.failed)
 def digest():
     h = hashlib.sha256()
@@ -50,7 +51,8 @@ for k in range(2):
 boundary = digest()
 step(2)
 print(json.dumps({"failure": reducer.failure, "failed": reducer.failed, "kept": digest() == boundary,
-                  "buffers_are_views": all(b.data_ptr() != 0 and b._base is not None for b in model.buffers())}),
+                  "buffers_are_views": {b.untyped_storage().data_ptr() for b in model.buffers()} ==
+                                       {fb.flat.data_ptr() for fb in reducer.buffers}}),
       flush=True)
 os._exit(0)
 '''
@@ -85,3 +87,40 @@ def test_the_boundary_launches_the_same_few_operators_for_8_and_for_62_tensors()
     assert small["boundary_ops"] == large["boundary_ops"] <= 16, (small, large)
     assert small["boundary_op_names"] == large["boundary_op_names"]
     assert small["boundary_ms"] > 0 and small["torch"] and small["device"]
+
+
+def test_a_buffer_changed_in_place_in_forward_leaves_the_others_fit_for_backward() -> None:
+    """The reducer's buffers share one flat tensor but not a version counter: a module that updates
+    its own buffer in place in forward (an EMA) must not make autograd refuse the BatchNorm statistics
+    saved before it (views of one base share one counter: backward failed on ResNet-18 that way)."""
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    from slurm_elastic_launcher.bench import free_port
+    from slurm_elastic_launcher.grad_reducer import GradReducer
+
+    class Ema(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("ema", torch.zeros(3))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.ema.mul_(0.9).add_(x.detach().mean())
+            return x
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 3, 3), torch.nn.BatchNorm2d(3), Ema(), torch.nn.Conv2d(3, 3, 3),
+                                torch.nn.BatchNorm2d(3), Ema(), torch.nn.Flatten(), torch.nn.Linear(3 * 4 * 4, 4))
+    store = dist.TCPStore("127.0.0.1", free_port(), 1, is_master=True)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        reducer = GradReducer(model, lambda: None, control_words=3)
+        for step in range(3):
+            reducer.arm(1.0, [step, 0, 1])
+            torch.nn.functional.cross_entropy(model(torch.randn(2, 3, 8, 8)), torch.tensor([1, 2])).backward()
+            assert reducer.failure is None and reducer.decided == [step, 0, 1]
+        assert int(model[1].num_batches_tracked) == 3
+        flats = {fb.flat.data_ptr() for fb in reducer.buffers}
+        assert {b.untyped_storage().data_ptr() for b in model.buffers()} == flats
+        torch.save(model.state_dict(), io.BytesIO())  # the user's own snapshot still saves
+    finally:
+        dist.destroy_process_group()
