@@ -228,6 +228,8 @@ class Backend(KeyValue, Protocol):
     """What the agent needs from a communication backend (start/stop/monitor + collectives)."""
 
     ops: TensorOps
+    gpu_report: dict[str, Any]
+    """The GPU this worker bound (index, Slurm's device, localid, node), for its ``formed`` events."""
 
     def form(self, generation: str, rank: int, world_size: int) -> None:
         """Join a generation's group."""
@@ -716,7 +718,7 @@ class Agent:
                                   "form_s": round(t1 - t0, 4), "sync_s": round(t2 - t1, 4)}
         if self.env.log_indices:
             fields["digest"] = self.backend.digest(self.job.model)
-        self.event("formed", **fields, **getattr(self.backend, "gpu_report", {}))  # which GPU it bound
+        self.event("formed", **fields, **self.backend.gpu_report)  # which GPU it bound
 
     def _decide(self) -> list[int]:
         """Rank 0: the control words of this step (resize/stop seq, once joiners are ready).

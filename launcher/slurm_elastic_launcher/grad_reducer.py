@@ -15,9 +15,10 @@ same for a model of 60 tensors as for one of 600:
   tensor per dtype and device, each buffer a tensor of its own shape on that memory, so sharing
   rank 0's buffers with all (DDP's ``broadcast_buffers``) is one broadcast per dtype, not one per
   tensor.
-* **Control words** (the agent's resize, stop and stop-request words). They are summed over the ranks
-  in one small all-reduce, on the control group (gloo, on the host, beside NCCL: reading them never
-  waits for the GPU) or the gradients' group.
+* **Control words** (the agent's resize, stop and stop-request words), summed over the ranks. On the
+  host (gloo on CPU) they ride in the last gradient bucket as extra elements; elsewhere they take one
+  small all-reduce on the control group (gloo, on the host, beside NCCL: reading them never waits
+  for the GPU).
 
 At the end of backward (an autograd callback) the reducer launches what is left, waits for every
 collective and points each ``p.grad`` at its slice of the reduced bucket: no copy back.

@@ -61,9 +61,6 @@ class TensorOps(Protocol):
     def spec(self, tensor: Any) -> TensorSpec:
         """Dtype key and shape of ``tensor``."""
 
-    def clone(self, tensor: Any) -> Any:
-        """A detached copy of ``tensor``."""
-
     def pack(self, tensors: Sequence[Any]) -> dict[str, Any]:
         """One flat buffer per dtype key, tensors concatenated in order."""
 

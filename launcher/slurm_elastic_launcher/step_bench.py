@@ -158,9 +158,10 @@ def worker_main(argv: Sequence[str]) -> int:
             if times is not None:
                 times.append(time.perf_counter() - t0)
 
-    def trainer(model: torch.nn.Module, batches: Any, boundary: Any) -> Any:
-        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    def sgd(model: torch.nn.Module) -> torch.optim.Optimizer:
+        return torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
+    def trainer(model: torch.nn.Module, opt: torch.optim.Optimizer, batches: Any, boundary: Any) -> Any:
         def step() -> None:
             x, y = next(batches)
             opt.zero_grad(set_to_none=True)
@@ -169,7 +170,7 @@ def worker_main(argv: Sequence[str]) -> int:
             opt.step()
             boundary()
 
-        return step, opt
+        return step
 
     boundary_s: list[float] = []
 
@@ -179,10 +180,11 @@ def worker_main(argv: Sequence[str]) -> int:
         boundary_s.append(time.perf_counter() - t0)
 
     model = elastic.wrap(build())
+    opt = sgd(model)
     loader = elastic.loader(data, batch_size=batch)
-    elastic_step, opt = trainer(model, _Lazy(lambda: iter(loader)), elastic_boundary)
     elastic.register(model=model, optimizer=opt)
     elastic.start()
+    elastic_step = trainer(model, opt, iter(loader), elastic_boundary)
     try:
         if mode == "ops":
             timed(elastic_step, warmup + 1, None)
@@ -193,7 +195,7 @@ def worker_main(argv: Sequence[str]) -> int:
         # DDP in the same processes, on the launcher's own group (the same collectives library)
         ddp = DistributedDataParallel(build(), device_ids=[device.index] if device.type == "cuda" else None,
                                       process_group=elastic.group)
-        ddp_step, _ = trainer(ddp, iter(DataLoader(data, batch_size=batch)), lambda: None)
+        ddp_step = trainer(ddp, sgd(ddp), iter(DataLoader(data, batch_size=batch)), lambda: None)
         timed(ddp_step, warmup, None)
         timed(elastic_step, warmup, None)
         del boundary_s[:]
@@ -215,19 +217,6 @@ def worker_main(argv: Sequence[str]) -> int:
             "torch": torch.__version__,
         }))
     return 0
-
-
-class _Lazy:
-    """An iterator made at its first ``next`` (the elastic loader can be iterated once training started)."""
-
-    def __init__(self, make: Any) -> None:
-        self.make = make
-        self.it: Any = None
-
-    def __next__(self) -> Any:
-        if self.it is None:
-            self.it = self.make()
-        return next(self.it)
 
 
 def _boundary_ops(step: Any, sync: Any) -> dict[str, Any]:

@@ -67,10 +67,6 @@ class TorchOps:
         """Dtype key (e.g. ``"float32"``) and shape."""
         return TensorSpec(str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape))
 
-    def clone(self, tensor: Any) -> Any:
-        """A detached copy."""
-        return tensor.detach().clone()
-
     def pack(self, tensors: Sequence[Any]) -> dict[str, Any]:
         """One contiguous flat buffer per dtype, tensors in order."""
         groups: dict[str, list[torch.Tensor]] = {}

@@ -1,9 +1,12 @@
-"""Fixtures of the launcher tests: a fake job (store + daemon role) for the multi-process tests."""
+"""Fixtures of the launcher tests: a fake job (store + daemon role) for the multi-process tests, and
+the ranks of a small script that forms its own world."""
 
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Iterator
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,3 +31,26 @@ def fake_job_factory(tmp_path: Path) -> Iterator[Any]:
     yield make
     for job in jobs:
         job.close()
+
+
+@pytest.fixture
+def start_ranks() -> Iterator[Callable[[str, int], list[subprocess.Popen[str]]]]:
+    """``start(script, world)``: ``python -c script <rank> <port>`` for each rank, one free port for
+    their rendezvous; stdout and stderr piped. Ranks still running at the end are killed."""
+    pytest.importorskip("torch")
+    from slurm_elastic_launcher.bench import free_port
+
+    started: list[subprocess.Popen[str]] = []
+
+    def start(script: str, world: int = 2) -> list[subprocess.Popen[str]]:
+        port = free_port()
+        procs = [subprocess.Popen([sys.executable, "-c", script, str(r), str(port)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for r in range(world)]
+        started.extend(procs)
+        return procs
+
+    yield start
+    for p in started:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()

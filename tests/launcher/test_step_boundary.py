@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import io
 import json
-import socket
-import subprocess
-import sys
-from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -58,15 +55,10 @@ os._exit(0)
 '''
 
 
-def test_a_peer_lost_in_the_step_leaves_the_last_boundary_state_without_a_copy_of_it(tmp_path: Path) -> None:
+def test_a_peer_lost_in_the_step_leaves_the_last_boundary_state_without_a_copy_of_it(start_ranks: Any) -> None:
     """Rank 1 dies in the step: rank 0's collectives fail, the forward's change to the BatchNorm
     buffers is undone, and its guarded optimizer step leaves the parameters and momentum as they were."""
-    pytest.importorskip("torch")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    procs = [subprocess.Popen([sys.executable, "-c", LOST_PEER, str(r), str(port)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for r in range(2)]
+    procs = start_ranks(LOST_PEER, 2)
     out, err = procs[0].communicate(timeout=120)
     procs[1].communicate(timeout=30)
     assert procs[0].returncode == 0, err[-3000:]

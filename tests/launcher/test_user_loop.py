@@ -7,9 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
-import subprocess
-import sys
 import textwrap
 from collections import defaultdict
 from pathlib import Path
@@ -179,13 +176,8 @@ REDUCER_CHECK = textwrap.dedent('''
 ''')
 
 
-def test_gradient_reducer_gives_the_gradients_of_the_global_mean_like_ddp(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    procs = [subprocess.Popen([sys.executable, "-c", REDUCER_CHECK, str(r), str(port)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for r in range(2)]
+def test_gradient_reducer_gives_the_gradients_of_the_global_mean_like_ddp(start_ranks: Any) -> None:
+    procs = start_ranks(REDUCER_CHECK, 2)
     outs = [p.communicate(timeout=120) for p in procs]
     for p, (_out, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err[-3000:]
