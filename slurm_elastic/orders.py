@@ -23,8 +23,10 @@ hex HMAC of the same JSON without ``mac``; ``seq`` increases by one per order of
 The way back: rank 0 of the job appends signed progress reports to ``<secret>.reports`` (written by
 ``slurm_elastic_launcher.reports``); :meth:`Channel.reports` returns only those whose MAC matches
 and that name this job, so a job can speak only for itself. To grow a job the daemon
-submits ``<secret>.join`` as the job's user (:mod:`slurm_elastic.slurm.satellites`); that script
-must be a regular file owned by the user and writable by nobody else.
+submits the job's ``<secret>.join`` as the job's user (:mod:`slurm_elastic.slurm.satellites`); that
+script must be a regular file owned by the user and writable by nobody else, and it is read here
+once, through the checked descriptor (:meth:`Channel.read_join_script`): sbatch gets those bytes,
+never the path, so a script swapped after the check is not the one submitted.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ class NoChannel(ChannelError):  # noqa: N818 (an outcome: the job never had the 
 SECRET_MAX_BYTES = 4096
 ORDERS_MAX_BYTES = 4 << 20
 """An orders file larger than this is refused (a job gets one short line per resize)."""
+JOIN_MAX_BYTES = 4 << 20
+"""A join script larger than this is refused (Slurm's own default ``max_script_size`` is 4 MiB)."""
 REPORTS_MAX_BYTES = 256 << 20
 """A reports file larger than this is refused (a launcher writes ~200 bytes per report)."""
 REPORTS_CHUNK_BYTES = 1 << 20
@@ -167,19 +171,37 @@ class Channel:
                 out.append(body)
         return out, start + end, refused
 
+    @property
+    def join_path(self) -> Path:
+        """Where the job's join script is: ``<secret>.join``."""
+        return self.path.with_suffix(".join")
+
     def join_script(self) -> Path:
         """The job's join script, checked: a regular file of the job's user, writable by nobody else.
 
         Raises:
             ChannelError: it is missing or breaks a rule.
         """
-        path = self.path.with_suffix(".join")
         try:
-            jobfiles.check(path, self.uid, forbidden=0o022, rule="must not be writable by group or others",
-                           max_size=ORDERS_MAX_BYTES)
+            jobfiles.check(self.join_path, self.uid, forbidden=0o022, rule="must not be writable by group or others",
+                           max_size=JOIN_MAX_BYTES)
         except JobFileError as exc:
             raise ChannelError(f"job {self.job_id}: {exc} (a join script is needed to grow in place)") from None
-        return path
+        return self.join_path
+
+    def read_join_script(self) -> bytes:
+        """The bytes of the job's join script, read through the descriptor that was checked
+        (:meth:`join_script`'s rules, at most :data:`JOIN_MAX_BYTES`): what a satellite's sbatch is
+        given (:func:`~slurm_elastic.slurm.commands.sealed_copy`), never the path.
+
+        Raises:
+            ChannelError: it is missing or breaks a rule.
+        """
+        try:
+            return jobfiles.read(self.join_path, self.uid, forbidden=0o022,
+                                 rule="must not be writable by group or others", max_size=JOIN_MAX_BYTES)
+        except JobFileError as exc:
+            raise ChannelError(f"job {self.job_id}: {exc} (a join script is needed to grow in place)") from None
 
     def history(self) -> list[Order]:
         """The orders this daemon wrote to the file: the lines signed with the job's secret, in file order.

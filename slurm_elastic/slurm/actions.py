@@ -16,7 +16,9 @@ resizes happen in place, without a restart:
 
 * **GROW**: one satellite allocation per node with new GPUs, submitted as the job's user with the
   job's own join script (:mod:`slurm_elastic.slurm.satellites`), then a signed order naming the
-  new world; the old workers keep training until the joiners are ready.
+  new world; the old workers keep training until the joiners are ready. The join script and the
+  environment file are read once, checked, before the order, and sbatch gets sealed copies of
+  those bytes, never their paths.
 * **SHRINK**: the workers on the GPUs to free are ordered out (a step boundary); once every
   leaver reported it left the group (plus ``EXIT_GRACE_S`` for its process to exit; without such
   reports ``SWITCH_GRACE_S`` after the job reports training in its new world; at most
@@ -49,10 +51,24 @@ through an injected runner; no shell. Owed work is done at every poll of the dae
 rounds too (:meth:`SlurmActuator.tend`): node releases that fell due, and satellites (one whose
 job ended is cancelled, one that did not start in time is cancelled and its workers are taken out
 of the job's order). This is the only module that changes Slurm.
+
+Commands are bounded so that no job holds the loop (issue 37, item 2). A command run as root on
+Slurm's own records (``scontrol``, ``scancel``) has the runner's limit
+(:data:`~slurm_elastic.slurm.commands.COMMAND_TIMEOUT_S`). A satellite's sbatch runs as the job's
+user, who can stall it (stop their own process, make its working directory hang), so it has
+:data:`USER_COMMAND_TIMEOUT_S`, and a grow stops at its first satellite that times out. After such
+a timeout the grows of every job of that user are refused at once, without a command, for
+:data:`USER_BACKOFF_S` (doubling at each further timeout, at most :data:`USER_BACKOFF_MAX_S`; an
+sbatch of theirs that answers ends it): the refusal names the job, the command and until when,
+and is journaled and logged like any failed action. Keyed by user, not job: a user with many
+jobs stalls the loop once per back-off, not once per job. The other jobs are planned and acted on
+meanwhile; a timed-out sbatch that reached slurmctld leaves a satellite carrying its journaled
+token, which :meth:`SlurmActuator.tend` cancels as an orphan.
 """
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import logging
 import os
@@ -69,14 +85,18 @@ from slurm_elastic.core.rounds import ActionOutcome
 from slurm_elastic.errors import ElasticError
 from slurm_elastic.observe.progress import finished_training
 from slurm_elastic.orders import Channel, ChannelError, NoChannel
+from slurm_elastic.slurm.commands import Command, CommandTimeout, sealed_copy
 from slurm_elastic.slurm.records import JobRecord, initial_workers
 from slurm_elastic.slurm.satellites import (
+    Inputs,
     NotExpressible,
     as_user,
     client_settings,
+    env_file,
     leaving,
     mark_argv,
     new_satellites,
+    read_env_file,
     sbatch_argv,
 )
 from slurm_elastic.slurm.steps import Steps, crash_from_env, step_of
@@ -107,6 +127,14 @@ SWITCH_GRACE_S = 20.0
 RELEASE_TIMEOUT_S = 60.0
 REQUEUE_WAIT_S = 30.0
 CREDENTIAL_WAIT_S = 1.1
+USER_COMMAND_TIMEOUT_S = 10.0
+"""Seconds a command run as a job's user (a satellite's sbatch) may take before it is killed. An
+sbatch answers in well under a second on an idle controller; one retrying a busy slurmctld is
+stopped here rather than at the 30 s of root's commands (see the module docstring)."""
+USER_BACKOFF_S = 60.0
+"""Seconds a user's grows are refused after a command of theirs timed out (the first time)."""
+USER_BACKOFF_MAX_S = 3600.0
+"""The longest back-off: it doubles at each timeout in a row, up to this."""
 
 __all__ = ["NotExpressible", "SlurmActuator", "commands", "reconcile"]
 
@@ -196,6 +224,8 @@ class SlurmActuator:
         self.me = me or getpass.getuser()
         self.crash = crash if crash is not None else crash_from_env()
         self.lease_s = LEASE_S
+        self.user_command_timeout_s = USER_COMMAND_TIMEOUT_S
+        self._backoff: dict[str, tuple[float, float, str]] = {}  # user -> (until, its length in s, why)
         self._leasing: set[str] = set()  # the waiting elastic jobs of the last round
         self._leased: dict[str, float] = {}  # job id -> until when Slurm will not start it
 
@@ -236,7 +266,7 @@ class SlurmActuator:
             if a.kind is ActionKind.DROP:
                 self._cancel_satellites(a.job_id)
             return "requeued at the new size" if a.kind in (ActionKind.GROW, ActionKind.SHRINK, ActionKind.MOVE) else ""
-        if finished_training(self.store.progress_of(a.job_id)):
+        if finished_training(self.store.progress_of(a.job_id), snapshot.now):
             return "nothing done: the job finished training, its workers are exiting"
         if a.kind is ActionKind.GROW:
             return self._grow(a, rec, channel, steps)
@@ -341,10 +371,12 @@ class SlurmActuator:
         return a.global_batch if req.mode.value == "endo" else a.local_batch * a.accumulation
 
     def _grow(self, a: Action, rec: JobRecord, channel: Channel, steps: Steps) -> str:
+        self._backing_off(a.job_id, rec.user)
         try:
-            script = channel.join_script()
+            script = channel.read_join_script()
         except ChannelError as exc:
             raise NotExpressible(f"job {a.job_id}: cannot grow in place: {exc}") from exc
+        env = read_env_file(rec, env_file(channel.join_path))
         current = channel.workers(self._initial(rec, channel))
         sats = new_satellites(a.before, a.after, self.store.workers_of(a.job_id))
         joiners = [w for sat in sats for w in sat.workers]
@@ -358,21 +390,57 @@ class SlurmActuator:
                                     for s, t in zip(sats, tokens, strict=True)])
         submitted: list[str] = []
         try:
-            for sat, token in zip(sats, tokens, strict=True):
-                argv = sbatch_argv(rec, sat, script, as_user=as_user(rec.user, self.me), client=self.client,
-                                   token=token)
-                sat_id = _job_id_of(steps.run("sbatch", partial(self.runner, argv), token=token, node=sat.node,
-                                              workers=list(sat.workers)))
-                steps.note("submitted", token=token, sat_id=sat_id)
-                self.store.add_satellite(sat_id, a.job_id, self.clock(), [(w, sat.node) for w in sat.workers])
-                submitted.append(sat_id)
-                steps.run("mark", partial(self.runner, mark_argv(sat_id, a.job_id)), sat_id=sat_id)
+            with contextlib.ExitStack() as fds:
+                inputs = Inputs(_sealed(fds, script, "join"), _sealed(fds, env, "env"), channel.join_path.name)
+                for sat, token in zip(sats, tokens, strict=True):
+                    argv = Command(sbatch_argv(rec, sat, inputs, as_user=as_user(rec.user, self.me),
+                                               client=self.client, token=token),
+                                   pass_fds=inputs.fds, timeout=self.user_command_timeout_s)
+                    out = self._as_user(a.job_id, rec.user, partial(steps.run, "sbatch", partial(self.runner, argv),
+                                                                    token=token, node=sat.node,
+                                                                    workers=list(sat.workers)))
+                    sat_id = _job_id_of(out)
+                    steps.note("submitted", token=token, sat_id=sat_id)
+                    self.store.add_satellite(sat_id, a.job_id, self.clock(), [(w, sat.node) for w in sat.workers])
+                    submitted.append(sat_id)
+                    steps.run("mark", partial(self.runner, mark_argv(sat_id, a.job_id)), sat_id=sat_id)
         except ElasticError:
             for sat_id in submitted:
                 self._cancel(sat_id)
             channel.send("resize", current)  # withdraw the joiners
             raise
         return f"order {seq}; satellites {','.join(submitted)} with workers {','.join(joiners)}"
+
+    def _backing_off(self, job_id: str, user: str) -> None:
+        """Refuse a grow of ``user``'s job while a command of theirs that timed out backs them off.
+
+        Raises:
+            NotExpressible: they are backing off (the message says why and until when).
+        """
+        until, _, why = self._backoff.get(user, (0.0, 0.0, ""))
+        if self.clock() < until:
+            raise NotExpressible(f"job {job_id}: not grown in place: the grows of user {user} are not tried for "
+                                 f"{until - self.clock():.0f} s more (user {user} backs off: {why})")
+
+    def _as_user(self, job_id: str, user: str, run: Callable[[], str]) -> str:
+        """Run a command that runs as ``user`` (``run``); a timeout starts or doubles their back-off
+        (module docstring), an answer ends it.
+
+        Raises:
+            NotExpressible: it timed out (the message names the back-off).
+            ElasticError: it failed otherwise.
+        """
+        try:
+            out = run()
+        except CommandTimeout as exc:
+            _, last, _ = self._backoff.get(user, (0.0, 0.0, ""))
+            length = min(USER_BACKOFF_MAX_S, 2 * last) if last else USER_BACKOFF_S
+            why = f"job {job_id}'s satellite sbatch gave no answer within {self.user_command_timeout_s:g} s"
+            self._backoff[user] = (self.clock() + length, length, why)
+            raise NotExpressible(f"job {job_id}: {exc}; the grows of user {user} are not tried for the next "
+                                 f"{length:.0f} s") from exc
+        self._backoff.pop(user, None)
+        return out
 
     def _shrink(self, a: Action, rec: JobRecord, channel: Channel, steps: Steps) -> str:
         current = channel.workers(self._initial(rec, channel))
@@ -455,7 +523,7 @@ class SlurmActuator:
             if sat is None or sat.state is JobState.FINISHED:
                 self.store.end_satellite(sat_id, now)
                 withdrawn = ""
-                if job is not None and not finished_training(self.store.progress_of(parent)):
+                if job is not None and not finished_training(self.store.progress_of(parent), now):
                     what = self._withdraw(job, sat_id)
                     withdrawn = f" ({what})" if what == "its workers withdrawn" else ""
                 lines.append(f"satellite {sat_id} of job {parent} ended{withdrawn}")
@@ -518,7 +586,7 @@ class SlurmActuator:
             if rec.state is not JobState.RUNNING or not rec.comment:
                 continue
             lost = self.store.lost_workers(jid)
-            if not lost or finished_training(self.store.progress_of(jid)):
+            if not lost or finished_training(self.store.progress_of(jid), self.clock()):
                 continue
             try:
                 channel = self._channel(rec)
@@ -685,6 +753,20 @@ class SlurmActuator:
             return True, (f"done after a restart: the job holds order {history[-1].seq}; it keeps "
                           f"{','.join(keep)} once the leavers have left (release owed again)")
         return True, f"done after a restart: the job holds order {history[-1].seq}"
+
+
+def _sealed(stack: contextlib.ExitStack, data: bytes, name: str) -> int:
+    """A :func:`~slurm_elastic.slurm.commands.sealed_copy` of ``data``, closed when ``stack`` closes.
+
+    Raises:
+        NotExpressible: the copy cannot be made.
+    """
+    try:
+        fd = sealed_copy(data, name)
+    except OSError as exc:
+        raise NotExpressible(f"cannot copy the job's {name} file for sbatch: {exc}") from exc
+    stack.callback(os.close, fd)
+    return fd
 
 
 def _judged(a: Action, job: Job | None) -> tuple[bool, str]:

@@ -14,21 +14,34 @@ submitted as::
 
     setpriv --reuid=UID --regid=GID --init-groups --reset-env --     (as_user: only for another user)
     env -i --chdir=WORK_DIR PATH=<sbatch's folder> SLURM_CONF=<the daemon's, if set>
-    sbatch --parsable --export-file=<secret>.env --chdir=WORK_DIR ... <secret>.join JOB W...
+    sbatch --parsable --export-file=/proc/self/fd/E --chdir=WORK_DIR --job-name=<secret>.join ...
+           /proc/self/fd/S JOB W...
 
-``setpriv`` (no PAM, unlike ``runuser``) becomes the user, so sbatch reads the job's files with
-the user's rights, never root's; ``env -i`` gives sbatch an empty environment but for the Slurm
-client settings (:data:`CLIENT_SETTINGS`), so no ``SBATCH_*`` or other variable of the daemon can
-change what sbatch does (the daemon's ``SBATCH_EXPORT=NONE`` would drop the whole file); and
-``--chdir`` runs sbatch and the satellite in the job's working directory (sbatch takes
-``SLURM_SUBMIT_DIR`` from its own). With ``--export-file`` Slurm 22.05 clears sbatch's own
-environment before it builds the job's (docs/slurm-acting.md). A job without an ``.env`` file
-(submitted by an older slurm-elastic) is not grown in place: its satellite could only run in the
-daemon's environment.
+``setpriv`` (no PAM, unlike ``runuser``) becomes the user, so sbatch runs with the user's rights,
+never root's; ``env -i`` gives sbatch an empty environment but for the Slurm client settings
+(:data:`CLIENT_SETTINGS`), so no ``SBATCH_*`` or other variable of the daemon can change what
+sbatch does (the daemon's ``SBATCH_EXPORT=NONE`` would drop the whole file); and ``--chdir`` runs
+sbatch and the satellite in the job's working directory (sbatch takes ``SLURM_SUBMIT_DIR`` from its
+own). With ``--export-file`` Slurm 22.05 clears sbatch's own environment before it builds the job's
+(docs/slurm-acting.md). A job without an ``.env`` file (submitted by an older slurm-elastic) is not
+grown in place: its satellite could only run in the daemon's environment.
+
+No path of the user's reaches sbatch (issue 37, item 2): the daemon reads the join script and the
+environment file once each, through the descriptor it checked (:func:`read_env_file`,
+:meth:`~slurm_elastic.orders.Channel.read_join_script`: a regular file of the user's, not writable
+by others, at most 4 MiB), copies the bytes into sealed memory files
+(:func:`~slurm_elastic.slurm.commands.sealed_copy`) and passes their descriptors ``S`` and ``E`` to
+sbatch, which opens ``/proc/self/fd/S`` as its script (sbatch reads a script only by ``open(2)`` of
+its first argument) and ``/proc/self/fd/E`` as its environment (``--export-file`` reads a file, or a
+descriptor given as a number; the path form fails cleanly where the descriptor is missing instead
+of opening a file of that number in the user's folder). A FIFO, a link or a bigger file swapped in
+after the check is never opened: sbatch reads the bytes that were checked. ``--job-name`` keeps the
+name sbatch gave a satellite from the script's path. sbatch still runs as the user (they may stop
+it): the actuator bounds it (:data:`~slurm_elastic.slurm.actions.USER_COMMAND_TIMEOUT_S`).
 
 This module owns the pure parts of that: naming new workers, the ``sbatch`` argv of a satellite
-(it checks, never reads, the job's environment file) and the AdminComment that marks it as its
-job's, and choosing which workers leave on a shrink (so that only whole (allocation, node) pairs
+and the AdminComment that marks it as its job's, reading the job's environment file (checked, capped),
+and choosing which workers leave on a shrink (so that only whole (allocation, node) pairs
 are freed: Slurm frees GPUs of a node only with the allocation's whole node). Folding satellites
 into their job for the planner is observation's (:func:`slurm_elastic.observe.snapshot.fold`). It
 runs no command itself.
@@ -49,7 +62,7 @@ from slurm_elastic.contract import satellite_marker, satellite_token_comment
 from slurm_elastic.core.model import NodeName, Placement
 from slurm_elastic.core.placement import subset_summing
 from slurm_elastic.errors import ElasticError
-from slurm_elastic.jobfiles import JobFileError, check
+from slurm_elastic.jobfiles import JobFileError, read
 from slurm_elastic.slurm.records import JobRecord
 
 CLIENT_SETTINGS = ("SLURM_CONF",)
@@ -114,10 +127,38 @@ def client_settings(env: Mapping[str, str]) -> list[str]:
     return out + [f"{key}={env[key]}" for key in CLIENT_SETTINGS if key in env]
 
 
-def sbatch_argv(parent: JobRecord, sat: Satellite, join_script: Path, *, as_user: Sequence[str] = (),
+def proc_fd(fd: int) -> str:
+    """The path by which a command opens its inherited descriptor ``fd``: ``/proc/self/fd/<fd>``."""
+    return f"/proc/self/fd/{fd}"
+
+
+@dataclass(frozen=True, slots=True)
+class Inputs:
+    """What a satellite's sbatch reads, as descriptors of sealed copies of the checked bytes
+    (:func:`~slurm_elastic.slurm.commands.sealed_copy`), never a path of the user's.
+
+    Attributes:
+        script: descriptor of the join script's copy.
+        env: descriptor of the saved environment's copy.
+        name: the satellite's job name: the join script's file name (``<secret>.join``), which
+            sbatch gave it when it was handed the path.
+    """
+
+    script: int
+    env: int
+    name: str
+
+    @property
+    def fds(self) -> tuple[int, int]:
+        """The descriptors sbatch must inherit."""
+        return self.script, self.env
+
+
+def sbatch_argv(parent: JobRecord, sat: Satellite, inputs: Inputs, *, as_user: Sequence[str] = (),
                 client: Sequence[str] = (), token: str = "") -> list[str]:
     """``sbatch`` argv of one satellite: the parent's user (via ``as_user``), account, partition,
-    environment (its ``<secret>.env``) and working directory; see the module docstring. ``client``:
+    environment and join script (``inputs``, opened by sbatch through the descriptors it must
+    inherit, :attr:`Inputs.fds`) and working directory; see the module docstring. ``client``:
     the Slurm client settings sbatch keeps (:func:`client_settings`). ``token``: the journaled
     submission token, put in the satellite's comment (:func:`~slurm_elastic.contract.satellite_token_comment`)
     so that it is found in Slurm even if the daemon dies before it learns the satellite's id.
@@ -125,34 +166,37 @@ def sbatch_argv(parent: JobRecord, sat: Satellite, join_script: Path, *, as_user
     A satellite whose parent ends is cancelled by the daemon (:meth:`SlurmActuator.tend`).
 
     Raises:
-        NotExpressible: the job has no saved environment (an older submission), its environment
-            file breaks a rule (a link, not a regular file, another owner, writable by others), or
-            its working directory is unknown.
+        NotExpressible: the job's working directory is unknown.
     """
     work_dir = parent.work_dir
     if not work_dir.startswith("/") or "\x00" in work_dir:
         raise NotExpressible(f"job {parent.job_id}: its working directory {work_dir[:200]!r} is unknown or not "
                              "absolute, so a satellite cannot run where the job runs: not grown in place")
-    env = env_file(join_script)
-    _check_env_file(parent, env)
     argv = [*as_user, "env", "-i", f"--chdir={work_dir}", *client,
-            "sbatch", "--parsable", f"--export-file={env}", f"--chdir={work_dir}", "--nodes=1",
-            f"--nodelist={sat.node}", f"--ntasks-per-node={len(sat.workers)}", f"--gres=gpu:{len(sat.workers)}"]
+            "sbatch", "--parsable", f"--export-file={proc_fd(inputs.env)}", f"--chdir={work_dir}",
+            f"--job-name={inputs.name}", "--nodes=1", f"--nodelist={sat.node}",
+            f"--ntasks-per-node={len(sat.workers)}", f"--gres=gpu:{len(sat.workers)}"]
     if parent.account:
         argv.append(f"--account={parent.account}")
     if parent.partition:
         argv.append(f"--partition={parent.partition.split(',')[0]}")
     if token:
         argv.append(f"--comment={satellite_token_comment(token)}")
-    return [*argv, str(join_script), parent.job_id, *sat.workers]
+    return [*argv, proc_fd(inputs.script), parent.job_id, *sat.workers]
 
 
-def _check_env_file(parent: JobRecord, path: Path) -> None:
-    """The job's environment file exists, is a regular file of the job's user, writable by nobody else.
+def read_env_file(parent: JobRecord, path: Path) -> bytes:
+    """The bytes of the job's environment file: a regular file of the job's user, writable by nobody
+    else, at most :data:`ENV_FILE_MAX_BYTES`, read once through the descriptor that was checked.
 
-    Checked by an open descriptor (never read: sbatch reads it, as the user). A FIFO would hold the
-    daemon's sbatch until its timeout; a file others can write would let them choose the satellite's
-    environment.
+    Never parsed: sbatch gets the bytes (a sealed copy), never the path, so a FIFO would not hold
+    it and a file swapped or grown after the check is not what it reads; a file others can write
+    would let them choose the satellite's environment.
+
+    Raises:
+        NotExpressible: the job has no saved environment (an older submission), its user is
+            unknown, or the file breaks a rule (a link, not a regular file, another owner,
+            writable by others, too large).
     """
     if not os.path.lexists(path):
         raise NotExpressible(f"job {parent.job_id}: no saved environment {path} (submitted by an older "
@@ -160,8 +204,8 @@ def _check_env_file(parent: JobRecord, path: Path) -> None:
                              "grown in place; resubmit it with `slurm-elastic submit`")
     try:
         uid = pwd.getpwnam(parent.user).pw_uid
-        check(path, uid, forbidden=0o022, rule="must not be writable by group or others",
-              max_size=ENV_FILE_MAX_BYTES)
+        return read(path, uid, forbidden=0o022, rule="must not be writable by group or others",
+                    max_size=ENV_FILE_MAX_BYTES)
     except (KeyError, ValueError):
         raise NotExpressible(f"job {parent.job_id}: unknown user {parent.user!r}") from None
     except JobFileError as exc:

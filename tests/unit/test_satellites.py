@@ -20,11 +20,13 @@ from slurm_elastic.orders import Channel, verify
 from slurm_elastic.slurm.actions import SlurmActuator
 from slurm_elastic.slurm.records import GpuRequest, JobRecord, NodeRecord, initial_workers
 from slurm_elastic.slurm.satellites import (
+    Inputs,
     NotExpressible,
     as_user,
     client_settings,
     leaving,
     new_satellites,
+    read_env_file,
     sbatch_argv,
 )
 from slurm_elastic.store import ProgressRow, Store
@@ -82,18 +84,19 @@ def test_the_client_settings_come_from_the_command_environment_and_nothing_else(
     assert client_settings({"PATH": "/nonexistent"}) == []
 
 
-def test_satellite_sbatch_runs_as_the_user_with_the_jobs_environment_and_folder(tmp_path: Path) -> None:
+def test_satellite_sbatch_runs_as_the_user_with_the_jobs_environment_and_folder() -> None:
     client = ["PATH=/opt/slurm/bin", "SLURM_CONF=/etc/slurm/slurm.conf"]
-    env = _env_file(tmp_path)
     (sat,) = new_satellites(place({"n0": 2}), place({"n0": 2, "n3": 2}), {"w0": ("n0", "7"), "w1": ("n0", "7")})
     prefix = ["setpriv", "--reuid=1000", "--regid=1000", "--init-groups", "--reset-env", "--"]
-    argv = sbatch_argv(rec("7", {"n0": 2}), sat, tmp_path / "job.join", as_user=prefix, client=client)
+    inputs = Inputs(script=5, env=6, name="job.join")  # sealed copies of the checked bytes, never the user's paths
+    argv = sbatch_argv(rec("7", {"n0": 2}), sat, inputs, as_user=prefix, client=client)
     assert argv == [*prefix, "env", "-i", f"--chdir={WORK}", *client,
-                    "sbatch", "--parsable", f"--export-file={env}", f"--chdir={WORK}", "--nodes=1", "--nodelist=n3",
-                    "--ntasks-per-node=2", "--gres=gpu:2", "--account=acct", "--partition=gpu",
-                    str(tmp_path / "job.join"), "7", "w2", "w3"]
+                    "sbatch", "--parsable", "--export-file=/proc/self/fd/6", f"--chdir={WORK}", "--job-name=job.join",
+                    "--nodes=1", "--nodelist=n3", "--ntasks-per-node=2", "--gres=gpu:2", "--account=acct",
+                    "--partition=gpu", "/proc/self/fd/5", "7", "w2", "w3"]
+    assert inputs.fds == (5, 6)
     # the daemon's own user too: the environment is cleared all the same, nothing of ours but the client settings
-    argv = sbatch_argv(rec("7", {"n0": 2}), sat, tmp_path / "job.join", as_user=as_user(USER, USER), client=client)
+    argv = sbatch_argv(rec("7", {"n0": 2}), sat, inputs, as_user=as_user(USER, USER), client=client)
     assert argv[:4 + len(client)] == ["env", "-i", f"--chdir={WORK}", *client, "sbatch"]
 
 
@@ -112,28 +115,29 @@ def test_as_user_switches_with_setpriv_without_pam() -> None:
 
 def test_a_satellite_needs_the_jobs_saved_environment_and_folder(tmp_path: Path) -> None:
     (sat,) = new_satellites(place({"n0": 2}), place({"n0": 2, "n3": 2}), {"w0": ("n0", "7"), "w1": ("n0", "7")})
-    join = tmp_path / "job.join"
+    env = tmp_path / "job.env"
     with pytest.raises(NotExpressible, match=r"no saved environment .*job\.env .*older slurm-elastic.*daemon's env"):
-        sbatch_argv(rec("7", {"n0": 2}), sat, join)
-    env = _env_file(tmp_path)
+        read_env_file(rec("7", {"n0": 2}), env)
+    _env_file(tmp_path)
+    assert read_env_file(rec("7", {"n0": 2}), env) == b"HOME=/home/alice\0"
     env.chmod(0o622)
     with pytest.raises(NotExpressible, match="must not be writable by group or others"):
-        sbatch_argv(rec("7", {"n0": 2}), sat, join)
+        read_env_file(rec("7", {"n0": 2}), env)
     env.unlink()
-    os.mkfifo(env)  # sbatch would wait on it until the daemon's command timed out
+    os.mkfifo(env)  # never opened to wait on: refused by its descriptor
     with pytest.raises(NotExpressible, match="not a regular file"):
-        sbatch_argv(rec("7", {"n0": 2}), sat, join)
+        read_env_file(rec("7", {"n0": 2}), env)
     env.unlink()
     env.symlink_to(_env_file(tmp_path, "other"))
     with pytest.raises(NotExpressible, match="symbolic link"):
-        sbatch_argv(rec("7", {"n0": 2}), sat, join)
+        read_env_file(rec("7", {"n0": 2}), env)
     env.unlink()
     _env_file(tmp_path)
+    with pytest.raises(NotExpressible, match="unknown user"):
+        read_env_file(rec("7", {"n0": 2}, user="no-such-user-x"), env)
     for bad in ("", "relative/dir"):
         with pytest.raises(NotExpressible, match=r"working directory .* unknown or not absolute"):
-            sbatch_argv(rec("7", {"n0": 2}, work_dir=bad), sat, join)
-    with pytest.raises(NotExpressible, match="unknown user"):
-        sbatch_argv(rec("7", {"n0": 2}, user="no-such-user-x"), sat, join)
+            sbatch_argv(rec("7", {"n0": 2}, work_dir=bad), sat, Inputs(5, 6, "job.join"))
 
 
 def test_leaving_frees_whole_allocations_per_node_satellites_first() -> None:
@@ -224,11 +228,12 @@ def test_grow_then_shrink_a_launcher_job_in_place(tmp_path: Path) -> None:
     assert out.ok, out.message
     sbatch = ran[0][ran[0].index("sbatch"):]
     assert ran[0][:3] == ["env", "-i", f"--chdir={WORK}"]  # the daemon's own user: still a cleared environment
-    assert sbatch == ["sbatch", "--parsable", f"--export-file={tmp_path / 'job-1.env'}", f"--chdir={WORK}",
+    assert sbatch == ["sbatch", "--parsable", sbatch[2], f"--chdir={WORK}", "--job-name=job-1.join",
                       "--nodes=1", "--nodelist=n001", "--ntasks-per-node=2", "--gres=gpu:2",
-                      "--account=acct", "--partition=gpu", sbatch[10], str(tmp_path / "job-1.join"), "7", "w2", "w3"]
+                      "--account=acct", "--partition=gpu", sbatch[11], sbatch[12], "7", "w2", "w3"]
+    assert sbatch[2].startswith("--export-file=/proc/self/fd/") and sbatch[12].startswith("/proc/self/fd/")
     (token,) = [d["token"] for d in act.store.step_details("sbatch")]  # journaled before the sbatch ran
-    assert sbatch[10] == f"--comment=slurm-elastic-satellite={token}" and len(token) == 32
+    assert sbatch[11] == f"--comment=slurm-elastic-satellite={token}" and len(token) == 32
     assert ran[1:] == [["scontrol", "update", "JobId=100", "AdminComment=slurm-elastic satellite-of=7"]]
     (order,) = _orders(tmp_path / "job-1.orders", "7", secret)
     assert order.kind == "resize" and order.workers == ("w0", "w1", "w2", "w3") and order.local_batch == 0
@@ -299,7 +304,7 @@ def test_a_job_submitted_without_its_environment_is_not_grown_in_place(tmp_path:
     (out,) = act.apply(snap, (grow,))
     assert not out.ok and "no saved environment" in out.message and "job-1.env" in out.message, out.message
     assert ran == []  # no sbatch, nothing as anyone
-    assert _orders(tmp_path / "job-1.orders", "7", secret)[-1].workers == ("w0", "w1")  # joiners withdrawn
+    assert _orders(tmp_path / "job-1.orders", "7", secret) == []  # refused before any order: nothing to withdraw
 
 
 def test_rebatch_of_a_job_without_a_batch_range_sends_nothing(tmp_path: Path) -> None:
