@@ -7,7 +7,8 @@ between calls lives in its memo (:class:`MinJctMemo`).
 **Remaining work.** Each active elastic job ``j`` has ``R_j`` expected remaining samples: to its
 declared epochs; else to the mean of the ended jobs of its kind (:class:`WorkHistory`: the same
 user, model, epoch size and ranges, i.e. a script submitted again), while it has done less; else,
-before it starts, the mean ended job's time at its smallest size; else the ONES progress estimate
+before it starts, the mean ended job's time at its smallest size (a mean over users of each user's
+mean, so that no user's many jobs move it for everyone); else the ONES progress estimate
 of :mod:`~slurm_elastic.core.remaining`. ``X_j(k)`` is its throughput on ``k`` GPUs at the batch
 that maximises it (the IBM optimizer's ``b_opt(k)``; an endo-elastic job keeps its batch),
 corrected by what the job measured.
@@ -78,8 +79,11 @@ RESTART_S = 30.0
 
 
 MAX_KINDS = 4096
-"""Kinds of work :class:`WorkHistory` remembers (the least recently ended are forgotten first): the
-kinds come from what users submit, so their number is bounded here, not by them."""
+"""Kinds of work :class:`WorkHistory` remembers: the kinds come from what users submit, so their
+number is bounded here, not by them. Past it, the least recently ended kind of the user who holds
+the most kinds is forgotten (one user's new kinds push out only their own)."""
+MAX_USERS = 4096
+"""Users whose mean time alone :class:`WorkHistory` remembers (the least recently ended forgotten first)."""
 
 WorkClass = tuple[Any, ...]
 """Jobs of one kind: the same user, model, epoch size, ranges and mode (a script submitted again)."""
@@ -101,28 +105,62 @@ class Sighting:
     smallest_rate: float
 
 
+def _forget_a_kind(work: dict[WorkClass, tuple[int, float]]) -> None:
+    """Forget the least recently ended kind of the user who holds the most kinds (``work`` is in the
+    order the kinds last ended; ties: the user whose such kind ended first)."""
+    held: dict[Any, int] = {}
+    for kind in work:
+        held[kind[0]] = held.get(kind[0], 0) + 1
+    most = max(held.values())
+    del work[next(kind for kind in work if held[kind[0]] == most)]
+
+
+def _mean_over_users(users: dict[str, tuple[int, float]]) -> tuple[int, float]:
+    """``(their jobs, the mean of their means)``, the means summed as a running mean in the order the
+    users last ended: with one user it is that user's mean, with one job per user the running mean
+    over the jobs, each to the bit."""
+    mean, jobs = 0.0, 0
+    for n, (ended, user_mean) in enumerate(users.values(), start=1):
+        mean += (user_mean - mean) / n
+        jobs += ended
+    return jobs, mean
+
+
 @dataclass(frozen=True, slots=True)
 class WorkHistory:
     """What the jobs that left taught: the mean samples of each kind, and the mean time a job
-    needs at its smallest size (over every kind).
+    needs at its smallest size (over every kind), each user weighing as one.
 
     A running job that leaves the snapshot has ended; its samples are those last seen plus its rate
     over the time since (the planner runs when jobs end, so that is their end). A cancelled job
     counts as ended too: the learned means are estimates, never promises. A kind includes its user,
     so a user who cancels short jobs of a kind moves only the estimate of their own jobs of that
     kind (which are then admitted earlier, until each outlives the mean; the fairness floor bounds
-    what the others lose). At most :data:`MAX_KINDS` kinds are kept.
+    what the others lose). The time alone, which every user's jobs of a kind never seen are planned
+    with, is the mean over users of each user's mean (:attr:`users`), so one user's 100 jobs move it
+    as much as one user's one job. At most :data:`MAX_KINDS` kinds are kept, a user who holds the
+    most losing their least recent kind first, and :data:`MAX_USERS` users.
+
+    Attributes:
+        seen: the elastic jobs running at the last snapshot, as seen then.
+        work: per kind, ``(jobs ended, mean samples)``, in the order the kinds last ended.
+        alone: ``(jobs ended, the mean over their users of each user's mean time alone in seconds)``:
+            with one user, or one job per user, the plain mean over the jobs, to the bit (the
+            pinned simulations' workloads).
+        users: per user, ``(jobs ended, mean time alone in seconds)``, in the order they last ended.
     """
 
     seen: dict[JobId, Sighting] = field(default_factory=dict)
     work: dict[WorkClass, tuple[int, float]] = field(default_factory=dict)
     alone: tuple[int, float] = (0, 0.0)
+    users: dict[str, tuple[int, float]] = field(default_factory=dict)
 
     def updated(self, snapshot: ClusterSnapshot, smallest_rate: dict[JobId, float]) -> WorkHistory:
         """The history after ``snapshot``: the jobs last seen running and now gone are learned."""
         present = {j.job_id for j in snapshot.jobs}
         work = dict(self.work)
-        n_all, mean_all = self.alone
+        users = dict(self.users)
+        learned = False
         for job_id, last in self.seen.items():
             if job_id in present:
                 continue
@@ -130,14 +168,19 @@ class WorkHistory:
             n, mean = work.pop(last.kind, (0, 0.0))
             work[last.kind] = (n + 1, mean + (total - mean) / (n + 1))  # the most recent last
             while len(work) > MAX_KINDS:
-                del work[next(iter(work))]
+                _forget_a_kind(work)
             if last.smallest_rate > 0:
-                n_all += 1
-                mean_all += (total / last.smallest_rate - mean_all) / n_all
+                user = str(last.kind[0])
+                n, mean = users.pop(user, (0, 0.0))
+                users[user] = (n + 1, mean + (total / last.smallest_rate - mean) / (n + 1))
+                while len(users) > MAX_USERS:
+                    del users[next(iter(users))]
+                learned = True
+        alone = _mean_over_users(users) if learned else self.alone
         seen = {j.job_id: Sighting(work_class(j), float(j.samples_processed), float(j.observed_throughput or 0.0),
                                    snapshot.now, smallest_rate.get(j.job_id, 0.0))
                 for j in snapshot.elastic_jobs() if j.state is JobState.RUNNING}
-        return WorkHistory(seen, work, (n_all, mean_all))
+        return WorkHistory(seen, work, alone, users)
 
 
 @dataclass(frozen=True, slots=True)

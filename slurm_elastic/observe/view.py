@@ -98,8 +98,9 @@ class ClusterView:
     """Nodes of the last observation left out of the snapshot, by name, with the reason (a record
     Slurm printed that does not parse; the elastic jobs running there are left out too)."""
     learner: ProgressLearner | None = None
-    """The progress model learned from the store's finished jobs (made from ``store`` at the first
-    observation: it refits and keeps the model only when the view ``writes_store``)."""
+    """The progress model learned from the jobs Slurm's records showed completed (made from ``store``
+    at the first observation: it notes them, refits and keeps the model only when the view
+    ``writes_store``)."""
     made: SnapshotMemo = field(default_factory=SnapshotMemo)
     """The jobs of the last snapshot (an unchanged one is not made again)."""
     snapshot_s: float = 0.0
@@ -112,7 +113,7 @@ class ClusterView:
             return None
         if self.learner is None:
             self.learner = ProgressLearner(self.store, writes=self.writes_store)
-        return self.learner.current()
+        return self.learner.current(self.records.values())
 
     def _jobs_read(self, jobs: list[JobRecord]) -> tuple[list[JobRecord], list[JobRecord]]:
         """Keep the records of this read and store the managed jobs' new reports; returns the

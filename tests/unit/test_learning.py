@@ -160,6 +160,14 @@ def test_history_of_a_finished_job_and_none_of_one_that_did_not_finish() -> None
                        ProgressRow(1.0, "end", 10, 1, 1)]) is None  # no positive first loss
 
 
+def _completed(*jobs: str) -> list[JobRecord]:
+    """Slurm's records of launcher jobs that completed (what makes their history count)."""
+    from dataclasses import replace
+
+    return [replace(_rec(j, {"n0": 1}, comment="slurm-elastic-orders=/gone.orders"), state=JobState.FINISHED,
+                    slurm_state=("COMPLETED",), user=f"user{j}") for j in jobs]
+
+
 def test_the_progress_model_is_learned_from_finished_jobs_kept_and_refitted_as_history_grows(tmp_path: Path) -> None:
     from slurm_elastic.observe.history import ProgressLearner
 
@@ -167,13 +175,14 @@ def test_the_progress_model_is_learned_from_finished_jobs_kept_and_refitted_as_h
     learner = ProgressLearner(store)
     for j in range(2):
         _finished(store, f"{j + 1}", epochs=4)
-    assert learner.current() is None and learner.summary()["source"] == "prior"  # 2 < 3 finished jobs
+    assert learner.current(_completed("1", "2")) is None and learner.summary()["source"] == "prior"  # 2 < 3 jobs
     _finished(store, "3", epochs=4)
+    assert learner.current() is None  # ended by its own report: Slurm has not shown it completed
     store.quarantine("9", "forged reports", 1.0)
     _finished(store, "9", epochs=40)  # a quarantined job's reports are never history
-    model = learner.current()
+    model = learner.current(_completed("1", "2", "3", "9"))
     assert model is not None and learner.summary()["jobs"] == 3 and learner.summary()["error"] is not None
-    assert learner.current() is model  # not refitted until the history grows by 10 %
+    assert learner.current(_completed("1", "2", "3", "9")) is model  # not refitted until the history grows by 10 %
     # every job trained 4 epochs: the fitted model expects about 2 epochs to go at epoch 2 (half done)
     from slurm_elastic_predictor.progress import ProgressPoint
 
@@ -183,7 +192,7 @@ def test_the_progress_model_is_learned_from_finished_jobs_kept_and_refitted_as_h
     kept = again.current()
     assert kept is not None and kept.weights == model.weights and again.summary() == learner.summary()
     _finished(store, "4", epochs=4)
-    assert learner.current() is not model and learner.summary()["jobs"] == 4
+    assert learner.current(_completed("4")) is not model and learner.summary()["jobs"] == 4
 
 
 def test_status_and_metrics_show_what_is_predicted_beside_what_is_measured() -> None:
