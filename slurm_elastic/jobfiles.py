@@ -1,8 +1,9 @@
 """Reading and appending the files a job's user owns, as root, without trusting them.
 
 This module owns the one way the daemon touches a user's job file (the secret, the orders file it
-appends to, the reports file it reads). The user can swap any of them at any moment for a link, a
-FIFO, a device, a sparse 8 GiB file or someone else's file, so every access:
+appends to, the reports file it reads, and the join script and environment file it copies for a
+satellite's sbatch). The user can swap any of them at any moment for a link, a FIFO, a device, a
+sparse 8 GiB file or someone else's file, so every access:
 
 * opens the path once, with ``O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC`` (a link in the last
   component is refused by the kernel; opening a FIFO or a device never waits);
@@ -13,7 +14,10 @@ FIFO, a device, a sparse 8 GiB file or someone else's file, so every access:
   it proved to be a regular file, where reads never wait).
 
 A parent directory may be a link (home directories often are); the owner check on the file itself
-is what keeps root from reading or writing a file the job's user does not own.
+is what keeps root from reading or writing a file the job's user does not own. Nothing checked here
+is handed to a command by name: a command that needs a file's contents gets the bytes read here
+(:func:`~slurm_elastic.slurm.commands.sealed_copy`), since a name checked now may lead elsewhere
+when the command opens it.
 Every failure is a :class:`JobFileError` whose message names the path and the rule.
 """
 
@@ -107,7 +111,7 @@ def append(path: Path, uid: int, data: bytes, *, max_size: int) -> None:
 
 
 def check(path: Path, uid: int, *, forbidden: int, rule: str, max_size: int) -> None:
-    """Check a job file by an open descriptor, reading nothing (a script another process will run).
+    """Check a job file by an open descriptor, reading nothing (whether a job could be grown, say).
 
     Raises:
         JobFileError: as :func:`read`.
