@@ -4,9 +4,11 @@ This module owns the name -> planner-factory table (an explicit list: the core p
 ``drl`` factory of :mod:`slurm_elastic.drl.weights`, which reads a model file and so lives outside
 the pure core), :func:`available`, :func:`create` (a planner from a name and keyword parameters,
 with the name and the parameters checked), and :func:`build`: the planner a driver runs, that is
-the policy wrapped in the site guards (:class:`~slurm_elastic.core.guards.GuardedPlanner`) when
-the driver has guards. The daemon, ``simulate`` and ``what-if`` build their planners here;
-``reproduce`` (the seed papers' comparisons) and the benchmarks run the bare policies.
+the policy inside the trust guard (:class:`~slurm_elastic.core.trust.ReportGuard`: what jobs
+report moves GPUs only within fair shares, and never stops another job), in the site guards
+(:class:`~slurm_elastic.core.guards.GuardedPlanner`) when the driver has guards. The daemon,
+``simulate`` and ``what-if`` build their planners here; ``reproduce`` (the seed papers'
+comparisons) and the benchmarks run the bare policies.
 
 Every parameter of every policy has a type and a range (:data:`PARAMETERS`), checked by
 :func:`create` before the planner is made, whatever the parameters came from (``[policy.<name>]``
@@ -36,6 +38,7 @@ from slurm_elastic.core.evolutionary import OnesPlanner
 from slurm_elastic.core.guards import GuardedPlanner, Guards
 from slurm_elastic.core.minjct import MinJctPlanner
 from slurm_elastic.core.planner import Planner
+from slurm_elastic.core.trust import ReportGuard
 from slurm_elastic.drl.weights import drl
 from slurm_elastic.errors import ConfigError, UnknownPolicyError
 
@@ -267,16 +270,17 @@ def validate(name: str, params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def build(name: str, params: Mapping[str, Any] | None = None, guards: Guards | None = None) -> Planner:
-    """The planner a driver runs: policy ``name`` with ``params``, inside the site ``guards``.
+    """The planner a driver runs: policy ``name`` with ``params`` inside the trust guard, inside the
+    site ``guards``.
 
     Args:
         name: the policy.
         params: its parameters (``[policy.<name>]`` of ``elastic.toml``, ``--param``).
         guards: the site guards (``[guards]``; :data:`DEFAULT_GUARDS` when the file has none);
-            ``None`` runs the bare policy.
+            ``None`` runs the policy in the trust guard only.
 
     Raises:
         UnknownPolicyError, ConfigError: as :func:`create`.
     """
-    planner = create(name, **dict(params or {}))
+    planner = ReportGuard(create(name, **dict(params or {})))
     return planner if guards is None else GuardedPlanner(planner, guards)

@@ -152,10 +152,11 @@ def snapshot_strategy(max_nodes: int = 6, max_jobs: int = 25) -> Any:
     return build()
 
 
-def report_limits(now: float) -> Callable[[JobRecord], ReportLimits]:
-    """The daemon's bounds on each job's reports at ``now``, with the shipped profiles (what
-    :meth:`~slurm_elastic.observe.view.ClusterView.read_reports` passes to ``ingest``)."""
-    return lambda rec: limits_of(rec, now=now, profiles=shipped_profiles())
+def report_limits(now: float, default_model: str = "cifar10") -> Callable[[JobRecord], ReportLimits]:
+    """The daemon's bounds on each job's reports at ``now``, with the shipped profiles and jobs
+    planned as ``default_model`` (what :meth:`~slurm_elastic.observe.view.ClusterView.read_reports`
+    passes to ``ingest``)."""
+    return lambda rec: limits_of(rec, now=now, profiles=shipped_profiles(), default_model=default_model)
 
 
 def checked_plan(planner: Planner, snapshot: ClusterSnapshot, memo: Any = None) -> tuple[Plan, Any]:

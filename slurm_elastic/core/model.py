@@ -202,6 +202,10 @@ class Job:
         preemptions: times it was preempted (requeued) so far (Slurm's restart count).
         can_grow: it can be given more GPUs while it runs (in place, or by a restart for a job
             without the launcher); ``False`` for a launcher job whose join script is missing.
+        prior: the same job as it would be had it never reported (its fields from Slurm's record and
+            the profiles alone), when any field here came from the job's own reports; ``None``: no
+            field did. The trust guard (:mod:`slurm_elastic.core.trust`) plans from it to bound
+            what a report can take from other jobs.
     """
 
     job_id: JobId
@@ -236,6 +240,7 @@ class Job:
     can_grow: bool = True
     preemptions: int = 0
     model_points: int = 0
+    prior: Job | None = None
 
     def __post_init__(self) -> None:
         # Each message is formatted only for a rule that fails: a snapshot builds thousands of jobs.

@@ -9,10 +9,13 @@ planned from priors, exactly as if it had never reported (docs/security.md):
 * ``world`` (workers) at most the GPUs the job may ever hold: its ``--elastic`` maximum, else
   :data:`MAX_WORLD`;
 * ``global_batch`` at most the declared ``--elastic-batch`` maximum; without one, at most ``world``
-  times the largest ``max_local_batch`` of any known profile (what fits in a GPU's memory; the
-  largest, because a report's model name is the user's word too, and a site profile measured at
-  small batches must not refuse a job of another model). A smaller batch than declared is the
-  job's own loss (a slower job is given less), so it is not refused;
+  times the ``max_local_batch`` of the model the job is planned with (what fits in a GPU's memory):
+  the profile of the model its reports name when the site has one, else the ``default_model``'s.
+  It was the largest of every profile, so a job planned as cifar10 could claim ncf's 32,768 per
+  GPU, and the planners extrapolated its profile far past what was measured (issue 37). A job of a
+  model the site has not profiled that trains at larger batches declares ``--elastic-batch``, or
+  names a profiled model. A smaller batch than declared is the job's own loss (a slower job is
+  given less), so it is not refused;
 * ``throughput`` at most :data:`THROUGHPUT_SLACK` times the best throughput of the fastest known
   model at that world (over every shipped and site profile and every per-GPU batch that fits). The
   daemon knows which model a job trains only from the job's word (the ``model`` its launcher
@@ -28,7 +31,9 @@ planned from priors, exactly as if it had never reported (docs/security.md):
 * ``t`` no later than now (plus :data:`CLOCK_SKEW_S`) and no earlier than the job's submission;
 * ``samples`` never decreasing, and growing no faster than that throughput bound allows between
   two reports of the job's rank 0 (a leaving worker's ``left`` farewell is its own process's
-  count and is checked for time, world and batch only).
+  count and is checked for time, world and batch only);
+* nothing after an ``end`` report in the same run: a job that says its training ended and then
+  reports progress lied once (its end report made the daemon leave it alone: no shrink, no order).
 
 Pure: the caller passes ``now``, the job's record and the profiles.
 """
@@ -67,7 +72,10 @@ class ReportLimits:
         job_id: the job.
         max_world: most workers it may report.
         max_batch: its declared global batch maximum, or ``None`` when it declared no range.
-        max_local_batch: per-GPU batch limit of its model (without a declared range).
+        max_local_batch: per-GPU batch limit of the model it is planned with when its report names
+            no profiled model (without a declared range): the ``default_model``'s.
+        local_batches: per-GPU batch limit of each profiled model, by name: a report naming one (or
+            following a rank-0 report that did) is planned as that model and bounded by it.
         peak: the throughput models whose best, at each world, bounds its throughput (empty:
             unbounded).
         earliest: no report before this time (its submission, less the skew).
@@ -82,6 +90,7 @@ class ReportLimits:
     max_world: int
     max_batch: int | None
     max_local_batch: int
+    local_batches: Mapping[str, int]
     peak: tuple[ThroughputModel, ...]
     earliest: float
     latest: float
@@ -119,15 +128,23 @@ class ReportLimits:
             if row.global_batch > self.max_batch:
                 raise refuse(f"global_batch={row.global_batch}",
                              f"rule: at most the declared --elastic-batch maximum, {self.max_batch}")
-        elif row.global_batch > max(1, row.world) * self.max_local_batch:
-            raise refuse(f"global_batch={row.global_batch} on {row.world} worker(s)",
-                         f"rule: at most {self.max_local_batch} per worker, what fits in a GPU")
+        else:
+            named = row.model or (previous.model if previous is not None else None)
+            model = named if named in self.local_batches else None
+            limit = self.local_batches[model] if model is not None else self.max_local_batch
+            if row.global_batch > max(1, row.world) * limit:
+                raise refuse(f"global_batch={row.global_batch} on {row.world} worker(s)",
+                             f"rule: at most {limit} per worker, what fits in a GPU for the model it is planned "
+                             f"as ({model or 'the default model'})")
         if row.throughput is not None and row.throughput > self.ceiling(row.world):
             raise refuse(f"throughput={row.throughput!r} on {row.world} worker(s)",
                          f"rule: at most {THROUGHPUT_SLACK:g} x the fastest known model's best, "
                          f"{self.ceiling(row.world):.0f}/s")
         if row.kind == "left" or previous is None:
             return
+        if previous.kind == "end" and not self.starts_a_run(row, previous):
+            raise refuse(f"a {row.kind} report after the job's end report (t={previous.t:.0f})",
+                         "rule: a job that reported its end reports nothing more in that run")
         if row.samples < previous.samples and not self.starts_a_run(row, previous):
             raise refuse(f"samples={row.samples}", f"rule: never fewer than the last report's {previous.samples}"
                          + (", in the same run (Slurm started this run at "
@@ -146,19 +163,23 @@ def _best(model: ThroughputModel, world: int) -> float:
     return float(np.max(model.throughput(local * world, world)))
 
 
-def limits_of(rec: JobRecord, *, now: float, profiles: Mapping[str, ThroughputModel]) -> ReportLimits:
-    """The bounds of ``rec``'s reports now (a job whose request does not parse gets the loosest)."""
+def limits_of(rec: JobRecord, *, now: float, profiles: Mapping[str, ThroughputModel],
+              default_model: str) -> ReportLimits:
+    """The bounds of ``rec``'s reports now (a job whose request does not parse gets the loosest),
+    for a job planned as ``default_model`` unless its reports name another profiled model."""
     try:
         req = parse_elastic_request(rec.admin_comment, job_id=rec.job_id)
     except ContractError:
         req = None
-    largest = max((m.max_local_batch for m in profiles.values()), default=1 << 16)
+    local_batches = {name: m.max_local_batch for name, m in profiles.items()}
+    planned = local_batches.get(default_model, max(local_batches.values(), default=1 << 16))
     max_world = req.max_gpus if req is not None and req.max_gpus else MAX_WORLD
     max_batch = None
     if req is not None and req.min_batch is not None:
-        max_batch = req.max_batch or max(req.min_batch, max_world * largest)
+        max_batch = req.max_batch or max(req.min_batch, max_world * planned)
     return ReportLimits(
-        job_id=rec.job_id, max_world=max_world, max_batch=max_batch, max_local_batch=largest,
+        job_id=rec.job_id, max_world=max_world, max_batch=max_batch, max_local_batch=planned,
+        local_batches=local_batches,
         peak=tuple(profiles.values()),
         earliest=float(rec.submit_time or 0) - CLOCK_SKEW_S, latest=now + CLOCK_SKEW_S,
         run_start=float(rec.start_time) if rec.restart_count > 0 and rec.start_time else None,

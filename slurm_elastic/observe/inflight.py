@@ -48,7 +48,7 @@ def owed_by_store(store: Store, records: Mapping[str, JobRecord],
         out.setdefault(parent, InFlightResize(JobId(parent), jobs[JobId(parent)].num_gpus + gpus, since))
     for job in snapshot.jobs:  # trained to the end, its workers are exiting: nothing to resize any more
         rows = store.progress_of(job.job_id) if job.state is JobState.RUNNING else []
-        if finished_training(rows):
+        if finished_training(rows, snapshot.now):
             out.setdefault(job.job_id, InFlightResize(job.job_id, job.num_gpus, rows[-1].t))
     return tuple(out.values())
 

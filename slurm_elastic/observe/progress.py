@@ -330,6 +330,14 @@ def join_checked(rts: Mapping[str, JobRuntime], records: Iterable[JobRecord]) ->
     return out
 
 
-def finished_training(rows: Sequence[ProgressRow]) -> bool:
-    """Whether the job's last report says its training ended (its workers are exiting)."""
-    return bool(rows) and rows[-1].kind == "end"
+END_REPORT_TRUST_S = 120.0
+"""How long a job's end report is believed while Slurm still shows the job running (seconds): its
+workers exit and its batch script ends within it. Past it the report disagrees with Slurm, and the
+job is resized like any other (a signed end report made a job that trained on unshrinkable)."""
+
+
+def finished_training(rows: Sequence[ProgressRow], now: float) -> bool:
+    """Whether the job's last report says its training ended (its workers are exiting), no more than
+    :data:`END_REPORT_TRUST_S` before ``now``; a report after it quarantines the job
+    (:mod:`slurm_elastic.observe.bounds`) and is not stored."""
+    return bool(rows) and rows[-1].kind == "end" and now - rows[-1].t <= END_REPORT_TRUST_S

@@ -305,8 +305,14 @@ def _job_of(rec: JobRecord, slots: tuple[tuple[str, int], ...], *, now: float, t
         return _rigid_job(rec, slots, running, now)
     if running:
         _check_readable(rec, unreadable)
-    return _elastic_job(rec, request, slots, running, now=now, total_gpus=total_gpus, profiles=profiles,
-                        default_model=default_model, runtime=runtime, fitted=fitted)
+    job = _elastic_job(rec, request, slots, running, now=now, total_gpus=total_gpus, profiles=profiles,
+                       default_model=default_model, runtime=runtime, fitted=fitted)
+    if runtime is None:
+        return job
+    # What its reports changed is the user's word: the trust guard plans from the job without them too.
+    unreported = _elastic_job(rec, request, slots, running, now=now, total_gpus=total_gpus, profiles=profiles,
+                              default_model=default_model, runtime=None, fitted={})
+    return job._unchecked(prior=unreported)
 
 
 def _check_readable(rec: JobRecord, unreadable: Collection[str]) -> None:

@@ -152,7 +152,8 @@ class ClusterView:
         if self.store is None or not self.writes_store:
             return 0
         now = self.clock()
-        return ingest(self.store, records, lambda rec: limits_of(rec, now=now, profiles=self.profiles), now)
+        return ingest(self.store, records, lambda rec: limits_of(rec, now=now, profiles=self.profiles,
+                                                              default_model=self.default_model), now)
 
     def _first_submits(self, jobs: list[JobRecord]) -> list[JobRecord]:
         """Records with each job's first submit time: Slurm resets it on every requeue, so a

@@ -26,10 +26,13 @@ from types import FrameType
 
 import pytest
 
+from slurm_elastic import policies
 from slurm_elastic.config import Config, DaemonConfig
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, JobState, NodeName, NodeState, Placement
+from slurm_elastic.core.rounds import RoundRecord
 from slurm_elastic.daemon import Daemon
+from slurm_elastic.observe.progress import END_REPORT_TRUST_S
 from slurm_elastic.observe.view import ClusterView
 from slurm_elastic.orders import Channel, ChannelError, NoChannel
 from slurm_elastic.slurm.actions import SlurmActuator
@@ -490,3 +493,92 @@ def test_a_requeued_job_keeps_its_first_submit_time(tmp_path: Path) -> None:
     reader = ClusterView(source, shipped_profiles(), lambda: NOW, (), "cifar10",
                          Store(tmp_path / "s.db", read_only=True), writes_store=False)
     assert reader.observe().job(JobId("7")).submit_time == NOW - 500  # status sees the same
+
+
+# -- issue 37, items 1 and 3: an in-bounds report cost other users' jobs; an end report kept the GPUs ------
+# Item 1: a cifar10 job's report of 16,384 samples a step on 4 workers was within the bound (4 x ncf's
+# 32,768), and dp, dp-fixed and min-jct requeued two other jobs. Item 3: one signed end report while
+# the job trained on made every later shrink "nothing done".
+
+def _round(tmp_path: Path, lines: Sequence[str], policy: str) -> tuple[RoundRecord, dict[str, str]]:
+    """One dry-run round of ``policy`` over job 7 (the launcher, on 4 GPUs, whose report file holds
+    ``lines``), job 8 (another user's, without the launcher: resized by requeue), job 9 and a waiting
+    job 10."""
+    tmp_path.mkdir()
+    comment = job_files(tmp_path, "job-7")
+    append_lines(tmp_path, "job-7", lines)
+    records = [record("7", {"n000": 4}, comment=comment, admin="slurm-elastic gpus=1:8"),
+               record("8", {"n001": 2}), record("9", {"n002": 2}, admin="slurm-elastic gpus=2:8"),
+               record("10", {}, state=JobState.PENDING, admin="slurm-elastic gpus=2:8")]
+    v = view(tmp_path, Source(nodes(3), records))
+    cfg = Config(DaemonConfig(policy=policy, store=tmp_path / "s.db", dry_run=True))
+    d = Daemon(cfg, v, v.store, sleep=lambda s: None, clock=lambda: NOW)  # type: ignore[arg-type]
+    return d.round(), v.quarantined()
+
+
+def _costs(rnd: RoundRecord) -> set[tuple[str, str]]:
+    """What the round does to the jobs other than 7: preemptions, requeues (a resize of a job without
+    the launcher) and jobs left waiting."""
+    out = {(a.job_id, a.kind.value) for a in rnd.actions if a.job_id != "7" and (
+        a.kind is ActionKind.PREEMPT or (a.kind in (ActionKind.GROW, ActionKind.SHRINK, ActionKind.MOVE)
+                                         and not rnd.snapshot.job(a.job_id).can_rebatch))}
+    started = {p.job_id for p in rnd.plan.jobs}
+    return out | {(j.job_id, "waits") for j in rnd.snapshot.elastic_jobs() if j.is_waiting and j.job_id not in started}
+
+
+HONEST = sign_report(report("7", world=4, global_batch=512), SECRET)
+
+
+@pytest.mark.parametrize("policy", ["dp", "dp-fixed", "min-jct"])
+def test_a_batch_beyond_the_planned_models_is_refused(tmp_path: Path, policy: str) -> None:
+    liar = sign_report(report("7", world=4, global_batch=16384, t=NOW - 50, samples=12800), SECRET)
+    base, _ = _round(tmp_path / "a", [HONEST], policy)
+    rnd, quarantined = _round(tmp_path / "b", [HONEST, liar], policy)
+    assert set(quarantined) == {"7"} and "at most 1024 per worker" in quarantined["7"], quarantined
+    assert _costs(rnd) <= _costs(base)
+
+
+@pytest.mark.parametrize("policy", policies.available())
+def test_an_in_bounds_lie_costs_no_other_job_anything(tmp_path: Path, policy: str) -> None:
+    """The largest batch and throughput the bounds allow, on a job that has trained nothing: no
+    other job is requeued, preempted or left waiting because of it."""
+    liar = sign_report(report("7", world=4, global_batch=4096, t=NOW - 50, samples=6400 + 4096,
+                              throughput=4096.0 / 0.001 / 1e3, epoch_size=4096), SECRET)
+    base, _ = _round(tmp_path / "a", [], policy)
+    rnd, quarantined = _round(tmp_path / "b", [HONEST, liar], policy)
+    assert not quarantined, quarantined
+    assert rnd.snapshot.job(JobId("7")).prior is not None  # the job as it would be without its reports
+    assert _costs(rnd) <= _costs(base), (_costs(rnd), _costs(base), rnd.plan, base.plan)
+
+
+def _shrink(tmp_path: Path, lines: Sequence[str], now: float) -> tuple[str, dict[str, str]]:
+    tmp_path.mkdir(exist_ok=True)
+    comment = job_files(tmp_path, "job-7")
+    append_lines(tmp_path, "job-7", lines)
+    rec = record("7", {"n000": 2, "n001": 2}, comment=comment)
+    v = view(tmp_path, Source(nodes(3), [rec]))
+    v.clock = lambda: now  # type: ignore[method-assign]
+    v.poll()
+    act = SlurmActuator(lambda argv: "", v.store, clock=lambda: now, records=lambda: {"7": rec})
+    snap = make_snapshot(make_nodes(3), [make_job("7", state=JobState.RUNNING, max_gpus=8, placement=[
+        ("n000", 0), ("n000", 1), ("n001", 0), ("n001", 1)])], now=now)
+    shrink = Action(ActionKind.SHRINK, JobId("7"), snap.job("7").placement,
+                    Placement.of([("n000", 0), ("n000", 1)]), 64, 32, 1, 0.1)
+    (out,) = act.apply(snap, (shrink,))
+    assert out.ok, out.message
+    return out.message, v.quarantined()
+
+
+def test_an_end_report_is_believed_only_while_slurm_could_be_ending_the_job(tmp_path: Path) -> None:
+    end = sign_report(report("7", kind="end", t=NOW - 100, world=4, global_batch=256, samples=6400), SECRET)
+    message, _ = _shrink(tmp_path / "a", [end], NOW)
+    assert "finished training" in message  # its workers are exiting: nothing to resize
+    message, quarantined = _shrink(tmp_path / "b", [end], NOW - 100 + END_REPORT_TRUST_S + 1)
+    assert "order 1" in message and not quarantined, message  # still running: the end report was not true
+
+
+def test_a_report_after_the_end_report_quarantines_the_job(tmp_path: Path) -> None:
+    end = sign_report(report("7", kind="end", t=NOW - 100, world=4, global_batch=256, samples=6400), SECRET)
+    more = sign_report(report("7", t=NOW - 50, world=4, global_batch=256, samples=6656), SECRET)
+    _, quarantined = _shrink(tmp_path, [end, more], NOW)
+    assert "after the job's end report" in quarantined["7"], quarantined

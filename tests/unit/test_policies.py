@@ -16,6 +16,7 @@ from slurm_elastic.cli import main
 from slurm_elastic.core import baselines, dl2_baselines, drl, dynprog, efq, evolutionary, minjct
 from slurm_elastic.core.fairness import FtfGuardedPlanner
 from slurm_elastic.core.guards import GuardedPlanner, Guards
+from slurm_elastic.core.trust import ReportGuard
 from slurm_elastic.errors import ConfigError, UnknownPolicyError
 from slurm_elastic.testing import make_job, make_nodes, make_snapshot
 
@@ -58,9 +59,10 @@ def test_create_refuses_unknown_names_and_parameters() -> None:
         policies.create("dp-fixed", mode="sideways")
 
 
-def test_build_wraps_in_guards_only_when_given() -> None:
+def test_build_wraps_in_the_trust_guard_always_and_in_site_guards_only_when_given() -> None:
     bare = policies.build("ones", {"interval": 120.0})
-    assert type(bare) is evolutionary.OnesPlanner
+    assert type(bare) is ReportGuard and type(bare.inner) is evolutionary.OnesPlanner
+    assert (bare.name, bare.interval, bare.epoch_events, bare.uses_progress) == ("ones", 120.0, True, True)
     guarded = policies.build("ones", {"interval": 120.0}, Guards(max_gpus_per_job=2))
     assert isinstance(guarded, GuardedPlanner) and guarded.guards.max_gpus_per_job == 2
     assert (guarded.name, guarded.interval, guarded.epoch_events, guarded.uses_progress) == ("ones", 120.0, True, True)

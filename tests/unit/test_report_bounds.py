@@ -29,8 +29,8 @@ def _row(throughput: float) -> ProgressRow:
 
 
 def test_a_lighter_model_than_the_default_is_not_refused_for_being_fast() -> None:
-    limits = limits_of(_record(), now=NOW, profiles=shipped_profiles())
-    alone = limits_of(_record(), now=NOW, profiles={"cifar10": shipped_profiles()["cifar10"]})
+    limits = limits_of(_record(), now=NOW, profiles=shipped_profiles(), default_model="cifar10")
+    alone = limits_of(_record(), now=NOW, profiles={"cifar10": shipped_profiles()["cifar10"]}, default_model="cifar10")
     fast = 2 * alone.ceiling(1)  # twice what the default model's bound alone would allow
     limits.check(_row(fast), None)
     with pytest.raises(ReportOutOfBounds, match="fastest known model"):
@@ -38,29 +38,52 @@ def test_a_lighter_model_than_the_default_is_not_refused_for_being_fast() -> Non
 
 
 def test_a_claim_no_known_model_reaches_is_refused() -> None:
-    limits = limits_of(_record(), now=NOW, profiles=shipped_profiles())
+    limits = limits_of(_record(), now=NOW, profiles=shipped_profiles(), default_model="cifar10")
     assert limits.ceiling(1) == pytest.approx(THROUGHPUT_SLACK * max(
-        limits_of(_record(), now=NOW, profiles={n: m}).ceiling(1) / THROUGHPUT_SLACK
+        limits_of(_record(), now=NOW, profiles={n: m}, default_model=n).ceiling(1) / THROUGHPUT_SLACK
         for n, m in shipped_profiles().items()))
     with pytest.raises(ReportOutOfBounds, match=r"throughput=.* on 1 worker\(s\)"):
         limits.check(_row(1.01 * limits.ceiling(1)), None)
 
 
-def test_the_batch_bound_is_the_largest_any_profile_fits_not_the_default_models() -> None:
-    """A site profile measured at small batches (``slurm-elastic profile --batches 32``) must not
-    refuse the reports of a job of another model that trains at 512 per GPU (the bound was the
-    default model's ``max_local_batch``)."""
+def test_the_batch_bound_is_the_model_the_job_is_planned_with_not_the_largest_profile() -> None:
+    """Issue 37, item 1: the bound was the largest ``max_local_batch`` of every profile (ncf's 32,768),
+    so a job planned as cifar10 reported 16,384 on 4 workers in bounds, the planners extrapolated
+    cifar10's profile to it, and dp, dp-fixed and min-jct requeued two other jobs. The bound is the
+    planned model's: the default model's, or that of the profiled model the job's reports name."""
     from dataclasses import replace
 
     shipped = shipped_profiles()
-    small = replace(shipped["cifar10"], name="cnn", max_local_batch=32)
-    limits = limits_of(_record(), now=NOW, profiles={**shipped, "cnn": small})
-    assert limits.max_local_batch == max(m.max_local_batch for m in shipped.values())
-    row = ProgressRow(t=NOW - 10, kind="progress", samples=6400, world=1, global_batch=512, throughput=100.0)
+    limits = limits_of(_record(), now=NOW, profiles=shipped, default_model="cifar10")
+    assert limits.max_local_batch == shipped["cifar10"].max_local_batch < shipped["ncf"].max_local_batch
+    row = ProgressRow(t=NOW - 10, kind="progress", samples=6400, world=4, global_batch=4 * 1024, throughput=100.0)
     limits.check(row, None)
-    too_big = replace(row, global_batch=limits.max_local_batch + 1)
-    with pytest.raises(ReportOutOfBounds, match="per worker, what fits in a GPU"):
-        limits.check(too_big, None)
+    liar = replace(row, global_batch=16384)
+    with pytest.raises(ReportOutOfBounds, match=r"at most 1024 per worker.*\(the default model\)"):
+        limits.check(liar, None)
+    limits.check(replace(liar, model="ncf"), None)  # planned as ncf, which the site profiles: ncf's bound
+    with pytest.raises(ReportOutOfBounds, match=r"at most 1024 per worker"):  # a name the site has not profiled
+        limits.check(replace(liar, model="my-net"), None)
+    # a site profile of the default model measured at small batches bounds the jobs planned as it
+    small = replace(shipped["cifar10"], name="cnn", max_local_batch=32)
+    cnn = limits_of(_record(), now=NOW, profiles={**shipped, "cnn": small}, default_model="cnn")
+    cnn.check(replace(row, world=1, global_batch=32), None)
+    with pytest.raises(ReportOutOfBounds, match=r"at most 32 per worker"):
+        cnn.check(replace(row, world=1, global_batch=33), None)
+
+
+def test_a_report_after_the_jobs_end_report_is_refused() -> None:
+    """Issue 37, item 3: a signed end report while the job trained on made every later shrink
+    "nothing done: the job finished training"; a job that reports after its end lied once."""
+    end = ProgressRow(t=NOW - 100, kind="end", samples=6400, world=2, global_batch=64, throughput=100.0)
+    more = ProgressRow(t=NOW - 50, kind="progress", samples=6400, world=2, global_batch=64, throughput=100.0)
+    limits = limits_of(_record(), now=NOW, profiles=shipped_profiles(), default_model="cifar10")
+    with pytest.raises(ReportOutOfBounds, match="after the job's end report"):
+        limits.check(more, end)
+    from dataclasses import replace
+    requeued = limits_of(replace(_record(), restart_count=1, start_time=int(NOW - 80)), now=NOW,
+                         profiles=shipped_profiles(), default_model="cifar10")
+    requeued.check(more, end)  # a new run of a requeued job trains again
 
 
 def test_a_requeued_jobs_first_report_may_count_fewer_samples_than_the_last_run() -> None:
@@ -72,7 +95,7 @@ def test_a_requeued_jobs_first_report_may_count_fewer_samples_than_the_last_run(
     before = ProgressRow(t=NOW - 300, kind="end", samples=14320, world=1, global_batch=16, throughput=100.0)
     again = ProgressRow(t=NOW - 100, kind="progress", samples=16, world=1, global_batch=16, throughput=100.0)
     requeued = replace(_record(), restart_count=1, start_time=int(NOW - 120))
-    limits = limits_of(requeued, now=NOW, profiles=shipped_profiles())
+    limits = limits_of(requeued, now=NOW, profiles=shipped_profiles(), default_model="cifar10")
     assert limits.run_start == NOW - 120
     limits.check(again, before)
     # within one run the count still never goes back, requeued or not
@@ -80,7 +103,9 @@ def test_a_requeued_jobs_first_report_may_count_fewer_samples_than_the_last_run(
     with pytest.raises(ReportOutOfBounds, match=r"samples=8 \(rule: never fewer than the last report's 16, in the "
                                                 r"same run \(Slurm started this run at \d+\)\)"):
         limits.check(later, again)
-    never = limits_of(_record(), now=NOW, profiles=shipped_profiles())  # never requeued
+    never = limits_of(_record(), now=NOW, profiles=shipped_profiles(), default_model="cifar10")  # never requeued
     assert never.run_start is None
     with pytest.raises(ReportOutOfBounds, match=r"samples=16 \(rule: never fewer than the last report's 14320\)"):
+        never.check(again, replace(before, kind="progress"))
+    with pytest.raises(ReportOutOfBounds, match=r"after the job's end report"):
         never.check(again, before)
