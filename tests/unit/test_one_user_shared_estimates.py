@@ -84,7 +84,7 @@ def test_100_jobs_of_one_user_do_not_move_another_users_progress_estimate(tmp_pa
 
 
 def test_a_users_histories_weigh_one_job_at_most(tmp_path: Path) -> None:
-    from slurm_elastic.observe.history import POINTS_PER_USER, USER_HISTORIES
+    from slurm_elastic.observe.history import POINTS_PER_USER
 
     v = view(tmp_path, Source(nodes(1), []))
     assert v.store is not None
@@ -96,7 +96,23 @@ def test_a_users_histories_weigh_one_job_at_most(tmp_path: Path) -> None:
     assert v.learner is not None and v.learner.model is not None
     # mallory's three 400-epoch jobs (800 rows each) give POINTS_PER_USER points in all, alice's one job as many
     assert v.learner.model.n_train <= 2 * POINTS_PER_USER and v.learner.summary()["jobs"] == 4
-    assert USER_HISTORIES >= 1
+
+
+def test_the_ledger_keeps_each_users_latest_jobs_of_the_latest_users() -> None:
+    from slurm_elastic.observe.history import HISTORY_USERS, USER_HISTORIES, Ledger
+
+    ledger = Ledger()
+    for j in range(3 * USER_HISTORIES):
+        ledger.add(f"m{j}", "mallory")
+    assert ledger.by_user() == {"mallory": [f"m{j}" for j in range(2 * USER_HISTORIES, 3 * USER_HISTORIES)]}
+    for u in range(HISTORY_USERS + 20):  # mallory's latest job is now the oldest: mallory goes first
+        ledger.add(f"j{u}", f"user{u}")
+    ledger.add("last", "user25")
+    users = ledger.by_user()
+    assert len(users) == HISTORY_USERS and "mallory" not in users and "user19" not in users and "user20" in users
+    assert list(users)[-1] == "user25" and users["user25"] == ["j25", "last"]
+    assert ledger.completed == 3 * USER_HISTORIES + HISTORY_USERS + 21  # every job ever noted
+    assert Ledger.from_json(ledger.to_json()) == ledger
 
 
 def test_a_history_counts_only_once_slurm_shows_its_job_completed(tmp_path: Path) -> None:
