@@ -23,10 +23,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from slurm_elastic import policies
+from slurm_elastic.config import Config, DaemonConfig
 from slurm_elastic.contract import ELASTIC_TAG, SATELLITE_KEY
 from slurm_elastic.core.actions import ActionKind
+from slurm_elastic.core.model import JobId
+from slurm_elastic.core.trust import fair_shares
 from slurm_elastic.fuzz.case import CaseResult, attempt_any
-from slurm_elastic.fuzz.cluster import HONEST, NOW, OTHER_UID, USER, FuzzCluster, elastic, report_body
+from slurm_elastic.fuzz.cluster import HONEST, HONEST_ELASTIC, NOW, OTHER_UID, USER, FuzzCluster, elastic, report_body
 from slurm_elastic.fuzz.hostile import (
     HOSTILE_STRINGS,
     NON_ASCII_DIGITS,
@@ -124,6 +128,55 @@ def report_lines(rng: random.Random, c: FuzzCluster, res: CaseResult) -> str:
     c.append_reports("7", lines, newline=newline)
     res.described = "; ".join(said) + ("" if newline else " (no final newline)")
     return _finish(c, res, rng, acting=rng.random() < 0.3)
+
+
+# -- report claims (issue 37, items 1 and 3) -------------------------------------------------------
+
+_CLAIMS: dict[str, tuple[Any, ...]] = {
+    "world": (1, 2, 4, 8),
+    "global_batch": (1, 64, 1024, 4096, 8192, 16384, 1 << 17),
+    "throughput": (1.0, 1e3, 3e4, 1e5, 1e6),
+    "epoch_size": (1, 64, 50_000, 10**9),
+    "model": ("ncf", "bert", "cifar10", "imagenet", "my-net"),
+    "kind": ("progress", "progress", "resize", "end"),
+}
+
+
+def report_claims(rng: random.Random, c: FuzzCluster, res: CaseResult) -> str:
+    """1-4 signed claims of the hostile job, in its report bounds or beyond them (a batch, a
+    throughput, an epoch size, a model name, an end report then more reports), under any policy:
+    no honest job gets fewer GPUs than the same round without the claims gives it, except what it
+    holds beyond its fair share (:mod:`slurm_elastic.core.trust`)."""
+    cfg = Config(DaemonConfig(policy=pick(rng, policies.available())))
+    if c.round(res, cfg) == "round_failed":
+        return "round_failed"
+    before = _planned_counts(c)
+    lines, said, t, samples = [], [], NOW - 60.0, 6400
+    for _ in range(rng.randint(1, 4)):
+        claim = {key: pick(rng, values) for key, values in _CLAIMS.items() if rng.random() < 0.5}
+        t, samples = t + 10.0, samples + rng.choice((0, 256, 10**4, 10**6))
+        lines.append(sign_report(report_body("7", t=t, samples=samples, **claim), c.secrets["7"]).encode())
+        said.append(short(claim))
+    c.append_reports("7", lines)
+    res.described = f"{cfg.daemon.policy}: " + "; ".join(said)
+    outcome = c.round(res, cfg)
+    if outcome == "round_failed" or c.snapshot is None:
+        return outcome
+    after, fair = _planned_counts(c), fair_shares(c.snapshot)
+    for job in HONEST_ELASTIC:
+        least = min(before.get(job, 0), fair.get(JobId(job), 0))
+        if after.get(job, 0) < least:
+            res.other_jobs_unplanned += 1
+            res.note_failure(f"job {job} given {after.get(job, 0)} GPUs after job 7's claims, {before.get(job, 0)} "
+                             f"before, fair share {fair.get(JobId(job), 0)}", "a report cost another job GPUs")
+    return outcome
+
+
+def _planned_counts(c: FuzzCluster) -> dict[str, int]:
+    """GPUs per job in the cluster's last recorded round."""
+    rounds = c.view.store.rounds() if c.view is not None and c.view.store is not None else []
+    return {str(j["job_id"]): sum(len(gpus) for _, gpus in j["placement"])
+            for j in (rounds[-1]["plan"]["jobs"] if rounds else [])}
 
 
 # -- order lines -----------------------------------------------------------------------------------
@@ -438,6 +491,7 @@ def slurm_records(rng: random.Random, c: FuzzCluster, res: CaseResult) -> str:
 
 FAMILIES: dict[str, Callable[[random.Random, FuzzCluster, CaseResult], str]] = {
     "report_lines": report_lines,
+    "report_claims": report_claims,
     "order_lines": order_lines,
     "job_files": job_files,
     "admin_comment": admin_comment,
