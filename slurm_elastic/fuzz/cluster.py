@@ -141,9 +141,10 @@ def squeue_doc(dialect: str, jobs: list[dict[str, Any]]) -> dict[str, Any]:
 # -- channel files -----------------------------------------------------------------------------------
 
 def write_channel(base: Path, secret: bytes) -> str:
-    """A launcher job's files (secret, orders, reports, join script) at ``base``; returns its comment."""
+    """A launcher job's files (secret, orders, reports, join script, the environment its satellites
+    get) at ``base``; returns its comment."""
     for suffix, data, mode in (("", secret, 0o600), (".orders", b"", 0o600), (".reports", b"", 0o600),
-                               (".join", b"#!/bin/bash\n", 0o700)):
+                               (".join", b"#!/bin/bash\n", 0o700), (".env", b"PATH=/usr/bin\0", 0o600)):
         path = Path(f"{base}{suffix}")
         path.write_bytes(data)
         path.chmod(mode)

@@ -3,7 +3,7 @@
 Each family builds a :class:`~slurm_elastic.fuzz.cluster.FuzzCluster`, puts its hostile input in
 job 7 only, and returns the outcome's name; the cluster counts a failed round and any honest job
 the input touched. The input a user controls: the job's report lines and orders file (lines signed
-with the job's own secret included), its files (the secret, orders, reports and join script: a
+with the job's own secret included), its files (the secret, orders, reports, join script and satellites' environment: a
 FIFO, a link, a device, a sparse huge file, another user's, the wrong mode, a folder, swapped after
 the daemon opened the channel), its comment (where its channel is) and its AdminComment (written
 from its ``--elastic*`` values). The input Slurm controls: the job's record in ``squeue --json``.
@@ -45,12 +45,14 @@ from slurm_elastic.fuzz.hostile import (
 )
 from slurm_elastic.orders import (
     COMMENT_KEY,
+    JOIN_MAX_BYTES,
     ORDERS_MAX_BYTES,
     REPORTS_MAX_BYTES,
     SECRET_MAX_BYTES,
     Channel,
     ChannelError,
 )
+from slurm_elastic.slurm.satellites import ENV_FILE_MAX_BYTES
 from slurm_elastic_launcher.orders import MAC_KEY, canonical, sign_order, sign_report
 
 ROOT = os.geteuid() == 0
@@ -261,7 +263,7 @@ def _channel_calls(res: CaseResult, opener: Callable[[], Channel], before: Calla
 
 # -- job files -------------------------------------------------------------------------------------
 
-_TARGETS = ("", ".orders", ".reports", ".join")
+_TARGETS = ("", ".orders", ".reports", ".join", ".env")
 
 
 _SWAPS: tuple[str, ...] = (
@@ -292,7 +294,7 @@ def _swap(rng: random.Random, c: FuzzCluster, path: Path, name: str) -> None:
             os.chown(other, OTHER_UID, OTHER_UID)
     suffix = path.suffix if path.suffix in _TARGETS else ""
     cap = {"": SECRET_MAX_BYTES, ".orders": ORDERS_MAX_BYTES, ".reports": REPORTS_MAX_BYTES,
-           ".join": ORDERS_MAX_BYTES}[suffix]
+           ".join": JOIN_MAX_BYTES, ".env": ENV_FILE_MAX_BYTES}[suffix]
     if name in ("missing", "a FIFO", "a link to /dev/zero", "a link to another user's file", "a link to job 8's file",
                 "a hard link to another user's file", "a folder", "a socket", "a character device (null)"):
         path.unlink()
