@@ -40,7 +40,7 @@ import numpy as np
 from slurm_elastic.core import sizing
 from slurm_elastic.core.model import ClusterSnapshot, Job, JobId, JobState, Plan
 from slurm_elastic.core.planner import PlannerWrapper, PlanResult, build_plan
-from slurm_elastic.errors import SnapshotError
+from slurm_elastic.errors import InvalidPlanError, SnapshotError
 
 REPORTED_FIELDS = ("model", "model_points", "max_local_batch", "min_batch", "max_batch", "base_batch",
                    "base_lr", "local_batch", "epoch_size", "samples_processed", "target_epochs",
@@ -66,10 +66,11 @@ def fair_shares(snapshot: ClusterSnapshot) -> dict[JobId, int]:
     """Each active elastic job's fair share of the schedulable GPUs, at least its minimum.
 
     The GPUs are split equally among the jobs, water-filled: a job whose maximum is below an equal
-    part takes its maximum, and what it leaves is split among the others (whole GPUs; the
-    remainder of a division is left out). A share below the job's minimum is raised to it.
+    part takes its maximum, and what it leaves is split among the others (whole GPUs; what a
+    division leaves over goes to the earlier submitted). A share below the job's minimum is raised
+    to it.
     """
-    jobs = sorted(snapshot.elastic_jobs(), key=lambda j: (j.max_gpus, j.submit_time, j.job_id))
+    jobs = sorted(snapshot.elastic_jobs(), key=lambda j: (j.max_gpus, -j.submit_time, j.job_id))
     left, out = len(snapshot.schedulable_gpus()), {}
     for n, job in enumerate(jobs):
         share = min(job.max_gpus, left // (len(jobs) - n))
@@ -92,7 +93,7 @@ class ReportGuard(PlannerWrapper):
         counts = {p.job_id: p.num_gpus for p in result.plan.jobs}
         base_counts = {p.job_id: p.num_gpus for p in base.jobs}
         kept, notes = self._within_band(snapshot, counts, base, base_counts)
-        if kept == counts:
+        if kept == counts and not self._moves_a_pinned_job(snapshot, result.plan, base):
             return result
         plan = self._rebuild(snapshot, result.plan, kept, notes)
         if plan is None:
@@ -135,6 +136,20 @@ class ReportGuard(PlannerWrapper):
         return {jid: k for jid, k in kept.items() if k}, notes
 
     @staticmethod
+    def _moves_a_pinned_job(snapshot: ClusterSnapshot, plan: Plan, base: Plan) -> bool:
+        """Whether ``plan`` moves a running job without the launcher (a requeue) that ``base`` keeps
+        where it is (its size alone is kept by the band)."""
+        planned, kept = plan.by_job(), base.by_job()
+        for job in snapshot.elastic_jobs():
+            if job.state is not JobState.RUNNING or job.can_rebatch:
+                continue
+            here = job.placement.gpu_set()
+            p, b = planned.get(job.job_id), kept.get(job.job_id)
+            if p is not None and b is not None and b.placement.gpu_set() == here != p.placement.gpu_set():
+                return True
+        return False
+
+    @staticmethod
     def _rebuild(snapshot: ClusterSnapshot, plan: Plan, counts: dict[JobId, int],
                  notes: tuple[str, ...]) -> Plan | None:
         before = plan.by_job()
@@ -152,5 +167,5 @@ class ReportGuard(PlannerWrapper):
         try:
             return build_plan(snapshot, plan.policy, counts, reasons=reasons, choose=choose, score=plan.score,
                               notes=(*plan.notes, *notes))
-        except (SnapshotError, ValueError):
+        except (InvalidPlanError, SnapshotError, ValueError):
             return None
