@@ -18,7 +18,10 @@ library: the backend does that.
 
 Everything it reads from the job's store is hostile until checked: the backend verifies each value's
 MAC (a forged one reads as absent) and :mod:`.control` checks each payload's shape; a key that fails
-either is absent to the agent, which logs one line naming the key and the rule and carries on.
+either is absent to the agent, which logs one line naming the key and the rule and carries on (the
+survivors' leader claim takes such a key over). The agent names keys by their logical names
+(``o0.r/leader``); the backend keeps them under names derived with the job's secret
+(:func:`.control.store_key`), so no other user can write them in advance.
 """
 
 from __future__ import annotations
@@ -124,8 +127,10 @@ class KeyValue(Protocol):
     def store_get(self, key: str) -> str | None:
         """Verified value of a key, or None if absent or refused; never blocks, never raises."""
 
-    def store_claim(self, key: str, value: str) -> str | None:
-        """Set a key unless it holds something; the verified value it holds then, or None if refused."""
+    def store_claim(self, key: str, value: str, accept: Callable[[str], bool] | None = None) -> str | None:
+        """Set a key unless it holds a verified value ``accept`` takes (a value that does not verify, or
+        that ``accept`` refuses, counts as absent and is claimed over); the value it holds then
+        (``value`` if this claim took it), or None if the claim failed."""
 
 
 class StoreOrderSource:
@@ -1002,7 +1007,10 @@ class Agent:
         first claim wins. The leader waits for all but one member to sign in (or a group timeout and
         2 s), names the survivors in rank order and the first of them holding the state, and writes
         that as ``members``; the others wait for it. Only values that verify count, so a forged
-        sign-in, claim or decision can neither add a worker nor remove one.
+        sign-in, claim or decision can neither add a worker nor remove one. A value at ``leader`` that
+        does not verify, or names no member of the world, counts as absent and is claimed over, so
+        garbage there never stops the agreement; and no key of ``gen`` can be written in advance
+        (its name in the store takes the job's secret, :func:`.control.store_key`).
 
         Args:
             gen: the generation the survivors will form.
@@ -1019,8 +1027,13 @@ class Agent:
         members = self.members
         self.backend.store_set(control.who_key(gen, self.me), control.who_payload(holds))  # before the claim
         key = control.leader_key(gen)
-        leader = self._checked(key, self.backend.store_claim(key, control.leader_payload(self.me)),
-                               lambda p: control.read_leader(p, members))
+
+        def check(payload: str) -> str:
+            return control.read_leader(payload, members)
+
+        leader = self._checked(key, self.backend.store_claim(key, control.leader_payload(self.me),
+                                                             lambda p: self._checked(key, p, check) is not None),
+                               check)
         if leader != self.me:
             decided = self._wait_control(control.members_key(gen), lambda p: control.read_members(p, members),
                                          self.env.group_timeout_s * 2 + 5.0)

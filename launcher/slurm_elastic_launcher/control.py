@@ -20,11 +20,20 @@ Keys and payloads:
 * ``<gen>/members``: ``{"members":[...],"src":"<id>"|null}``, the survivors in rank order and the one
   whose commit everybody rolls back to.
 
+These are logical names: what the logs, the events and the MACs use. In the store every key (these,
+and torch's own rendezvous keys under ``<gen>/``) lives under :func:`store_key` of its logical name,
+``k/`` and 32 hex digits of an HMAC with the job's secret, so nobody without the secret can name a
+key before it exists: garbage written in advance at a predictable name (``o0.r/leader``) lands where
+no worker looks. Each key is hidden on its own: a name seen once it exists (``Store.list_keys``) tells
+nothing of the others of its generation.
+
 It imports nothing but the standard library and :mod:`.orders`.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,6 +47,27 @@ MAX_WORKERS = 1 << 16
 
 class ControlRejectedError(ValueError):
     """A verified control payload of the wrong shape; the message is the rule it breaks."""
+
+
+KEY_DOMAIN = b"slurm-elastic/key/v1\0"
+"""Domain of the HMAC that hides a key's name (apart from the values' MACs, ``orders.VALUE_DOMAIN``)."""
+KEY_HEX_DIGITS = 32
+"""Hex digits of a hidden name (128 bits)."""
+
+
+def store_key(key: str, job_id: str, secret: bytes) -> str:
+    """The name under which the logical key ``key`` of job ``job_id`` lives in the job's store.
+
+    ``k/`` and the first :data:`KEY_HEX_DIGITS` lowercase hex digits of HMAC-SHA256, keyed with the
+    job's secret, over ``KEY_DOMAIN ‖ u32be(len(job_id)) ‖ job_id ‖ u32be(len(key)) ‖ key`` (UTF-8).
+    The same in every worker of the job; unpredictable without the secret, so no other user can
+    write a key of the job before the job does (a compare-and-set it claims, a rendezvous address).
+    """
+    job = job_id.encode("utf-8", "surrogatepass")
+    name = key.encode("utf-8", "surrogatepass")
+    h = hmac.new(secret, KEY_DOMAIN + len(job).to_bytes(4, "big") + job + len(name).to_bytes(4, "big") + name,
+                 hashlib.sha256)
+    return "k/" + h.hexdigest()[:KEY_HEX_DIGITS]
 
 
 def order_key(seq: int) -> str:

@@ -13,7 +13,10 @@ the agent does.
 Anyone who reaches the store's port can write to it, so nothing read from it is believed unsigned:
 :class:`SignedStore` signs every value written through it (the agent's control keys and torch's own
 rendezvous keys alike, :func:`.orders.sign_value`) and checks every value read before anything decodes
-it; a value that fails is absent to its reader, with one log line naming the key and the rule. The
+it; a value that fails is absent to its reader, with one log line naming the key and the rule, and a
+claim (compare-and-set) takes the key over it. Every key lives in the store under a name derived from
+it with the job's secret (:func:`.control.store_key`), torch's rendezvous keys included, so no other
+user can write one before the job does; logs and errors name the logical key. The
 skeleton of the state sent to a peer is signed the same way (key ``<generation>/state/<src>[/<dst>]``)
 and decoded only once its MAC matches; a checkpoint carries its MAC in ``<path>.mac`` and is unpickled
 only once that matches. Counters (``Store.add``) cannot be signed: the launcher uses none.
@@ -40,6 +43,7 @@ from torch._C._distributed_c10d import PrefixStore, Store, TCPStore
 from torch.utils.data import default_collate
 
 from .agent import Agent, PeerLostError
+from .control import store_key
 from .env import LauncherEnv
 from .gpu_binding import bind
 from .grad_reducer import GradReducer
@@ -157,13 +161,16 @@ CHECKPOINT_KEY = "checkpoint"
 
 
 class SignedStore(Store):
-    """The job's TCPStore, every value signed with the job's secret and checked before it is used.
+    """The job's TCPStore, every key hidden and every value signed with the job's secret.
 
     torch's rendezvous (gloo, NCCL, through a ``PrefixStore``) and the agent's control keys both go
-    through it. A value is stored as :func:`.orders.sign_value` of the full key and the job id; a value
-    read back that fails :func:`.orders.open_value` (forged, replayed from another key or job, truncated,
-    over ``max_bytes``) is treated as absent: the blocking :meth:`get` torch uses keeps waiting for a
-    good one until the timeout, :meth:`read` returns None. Each refusal is logged once per key and value.
+    through it. Every operation takes a logical key (the full key, prefixes included) and acts on the
+    store's key :func:`.control.store_key` of it, which nobody without the secret can predict; logs
+    and errors name the logical key. A value is stored as :func:`.orders.sign_value` of the logical
+    key and the job id; a value read back that fails :func:`.orders.open_value` (forged, replayed from
+    another key or job, truncated, over ``max_bytes``) is treated as absent: the blocking :meth:`get`
+    torch uses keeps waiting for a good one until the timeout, :meth:`read` returns None, and
+    :meth:`claim` takes the key over it. Each refusal is logged once per key and value.
 
     Args:
         inner: the job's TCPStore (:func:`make_store`).
@@ -181,6 +188,17 @@ class SignedStore(Store):
         self._timeout: dt.timedelta = getattr(inner, "timeout", dt.timedelta(seconds=300))
         self._refused: dict[str, bytes] = {}
         self._clones: list[SignedStore] = []  # a clone handed to C++ must outlive its Python side
+        self._names: dict[str, str] = {}  # logical key -> its name in the store
+
+    # -- naming ----------------------------------------------------------------------------------
+    def name(self, key: str) -> str:
+        """The store's name of the logical key ``key`` (:func:`.control.store_key`, cached)."""
+        name = self._names.get(key)
+        if name is None:
+            if len(self._names) >= 4096:
+                self._names.clear()
+            name = self._names[key] = store_key(key, self.job_id, self.secret)
+        return name
 
     # -- signing ---------------------------------------------------------------------------------
     def _sign(self, key: str, value: str | bytes) -> str:
@@ -202,7 +220,7 @@ class SignedStore(Store):
     # -- the Store interface (torch's rendezvous calls these) ------------------------------------
     def set(self, key: str, value: str | bytes) -> None:
         """Store ``value`` under ``key``, signed."""
-        self.inner.set(key, self._sign(key, value))
+        self.inner.set(self.name(key), self._sign(key, value))
 
     def get(self, key: str) -> bytes:
         """The verified payload of ``key``, waiting for it (a refused value counts as not there yet).
@@ -215,23 +233,32 @@ class SignedStore(Store):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise dist.DistStoreError(f"no verified value of store key {key!r} within {self._timeout}")
-            self.inner.wait([key], dt.timedelta(seconds=remaining))
-            payload = self._open(key, self.inner.get(key))
+            self.wait([key], dt.timedelta(seconds=remaining))
+            payload = self._open(key, self.inner.get(self.name(key)))
             if payload is not None:
                 return payload
             time.sleep(0.05)
 
     def add(self, key: str, value: int) -> int:
-        """Atomic add (an unsigned counter: the launcher uses none)."""
-        return self.inner.add(key, value)
+        """Atomic add (an unsigned counter, under a hidden name: the launcher uses none)."""
+        return self.inner.add(self.name(key), value)
 
     def check(self, keys: list[str]) -> bool:
         """Whether every key holds a value (verified or not)."""
-        return self.inner.check(keys)
+        return self.inner.check([self.name(k) for k in keys])
 
     def wait(self, keys: list[str], timeout: dt.timedelta | None = None) -> None:
-        """Wait until every key holds a value (verified or not)."""
-        self.inner.wait(keys, self._timeout if timeout is None else timeout)
+        """Wait until every key holds a value (verified or not).
+
+        Raises:
+            torch.distributed.DistStoreError: not within the timeout (naming the logical keys).
+        """
+        timeout = self._timeout if timeout is None else timeout
+        try:
+            self.inner.wait([self.name(k) for k in keys], timeout)
+        except dist.DistStoreError as exc:
+            raise dist.DistStoreError(f"no verified value of store key {keys[0] if len(keys) == 1 else keys!r} "
+                                      f"within {timeout}") from exc
 
     def compare_set(self, key: str, expected_value: str | bytes, desired_value: str | bytes) -> bytes:
         """Set ``key`` to ``desired_value`` if it holds ``expected_value`` (empty: absent); what it holds then.
@@ -239,12 +266,12 @@ class SignedStore(Store):
         A value there that does not verify is returned as empty bytes.
         """
         expected = self._sign(key, expected_value) if expected_value else ""
-        current = self.inner.compare_set(key, expected, self._sign(key, desired_value))
+        current = self.inner.compare_set(self.name(key), expected, self._sign(key, desired_value))
         return self._open(key, current) or b""
 
     def delete_key(self, key: str) -> bool:
         """Delete a key."""
-        return self.inner.delete_key(key)
+        return self.inner.delete_key(self.name(key))
 
     def num_keys(self) -> int:
         """Number of keys in the store."""
@@ -268,15 +295,37 @@ class SignedStore(Store):
         One round trip: a compare-and-set whose expected value no signed value equals returns what
         the key holds, and leaves an absent key absent.
         """
-        raw = self.inner.compare_set(key, cast(str, _ABSENT), cast(str, _ABSENT))
+        raw = self.inner.compare_set(self.name(key), cast(str, _ABSENT), cast(str, _ABSENT))
         if raw == _ABSENT:
             return None
         return self._open(key, raw)
 
-    def claim(self, key: str, value: str | bytes) -> bytes | None:
-        """Set ``key`` to ``value`` unless it holds something; the verified payload it holds then, or None."""
-        current = self.inner.compare_set(key, "", self._sign(key, value))
-        return self._open(key, current)
+    def claim(self, key: str, value: str | bytes, accept: Callable[[bytes], bool] | None = None,
+              tries: int = 8) -> bytes | None:
+        """Set ``key`` to ``value`` unless it holds a verified payload ``accept`` takes; the payload it
+        holds then (``value``'s own if this claim took the key), or None if ``tries`` were not enough.
+
+        A value there that does not verify (garbage, a forged or replayed MAC), or whose payload
+        ``accept`` refuses, counts as absent: the claim replaces exactly that value by a
+        compare-and-set, so of claimants that found the same garbage one wins and the others read its
+        claim. Only a writer that rewrites the key between every two of our round trips (it must have
+        learned the hidden name) makes the claim give up, after ``tries`` round trips.
+        """
+        data = value.encode() if isinstance(value, str) else bytes(value)
+        name, mine = self.name(key), sign_value(key, self.job_id, data, self.secret)
+        expected = b""
+        for _ in range(tries):
+            current = self.inner.compare_set(name, cast(str, expected), cast(str, mine))  # bytes: pybind takes them
+            if current == mine:
+                return data
+            if expected and current == expected:  # the key went away (deleted): claim an absent key
+                expected = b""
+                continue
+            payload = self._open(key, current)
+            if payload is not None and (accept is None or accept(payload)):
+                return payload
+            expected = current  # not a claim: take the key over exactly this value
+        return None
 
 
 class TorchBackend:
@@ -545,10 +594,17 @@ class TorchBackend:
             return None
         return None if payload is None else self._text(key, payload)
 
-    def store_claim(self, key: str, value: str) -> str | None:
-        """Set a key unless it holds something; the verified value it holds then (None if refused or failed)."""
+    def store_claim(self, key: str, value: str, accept: Callable[[str], bool] | None = None) -> str | None:
+        """Set a key unless it holds a verified value ``accept`` takes (:meth:`SignedStore.claim`: one
+        that does not verify counts as absent); the value it holds then (``value`` if this claim took
+        it), or None if the claim failed."""
+
+        def take(payload: bytes) -> bool:
+            text = self._text(key, payload)
+            return text is not None and (accept is None or accept(text))
+
         try:
-            payload = self.store.claim(key, value.encode())
+            payload = self.store.claim(key, value.encode(), take)
         except (RuntimeError, dist.DistError) as exc:
             log.warning("store: claiming %r failed: %s", key, exc)
             return None
