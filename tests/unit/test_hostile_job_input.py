@@ -262,7 +262,10 @@ def test_a_huge_sparse_reports_file_is_read_a_chunk_at_a_time_or_refused(tmp_pat
 
 # -- 3: a job's own signed reports steer the planning of others ----------------------------------------
 
-def _plans(tmp_path: Path, lines: Sequence[str]) -> tuple[dict[str, int], dict[str, str]]:
+def _round(tmp_path: Path, lines: Sequence[str], policy: str) -> tuple[RoundRecord, dict[str, str]]:
+    """One dry-run round of ``policy`` over job 7 (the launcher, on 4 GPUs, whose report file holds
+    ``lines``), job 8 (another user's, without the launcher: resized by requeue), job 9 and a waiting
+    job 10."""
     tmp_path.mkdir()
     comment = job_files(tmp_path, "job-7")
     append_lines(tmp_path, "job-7", lines)
@@ -270,10 +273,14 @@ def _plans(tmp_path: Path, lines: Sequence[str]) -> tuple[dict[str, int], dict[s
                record("8", {"n001": 2}), record("9", {"n002": 2}, admin="slurm-elastic gpus=2:8"),
                record("10", {}, state=JobState.PENDING, admin="slurm-elastic gpus=2:8")]
     v = view(tmp_path, Source(nodes(3), records))
-    cfg = Config(DaemonConfig(policy="dp", store=tmp_path / "s.db", dry_run=True))
+    cfg = Config(DaemonConfig(policy=policy, store=tmp_path / "s.db", dry_run=True))
     d = Daemon(cfg, v, v.store, sleep=lambda s: None, clock=lambda: NOW)  # type: ignore[arg-type]
-    plan = d.round().plan
-    return {j.job_id: j.num_gpus for j in plan.jobs}, v.quarantined()
+    return d.round(), v.quarantined()
+
+
+def _plans(tmp_path: Path, lines: Sequence[str]) -> tuple[dict[str, int], dict[str, str]]:
+    rnd, quarantined = _round(tmp_path, lines, "dp")
+    return {j.job_id: j.num_gpus for j in rnd.plan.jobs}, quarantined
 
 
 @pytest.mark.parametrize("claim", [{"global_batch": 4 * 65536, "world": 4}, {"throughput": 1e9, "world": 4},
@@ -499,22 +506,6 @@ def test_a_requeued_job_keeps_its_first_submit_time(tmp_path: Path) -> None:
 # Item 1: a cifar10 job's report of 16,384 samples a step on 4 workers was within the bound (4 x ncf's
 # 32,768), and dp, dp-fixed and min-jct requeued two other jobs. Item 3: one signed end report while
 # the job trained on made every later shrink "nothing done".
-
-def _round(tmp_path: Path, lines: Sequence[str], policy: str) -> tuple[RoundRecord, dict[str, str]]:
-    """One dry-run round of ``policy`` over job 7 (the launcher, on 4 GPUs, whose report file holds
-    ``lines``), job 8 (another user's, without the launcher: resized by requeue), job 9 and a waiting
-    job 10."""
-    tmp_path.mkdir()
-    comment = job_files(tmp_path, "job-7")
-    append_lines(tmp_path, "job-7", lines)
-    records = [record("7", {"n000": 4}, comment=comment, admin="slurm-elastic gpus=1:8"),
-               record("8", {"n001": 2}), record("9", {"n002": 2}, admin="slurm-elastic gpus=2:8"),
-               record("10", {}, state=JobState.PENDING, admin="slurm-elastic gpus=2:8")]
-    v = view(tmp_path, Source(nodes(3), records))
-    cfg = Config(DaemonConfig(policy=policy, store=tmp_path / "s.db", dry_run=True))
-    d = Daemon(cfg, v, v.store, sleep=lambda s: None, clock=lambda: NOW)  # type: ignore[arg-type]
-    return d.round(), v.quarantined()
-
 
 def _costs(rnd: RoundRecord) -> set[tuple[str, str]]:
     """What the round does to the jobs other than 7: preemptions, requeues (a resize of a job without
