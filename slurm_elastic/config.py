@@ -28,7 +28,8 @@ environment or the file again after :func:`load`. Example::
     max_gpus_per_user = 64
     max_gpus_per_account = 128
     protect_rigid = true          # never grow elastic jobs onto GPUs queued rigid jobs need
-    min_run_s = 120               # a job runs this long at its size before it may be preempted
+    min_run_s = 120               # a job's run (from its start or restart, not a resize in place)
+                                  # lasts this long before it may be preempted
     max_preemptions = 3           # most times one job is preempted (requeued); then it runs on
 
 The rules: the file is a regular file of at most 1 MiB of UTF-8 TOML; every table is a table;

@@ -12,11 +12,15 @@ know them. Pure: its state (when each job last changed) lives in its memo.
   allocation changed less than ``cooldown_s`` ago, or changed ``max_resizes_per_hour`` times in
   the last hour (as seen by this planner: each new ``last_change_time``), keeps its current size.
 * **No preemption churn** (``min_run_s``, ``max_preemptions``): a running job the inner planner
-  would stop keeps its size when it started or changed less than ``min_run_s`` ago, or has been
-  preempted ``max_preemptions`` times already (``Job.preemptions``). So does a running job
-  without the launcher (``Job.can_rebatch`` false) that it would resize: Slurm resizes such a job
-  by requeueing it, which stops it as a preemption does. The inner planner sees such a job pinned
-  at its size, so the GPUs it would have had go to the others.
+  would stop keeps its size when its current run started less than ``min_run_s`` ago, or has
+  been preempted ``max_preemptions`` times already (``Job.preemptions``). A run starts when the
+  job starts or restarts (``Job.start_time``: Slurm's start time, which a requeue resets); a resize
+  in place (the launcher's) does not restart it, so a job that started 2 h ago and was resized
+  1 min ago may be preempted (``cooldown_s`` is the guard against resizing too often). So does a
+  running job without the launcher (``Job.can_rebatch`` false) that it would resize: Slurm resizes
+  such a job by requeueing it, which stops it as a preemption does, and each such resize restarted
+  it, so its run started at its last change. The inner planner sees such a job pinned at its size,
+  so the GPUs it would have had go to the others.
 * **Whole blocks**: a running job whose GPUs are released only in whole blocks
   (``Job.shrink_sizes``: a launcher job on Slurm frees a node of its own allocation or a whole
   satellite, never part of one) is never planned to a size in between: its shrink is rounded up
@@ -56,8 +60,9 @@ class Guards:
         max_gpus_per_user: cap on the GPUs of all elastic jobs of one user.
         max_gpus_per_account: cap on the GPUs of all elastic jobs of one account.
         protect_rigid: keep GPUs free for waiting rigid jobs.
-        min_run_s: least seconds a running job keeps its allocation (since it started or last
-            changed) before it may be preempted (or, without the launcher, resized: a requeue).
+        min_run_s: least seconds a running job keeps its allocation, counted from the start of its
+            current run (its start or its restart after a requeue; not a resize in place), before
+            it may be preempted (or, without the launcher, resized: a requeue).
         max_preemptions: most times one job is preempted; a job preempted that often runs on.
     """
 
@@ -227,11 +232,19 @@ class GuardedPlanner(PlannerWrapper):
             return f"changed {len(changes) - 1} times in the last hour, limit {g.max_resizes_per_hour}"
         return ""
 
+    @staticmethod
+    def _run_start(job: Job) -> float | None:
+        """When the job's current run started: its start time (Slurm's, reset by a requeue), or for
+        a job without the launcher, whose every resize was a requeue, its last change."""
+        if not job.can_rebatch and job.last_change_time is not None:
+            return job.last_change_time if job.start_time is None else max(job.start_time, job.last_change_time)
+        return job.start_time if job.start_time is not None else job.last_change_time
+
     def _unpreemptable(self, job: Job, now: float) -> str:
         g = self.guards
-        since = job.last_change_time if job.last_change_time is not None else job.start_time
+        since = self._run_start(job)
         if g.min_run_s and since is not None and now - since < g.min_run_s:
-            return f"ran {now - since:.0f} s at its size, preempted only after {g.min_run_s:g} s"
+            return f"its run started {now - since:.0f} s ago, preempted only after {g.min_run_s:g} s"
         if g.max_preemptions and job.preemptions >= g.max_preemptions:
             return f"preempted {job.preemptions} times, limit {g.max_preemptions}"
         return ""

@@ -124,15 +124,46 @@ def test_a_job_is_not_preempted_again_before_its_minimum_run_nor_too_often() -> 
         assert plan_violations(snap, res) == ()
         return {p.job_id for p in res.jobs}, res.notes
 
-    fresh = replace(run, last_change_time=900.0)
+    fresh = replace(run, start_time=900.0, last_change_time=900.0)
     assert plan(fresh, Guards(protect_rigid=False))[0] == {"b"}  # preempted without the guard
     kept, notes = plan(fresh, Guards(protect_rigid=False, min_run_s=300))
-    assert kept == {"a"} and "preempted only after 300 s" in notes[-1]
-    assert plan(replace(run, last_change_time=600.0), Guards(protect_rigid=False, min_run_s=300))[0] == {"b"}
+    assert kept == {"a"} and "its run started 100 s ago, preempted only after 300 s" in notes[-1]
+    assert plan(replace(run, start_time=600.0, last_change_time=600.0),
+                Guards(protect_rigid=False, min_run_s=300))[0] == {"b"}
     often = replace(run, last_change_time=0.0, preemptions=3)
     kept, notes = plan(often, Guards(protect_rigid=False, max_preemptions=3))
     assert kept == {"a"} and "preempted 3 times, limit 3" in notes[-1]
     assert plan(replace(often, preemptions=2), Guards(protect_rigid=False, max_preemptions=3))[0] == {"b"}
+
+
+def test_min_run_counts_from_the_start_of_the_run_not_from_a_resize_in_place() -> None:
+    """Issue 38, item 4: ``min_run_s`` counted from the last change, so a launcher job that started
+    2 h ago and was resized in place 1 min ago was kept from preemption as if it had just started.
+    It counts from the start of the job's current run (a requeue restarts it; a resize in place
+    does not): that job may be preempted, one whose run started 1 min ago may not."""
+    from dataclasses import replace
+
+    from slurm_elastic.core.model import JobState
+
+    now = 7200.0
+    run = make_job("a", state=JobState.RUNNING, min_gpus=2, max_gpus=2, requested_gpus=2, submit_time=10.0,
+                   placement=[("n000", 0), ("n000", 1)], epochs_done=1, run_time=7200)
+    early = make_job("b", min_gpus=2, max_gpus=2, requested_gpus=2, submit_time=0.0)
+    guards = Guards(protect_rigid=False, min_run_s=600)
+
+    def kept(job) -> set[str]:  # type: ignore[no-untyped-def]
+        snap = make_snapshot(make_nodes(1, 2), [job, early], now=now)
+        res = _plan(snap, guards, policy="efq").plan
+        assert plan_violations(snap, res) == ()
+        return {p.job_id for p in res.jobs}
+
+    resized = replace(run, start_time=0.0, last_change_time=now - 60)  # started 2 h ago, resized 1 min ago
+    assert kept(resized) == {"b"}
+    restarted = replace(run, start_time=now - 60, last_change_time=now - 60, preemptions=1)  # requeued, restarted
+    assert kept(restarted) == {"a"}
+    # without the launcher, a resize is a requeue: its run started at its last change
+    requeued = replace(resized, can_rebatch=False)
+    assert kept(requeued) == {"a"}
 
 
 @pytest.mark.parametrize("policy", ["efq", "dp"])  # min-jct already charges a requeue its restart
