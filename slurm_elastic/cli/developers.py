@@ -91,6 +91,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     from slurm_elastic import policies
+    from slurm_elastic.sim.engine import unfinished_names
     from slurm_elastic.sim.runner import parse_seeds, run_comparison
 
     seeds = parse_seeds(args.seeds)
@@ -105,7 +106,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     bar = ProgressBar(runs, enabled=not args.quiet and sys.stderr.isatty())
     results = run_comparison(pols, seeds, workload=args.workload, trace=args.trace, gpus=gpus,
                              gpus_per_node=args.gpus_per_node, resize_cost=args.resize_cost,
-                             round_gap=args.round_gap, progress=bar.step, guards=guards, loads=args.load)
+                             round_gap=args.round_gap, progress=bar.step, guards=guards, loads=args.load,
+                             horizon=args.horizon)
+    for r in results:
+        if r["unfinished"]:
+            cut = f"cut at --horizon {r['horizon']:g} s" if r["horizon"] is not None else "stopped"
+            print(f"slurm-elastic simulate: {r['workload']} seed {r['seed']}, {r['policy']} on {r['gpus']} GPUs: "
+                  f"{cut}; {len(r['unfinished'])} job(s) did not end: {unfinished_names(r['unfinished'])}",
+                  file=sys.stderr)
     summary = [{"policy": r["policy"], "seed": r["seed"], "gpus": r["gpus"],
                 **({"load": r["load"]} if "load" in r else {}), **r["metrics"]} for r in results]
     if args.json:

@@ -30,6 +30,16 @@ _round_gap = float_in(0.0, 86_400.0)
 DAY_S = 86_400.0
 
 
+def horizon_s(text: str) -> float:
+    """``--horizon S``: seconds of virtual time, ``0 < S <= MAX_HORIZON_S`` (a bad word names itself and the rule)."""
+    from slurm_elastic.sim.workload import MAX_HORIZON_S
+
+    try:
+        return float_in(0.0, MAX_HORIZON_S, low_open=True)(text)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} (seconds of virtual time at which each run is cut)") from None
+
+
 class OneLineParser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose usage errors are one line on stderr (exit status 2): the command,
     ``error:`` and argparse's message (naming the option and the rule), with no usage block."""
@@ -88,6 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--resize-cost", default="in-place", help="in-place, checkpoint or seconds (default in-place)")
     sim.add_argument("--round-gap", type=_round_gap, default=30.0,
                      help="least seconds between rounds, 0..86400 (default 30)")
+    sim.add_argument("--horizon", type=horizon_s, default=None, metavar="S",
+                     help="cut each run at S seconds of virtual time, > 0 and <= 1e9 (about 31.7 "
+                     "years); the jobs that did not end by then are named on stderr and in --json's "
+                     "'unfinished' (default: every job arrives and a run ends when its last job does)")
     sim.add_argument("--param", type=_param, action="append", default=[], metavar="POLICY.KEY=VALUE",
                      help="planner parameter for one policy, e.g. ones.generations=20 (repeatable)")
     sim.add_argument("--json", type=Path, metavar="OUT", help="write all results as JSON here")

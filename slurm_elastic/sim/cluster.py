@@ -318,14 +318,24 @@ class VirtualCluster:
         if spec.model not in self.profiles:
             self.profiles[spec.model] = spec.model_truth.speed.planner_model
 
-    def complete_finished(self, eps: float = DONE_EPS) -> list[SimJob]:
-        """Finish every job whose work is done; returns them."""
+    def complete_finished(self, eps: float = DONE_EPS, *, at_finish_time: bool = False) -> list[SimJob]:
+        """Finish every job whose work is done; returns them.
+
+        Args:
+            eps: the share of its work a job may leave undone (the rounding of its progress).
+            at_finish_time: also finish every job whose finish time has come (``finish_at <= now``)
+                though its accounted work falls short by more than ``eps``. Late in a long run the
+                clock's last bit is longer than a short job's ``eps`` of work, so the clock can
+                reach a job's finish time with its work still short; the engine asks for this only
+                when the clock is stuck there (``sim.engine``).
+        """
         # Only a job whose finish time has come can be done (2 * eps: the rounding of the finish time).
         due = [j for j in self.running.values()
                if j.done >= 1.0 - eps or (j.rate > 0 and j.finish_at - self.now <= 2 * eps / j.rate)]
         for job in due:
             job.sync(self.now)
-        done = sorted((j for j in due if j.done >= 1.0 - eps), key=lambda j: j.seq)
+        done = sorted((j for j in due if j.done >= 1.0 - eps or (at_finish_time and j.finish_at <= self.now)),
+                      key=lambda j: j.seq)
         for job in done:
             self._finish(job)
             self._record_history(job)

@@ -11,6 +11,18 @@ completion its own round (epoch ends are still grouped: a 50-job workload has th
 A periodic planner keeps its allocation between its own re-plans (its memo knows when it last
 planned), so calling it at every event is what a daemon does too.
 
+The horizon follows the workload: every job arrives, and the run ends when the last job ends,
+however long the trace (:data:`~slurm_elastic.sim.workload.MAX_SUBMIT_S`). A ``horizon`` cuts the
+run there instead; the jobs that did not end by then (running, waiting, or never arrived) are
+named in the result's ``unfinished``. Two stops keep a run that cannot end from running for ever:
+a few rounds in a row that start nothing while nothing runs and every job has arrived (for a
+periodic planner, rounds at its ticks), and, without a horizon, a safety stop
+(:func:`safety_stop`), far past any end a policy that runs its jobs reaches. A trace whose run
+ended within the old 30-day horizon ends exactly as it did.
+
+Memory and time grow linearly with the jobs: each event costs the running and waiting jobs of that
+moment (the snapshot a round sees), not the jobs of the whole trace.
+
 The planner's declared traits (:class:`~slurm_elastic.core.planner.Planner`) are read here:
 ``interval`` (seconds; ticks are scheduled every ``interval``, none when 0), ``epoch_events``
 (rounds at epoch ends) and ``uses_progress`` (jobs report validation metrics and the ONES
@@ -36,16 +48,37 @@ from slurm_elastic.core.rounds import run_round
 from slurm_elastic.errors import ConfigError
 from slurm_elastic.sim.cluster import ResizeCost, VirtualCluster
 from slurm_elastic.sim.metrics import metrics
-from slurm_elastic.sim.workload import SIM_HORIZON_S, SimJobSpec
+from slurm_elastic.sim.workload import MAX_HORIZON_S, SIM_HORIZON_S, SimJobSpec, requested_time
 
 log = logging.getLogger(__name__)
 
 MAX_IDLE_ROUNDS = 3
+SHOWN_UNFINISHED = 20
+"""Most unfinished job ids a log line names (the result lists them all)."""
+
+
+def safety_stop(jobs: Sequence[SimJobSpec]) -> float:
+    """When a run without a horizon of its own stops at the latest: the last arrival, plus 30 days
+    (:data:`~slurm_elastic.sim.workload.SIM_HORIZON_S`), plus twice the GPU-seconds the jobs bring
+    at their requests (every job run one after another, each on one GPU at its requested
+    GPU-seconds, twice over), capped at :data:`~slurm_elastic.sim.workload.MAX_HORIZON_S`. Only a
+    policy that never runs some job (or pauses it for ever) gets there."""
+    last = max((j.submit_time for j in jobs), default=0.0)
+    work = 0.0
+    for j in jobs:
+        work += j.requested_gpus * requested_time(j)
+    return min(MAX_HORIZON_S, last + SIM_HORIZON_S + 2.0 * work)
+
+
+def unfinished_names(ids: Sequence[str]) -> str:
+    """``a, b, c`` for at most :data:`SHOWN_UNFINISHED` ids, ``(and N more)`` after."""
+    shown = ", ".join(ids[:SHOWN_UNFINISHED])
+    return shown + (f" (and {len(ids) - SHOWN_UNFINISHED} more)" if len(ids) > SHOWN_UNFINISHED else "")
 
 
 def simulate(jobs: Sequence[SimJobSpec], planner: Planner, *, gpus: int, gpus_per_node: int = 4,
              resize_cost: str | ResizeCost = "in-place", seed: int = 0, round_gap: float = 30.0,
-             horizon: float = SIM_HORIZON_S, workload: str = "", overhead_s: float = 0.0,
+             horizon: float | None = None, workload: str = "", overhead_s: float = 0.0,
              equal_start: bool = False, host_cores: int | None = None) -> dict[str, Any]:
     """Replay ``jobs`` under ``planner`` on a virtual cluster.
 
@@ -57,18 +90,26 @@ def simulate(jobs: Sequence[SimJobSpec], planner: Planner, *, gpus: int, gpus_pe
         resize_cost: ``in-place``, ``checkpoint``, seconds, or the pauses themselves.
         seed: seed of the planner's random numbers.
         round_gap: least seconds between two rounds (see the module docstring).
-        horizon: stop at this virtual time (jobs still running are reported unfinished).
+        horizon: stop at this virtual time, seconds in ``(0, MAX_HORIZON_S]`` (jobs running, waiting
+            or not yet arrived then are reported in ``unfinished``); ``None``: when the last job
+            ends (module docstring).
         workload: name recorded in the result.
         overhead_s, equal_start, host_cores: physics of a real cluster the profiles leave out
             (:class:`~slurm_elastic.sim.cluster.VirtualCluster`; off by default).
 
+    Returns:
+        The result (module docstring); ``horizon`` is the one given (``None``: the trace's own) and
+        ``unfinished`` the ids of the jobs that did not end, in submit order.
+
     Raises:
-        ConfigError: bad cluster shape or resize cost.
+        ConfigError: bad cluster shape, resize cost, horizon or round gap.
     """
-    if not (math.isfinite(horizon) and horizon > 0):
-        raise ConfigError(f"horizon {horizon} s: must be a finite number > 0")
-    if not (math.isfinite(round_gap) and 0 <= round_gap <= horizon):
-        raise ConfigError(f"round gap {round_gap} s: must be a finite number >= 0 and <= the horizon ({horizon:g} s)")
+    if horizon is not None and not (math.isfinite(horizon) and 0 < horizon <= MAX_HORIZON_S):
+        raise ConfigError(f"horizon {horizon!r} s: must be a finite number > 0 and <= {MAX_HORIZON_S:g} s")
+    gap_limit = MAX_HORIZON_S if horizon is None else horizon
+    if not (math.isfinite(round_gap) and 0 <= round_gap <= gap_limit):
+        raise ConfigError(f"round gap {round_gap!r} s: must be a finite number >= 0 and <= the horizon "
+                          f"({gap_limit:g} s)")
     if gpus < 1 or gpus_per_node < 1 or gpus % gpus_per_node:
         raise ConfigError(f"--gpus {gpus} must be a positive multiple of --gpus-per-node {gpus_per_node}")
     cost = ResizeCost.parse(resize_cost)
@@ -91,6 +132,10 @@ def simulate(jobs: Sequence[SimJobSpec], planner: Planner, *, gpus: int, gpus_pe
     pending = False  # a round is owed (arrival, completion or tick seen since the last one)
     epoch_gap = max(round_gap, 30.0)
     total = len(order)
+    # Without a horizon: the safety stop, first its cheap part (30 days past the last arrival: no run
+    # that ended within the old 30-day horizon gets near it), the whole of it only when a run gets there.
+    stop = horizon if horizon is not None else (order[-1].submit_time if order else 0.0) + SIM_HORIZON_S
+    stop_known = horizon is not None
     while nxt < total or cluster.active:
         t_arrival = order[nxt].submit_time if nxt < total else math.inf
         t_finish = min((j.finish_at for j in cluster.running.values()), default=math.inf)
@@ -100,10 +145,16 @@ def simulate(jobs: Sequence[SimJobSpec], planner: Planner, *, gpus: int, gpus_pe
         t_epoch = max(t_epoch, last_round + epoch_gap)
         t_due = max(cluster.now, last_round + round_gap) if pending else math.inf
         t = min(t_arrival, t_finish, next_tick, t_epoch, t_due)
-        if not math.isfinite(t) or t > horizon:
-            if cluster.active:
-                log.warning("simulation stopped at t=%.0f with %d job(s) unfinished", cluster.now, len(cluster.active))
+        if math.isfinite(t) and t > stop and not stop_known:
+            stop, stop_known = max(stop, safety_stop(order)), True
+        if not math.isfinite(t) or t > stop:
+            if cluster.active or nxt < total:
+                why = ("nothing left to happen" if not math.isfinite(t) else
+                       f"horizon {stop:g} s" if horizon is not None else f"safety stop {stop:g} s")
+                log.warning("simulation stopped at t=%.0f (%s) with %d job(s) unfinished", cluster.now, why,
+                            len(cluster.active) + total - nxt)
             break
+        moved = t > cluster.now
         cluster.advance(t)
         arrived = 0
         while nxt < total and order[nxt].submit_time <= cluster.now:
@@ -111,6 +162,16 @@ def simulate(jobs: Sequence[SimJobSpec], planner: Planner, *, gpus: int, gpus_pe
             nxt += 1
             arrived += 1
         finished = cluster.complete_finished()
+        if not (moved or arrived or finished or _other_due(cluster.now, next_tick, epoch_events, t_epoch, pending,
+                                                           last_round, round_gap)):
+            # Nothing happened and nothing changed, so nothing ever would: the clock is stuck at a
+            # job's finish time, its work short of done by less than the clock's last bit (late in a
+            # long trace, a short job). That job ends now.
+            finished = cluster.complete_finished(at_finish_time=True)
+            if not finished:
+                log.error("t=%.0f: the simulation cannot move on; stopped with %d job(s) unfinished", cluster.now,
+                          len(cluster.active) + total - nxt)
+                break
         tick = cluster.now >= next_tick
         if tick:
             next_tick = (math.floor(cluster.now / interval) + 1) * interval
@@ -129,13 +190,15 @@ def simulate(jobs: Sequence[SimJobSpec], planner: Planner, *, gpus: int, gpus_pe
             if rec.violations:
                 log.error("t=%.0f plan refused: %s", cluster.now, "; ".join(rec.violations[:3]))
             log.debug("%s", rec.summary())
-            # A round that starts nothing while nothing runs would repeat forever: stop after a few.
-            if not rec.actions and busy_before == 0 and nxt >= total and not interval:
+            # A round that starts nothing while nothing runs would repeat forever: stop after a few
+            # (a periodic planner's: a few at its ticks, where it re-plans).
+            idle = not rec.actions and busy_before == 0 and nxt >= total
+            if idle and (not interval or tick):
                 idle_rounds += 1
                 if idle_rounds >= MAX_IDLE_ROUNDS:
                     log.warning("no job can be placed; %d job(s) left waiting", len(cluster.active))
                     break
-            else:
+            elif not idle:
                 idle_rounds = 0
         if timeline_t[-1] == cluster.now:
             timeline_t.pop(), timeline_busy.pop(), timeline_done.pop(), timeline_active.pop()
@@ -148,6 +211,10 @@ def simulate(jobs: Sequence[SimJobSpec], planner: Planner, *, gpus: int, gpus_pe
                                         "active": [float(a) for a in timeline_active]}
     cluster.sync()  # jobs left unfinished at the horizon
     records = [_record(j) for j in cluster.jobs.values()]
+    unfinished = [s.job_id for s in order if (j := cluster.jobs.get(s.job_id)) is None or j.end is None]
+    if unfinished:
+        log.warning("%s: %d job(s) did not end by t=%.0f: %s", planner.name, len(unfinished), cluster.now,
+                    unfinished_names(unfinished))
     return {
         "workload": workload,
         "policy": planner.name,
@@ -156,10 +223,18 @@ def simulate(jobs: Sequence[SimJobSpec], planner: Planner, *, gpus: int, gpus_pe
         "gpus_per_node": gpus_per_node,
         "resize_cost": cost.label,
         "rounds": rounds,
+        "horizon": horizon,
+        "unfinished": unfinished,
         "metrics": metrics(records, order, timeline, gpus, gpus_per_node=gpus_per_node, bound=not equal_start),
         "jobs": records,
         "timeline": timeline,
     }
+
+
+def _other_due(now: float, next_tick: float, epoch_events: bool, t_epoch: float, pending: bool, last_round: float,
+               round_gap: float) -> bool:
+    """Whether a tick, an epoch end or an owed round is due at ``now`` (any of them moves the loop on)."""
+    return now >= next_tick or (epoch_events and now >= t_epoch) or (pending and now >= last_round + round_gap)
 
 
 def _record(j: Any) -> dict[str, Any]:

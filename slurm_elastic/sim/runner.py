@@ -112,7 +112,7 @@ def run_comparison(policies: Sequence[PolicySpec], seeds: Sequence[int], *, work
                    trace: Path | None = None, gpus: int = 64, gpus_per_node: int = 4,
                    resize_cost: str = "in-place", round_gap: float = 30.0,
                    progress: Progress | None = None, guards: Guards | None = None,
-                   loads: Sequence[float] = ()) -> list[dict[str, Any]]:
+                   loads: Sequence[float] = (), horizon: float | None = None) -> list[dict[str, Any]]:
     """Simulate every policy on every seed of the workload; one result dict per run.
 
     Args:
@@ -121,6 +121,8 @@ def run_comparison(policies: Sequence[PolicySpec], seeds: Sequence[int], *, work
             bare policies (``reproduce``).
         loads: when given, each seed's workload runs once per load on the cluster sized for it
             (:func:`~slurm_elastic.sim.workload.gpus_for_load`); each result says its ``load``.
+        horizon: cut every run at this virtual time (seconds); ``None``: each run ends when its last
+            job does (:func:`~slurm_elastic.sim.engine.simulate`).
     """
     results = []
     for seed in seeds:
@@ -133,7 +135,7 @@ def run_comparison(policies: Sequence[PolicySpec], seeds: Sequence[int], *, work
                     at = f" (load {load:g})" if load is not None else ""
                     progress(f"{name} seed {seed}: {pol.shown} on {cluster} GPUs{at} ({len(jobs)} jobs)")
                 res = simulate(jobs, planner, gpus=cluster, gpus_per_node=gpus_per_node, resize_cost=resize_cost,
-                               seed=seed, workload=name, round_gap=round_gap)
+                               seed=seed, workload=name, round_gap=round_gap, horizon=horizon)
                 res["policy"] = pol.shown
                 if load is not None:
                     res["load"] = load

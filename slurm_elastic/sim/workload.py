@@ -17,9 +17,10 @@ A trace is hostile input: it is read once, by descriptor, only when it is a regu
 most :data:`MAX_TRACE_BYTES` bytes of UTF-8 with at most :data:`MAX_TRACE_ROWS` job rows; every
 row has one field per header column, every field at most :data:`MAX_FIELD_CHARS` characters, and
 every number is an ASCII decimal in its range: GPU counts ``1..65536``, batch sizes
-``1..16777216``, ``submit_time`` in ``[0, 30 days)`` (the simulator's horizon: a later job would
-never arrive), ``duration`` in ``(0, 1e8]`` seconds. A bad row is a :class:`TraceError` naming the
-file, the line, the column, the value and the rule.
+``1..16777216``, ``submit_time`` in ``[0, 1e8)`` seconds (:data:`MAX_SUBMIT_S`, about three years
+of history), ``duration`` in ``(0, 1e8]`` seconds. A bad row is a :class:`TraceError` naming the
+file, the line, the column, the value and the rule. The simulator's horizon follows the trace
+(``sim.engine.simulate``): every job arrives and the run ends when the last one does.
 """
 
 from __future__ import annotations
@@ -46,7 +47,19 @@ from slurm_elastic_predictor.profiles import MODEL_DEFAULTS
 GPUS_PER_NODE = 4
 
 SIM_HORIZON_S = 30 * 24 * 3600.0
-"""The simulator's default horizon (``sim.engine.simulate``): jobs are submitted before it."""
+"""Thirty days: the simulator's horizon before it followed the trace. A run without a horizon of its
+own still goes on at least this long past the last arrival before its safety stop
+(``sim.engine.simulate``), so a run that ended within 30 days ends exactly as it did."""
+
+MAX_SUBMIT_S = 1e8
+"""Latest ``submit_time`` of a trace job, exclusive (about 3.2 years: a site replays a quarter or a
+year with room to spare; the same bound as a job's :data:`MAX_DURATION_S`). Times stay far below
+``2**53`` ulps: at 1e8 s the virtual clock still resolves 15 ns."""
+
+MAX_HORIZON_S = 1e9
+"""Largest horizon a run may be given, and where a run without one stops at the latest (about 31.7
+years: ten times :data:`MAX_SUBMIT_S`, room for a queue that drains long after its last arrival;
+the clock still resolves 0.12 us there)."""
 
 MAX_TRACE_BYTES = 64 << 20
 """Largest trace file (64 MiB: about a million rows)."""
@@ -338,7 +351,7 @@ def _num(path: Path, line: int, row: dict[str, str], col: str, *, integer: bool,
     kind = "an integer" if integer else "a number"
     rule = f"{kind} >= {_fmt(minimum)} and {'<' if below else '<='} {_fmt(maximum)}"
     if col == "submit_time":
-        rule += " (the simulator's 30-day horizon: a later job would never arrive)"
+        rule += " (seconds from the trace's start: about 3.2 years of history)"
     if not _NUMBER.fullmatch(text):
         raise TraceError(f"{path}:{line}: {col} = {_shown(text)} is not a number (rule: {rule})")
     value = float(text)
@@ -365,7 +378,7 @@ def _trace_job(path: Path, line: int, index: int, row: dict[str, str], elastic_r
     if job_id in seen:
         raise TraceError(f"{path}:{line}: job_id {job_id!r} appears twice")
     seen.add(job_id)
-    submit = _num(path, line, row, "submit_time", integer=False, minimum=0, maximum=SIM_HORIZON_S, below=True)
+    submit = _num(path, line, row, "submit_time", integer=False, minimum=0, maximum=MAX_SUBMIT_S, below=True)
     gpus = int(_num(path, line, row, "num_gpus", integer=True, minimum=1, maximum=MAX_TRACE_GPUS))
     duration = _num(path, line, row, "duration", integer=False, minimum=1e-9, maximum=MAX_DURATION_S)
     model = _text(path, line, row, "model") or _model_for(gpus * duration / 3600, index)
@@ -664,9 +677,9 @@ def philly_like(n_jobs: int, gpus: int, seed: int, load: float = 0.9, window_s: 
     ``window_s``: instead, the jobs are submitted over that window, as a Poisson process with that
     many arrivals in it (uniform times, sorted): Ares samples "160 jobs submitted over 8 hours"
     (:func:`ares_philly`); ``load`` is then unused."""
-    if n_jobs < 1 or gpus < 1 or load <= 0 or (window_s is not None and not 0 < window_s <= SIM_HORIZON_S):
+    if n_jobs < 1 or gpus < 1 or load <= 0 or (window_s is not None and not 0 < window_s < MAX_SUBMIT_S):
         raise TraceError(f"philly-like: n_jobs={n_jobs}, gpus={gpus}, load={load}, window_s={window_s} must all be "
-                         f"positive (a window at most {SIM_HORIZON_S:.0f} s)")
+                         f"positive (a window below {MAX_SUBMIT_S:.0f} s)")
     rng = np.random.default_rng(seed)
     k, dur = _philly_draw(rng, n_jobs)
     if window_s is not None:
