@@ -7,8 +7,9 @@ offset the store kept) and stores them as :class:`~slurm_elastic.store.ProgressR
 (samples done, throughput measured at the current size, per-GPU batch, epoch size, losses, last
 resize). A job without a channel simply has no reports; a refused line (bad MAC, another job, a
 malformed field, a claim outside :mod:`slurm_elastic.observe.bounds`) or a report file that breaks
-a rule quarantines the job: it is logged, skipped, never trusted, and the job is planned from priors.
-It changes nothing in Slurm.
+a rule quarantines the job: it is logged, skipped, never trusted, and the job is planned from priors,
+except that one whose end report the act step believes (:func:`finished_training`) is not offered
+a grow: the act step would do nothing to it. It changes nothing in Slurm.
 """
 
 from __future__ import annotations
@@ -297,17 +298,24 @@ def step_points(rows: Sequence[ProgressRow]) -> tuple[StepPoint, ...]:
     return tuple(StepPoint(k, nodes, local, statistics.median(times)) for (k, nodes, local), times in steps.items())
 
 
-def runtimes(store: Store, records: Iterable[JobRecord]) -> dict[str, JobRuntime]:
+def runtimes(store: Store, records: Iterable[JobRecord], now: float | None = None) -> dict[str, JobRuntime]:
     """The runtime of every job in ``records`` that has reported (from the store; nothing is read here).
 
-    A job in quarantine has none: it is planned from priors, as if it had never reported.
+    A job in quarantine has none: it is planned from priors, as if it had never reported. Except
+    that, at ``now`` (when given), a quarantined job whose training ended by the rule the act step
+    holds to (:func:`finished_training`) cannot grow: the act step does nothing to such a job
+    ("nothing done: the job finished training"), so a grow planned for it was only journaled as
+    done and nothing, and its GPUs were kept from the others for the round.
     """
     out: dict[str, JobRuntime] = {}
     quarantined = store.quarantined()
     for rec in records:
+        rows = store.progress_of(rec.job_id)
         if rec.job_id in quarantined:
+            if now is not None and rec.state is JobState.RUNNING and finished_training(rows, now):
+                out[rec.job_id] = JobRuntime(can_grow=False)
             continue
-        rt = runtime_of(store.progress_of(rec.job_id))
+        rt = runtime_of(rows)
         if rt is not None:
             out[rec.job_id] = rt
     return out

@@ -206,10 +206,11 @@ class ClusterView:
         store = self.store
         refused: dict[str, str] = {}
         t = time.perf_counter()
-        snap = snapshot_of(nodes, jobs, now=self.clock(), profiles=self.profiles, partitions=self.partitions,
+        now = self.clock()  # one instant: the act step judges a job's end report by the snapshot's
+        snap = snapshot_of(nodes, jobs, now=now, profiles=self.profiles, partitions=self.partitions,
                            default_model=self.default_model,
                            satellites=store.satellites() if store is not None else None,
-                           runtimes=join_checked(runtimes(store, managed), managed) if store is not None else None,
+                           runtimes=join_checked(runtimes(store, managed, now), managed) if store is not None else None,
                            refused=refused,
                            unreadable_nodes=self.nodes_left_out,
                            progress_model=self._progress_model(), memo=self.made)
