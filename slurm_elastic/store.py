@@ -659,9 +659,12 @@ class Store:
         with self._tx():
             self._db.execute("UPDATE satellites SET ended=? WHERE sat_id=? AND ended IS NULL", (t, sat_id))
 
-    def lost_workers(self, job_id: str) -> set[str]:
-        """Every worker a recovery of the job went on without (its reports' ``lost``)."""
-        rows = self._db.execute("SELECT lost FROM progress WHERE job_id = ? AND lost != ''", (job_id,))
+    def lost_workers(self, job_id: str, since: float | None = None) -> set[str]:
+        """Every worker a recovery of the job went on without (its reports' ``lost``), by the reports
+        written at or after ``since`` when given (a requeued job's run: its workers started again
+        under the same ids, and those an earlier run lost are back)."""
+        rows = self._db.execute("SELECT lost FROM progress WHERE job_id = ? AND lost != '' AND t >= ?",
+                                (job_id, float("-inf") if since is None else since))
         return {w for (lost,) in rows for w in str(lost).split(",") if w}
 
     def latest_progress(self, job_id: str) -> ProgressRow | None:

@@ -25,7 +25,10 @@ resizes happen in place, without a restart:
   ``RELEASE_TIMEOUT_S`` after the order), Slurm is told: ``scontrol update JobId=J NodeList=<kept
   nodes>`` when the job's own allocation loses nodes (a durable, deferred release done by
   :meth:`SlurmActuator.tend`, so the daemon never blocks and a killed leaver never fails the
-  job); satellites whose workers all left end by themselves.
+  job); satellites whose workers all left end by themselves. A release still owed when Slurm
+  requeued the job and started it again is dropped: the new run's workers started again, on the
+  nodes of its new allocation, and the nodes the earlier run kept are not the new run's to keep
+  (so are the workers a recovery of an earlier run lost: the new run started them again).
 * **REBATCH**: an order with the same workers and the new batch (only for jobs that declared a
   batch range; others keep their own batch policy).
 
@@ -481,6 +484,12 @@ class SlurmActuator:
             if rec is None or rec.state is not JobState.RUNNING:
                 self.store.drop_release(jid)
                 continue
+            start = _run_start(rec)
+            if start is not None and start > r["ordered"]:  # requeued and started again since the order
+                self.store.drop_release(jid)
+                lines.append(f"job {jid}: release of its other nodes dropped: it was requeued and started again "
+                             f"since (keeping {','.join(r['nodes'])} would shrink its new run)")
+                continue
             rows = [p for p in self.store.progress_of(jid) if p.t >= r["ordered"]]
             left = [p.t for p in rows if p.kind == "left"]
             switched = [p.t for p in rows if p.kind in ("resize", "progress") and p.world == r["world"]]
@@ -585,7 +594,7 @@ class SlurmActuator:
         for jid, rec in records.items():
             if rec.state is not JobState.RUNNING or not rec.comment:
                 continue
-            lost = self.store.lost_workers(jid)
+            lost = self.store.lost_workers(jid, _run_start(rec))
             if not lost or finished_training(self.store.progress_of(jid), self.clock()):
                 continue
             try:
@@ -767,6 +776,12 @@ def _sealed(stack: contextlib.ExitStack, data: bytes, name: str) -> int:
         raise NotExpressible(f"cannot copy the job's {name} file for sbatch: {exc}") from exc
     stack.callback(os.close, fd)
     return fd
+
+
+def _run_start(rec: JobRecord) -> float | None:
+    """When Slurm started the job's current run, if it was requeued (``None``: its first run). What
+    an earlier run was owed, or reported lost, belongs to workers the requeue ended."""
+    return float(rec.start_time) if rec.restart_count > 0 and rec.start_time else None
 
 
 def _judged(a: Action, job: Job | None) -> tuple[bool, str]:

@@ -9,13 +9,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from slurm_elastic.core.actions import Action, ActionKind
-from slurm_elastic.core.model import JobId
+from slurm_elastic.core.model import JobId, JobState
 from slurm_elastic.orders import Channel
 from slurm_elastic.slurm.actions import SlurmActuator
-from slurm_elastic.store import Store
+from slurm_elastic.store import ProgressRow, Store
+from slurm_elastic.testing import make_job, make_nodes, make_snapshot
 
 from .test_crash_points import FakeSlurm, snapshot_of
-from .test_satellites import _job_files, place, rec
+from .test_satellites import _actuator, _job_files, _orders, place, rec
 
 
 def test_a_requeued_job_is_shrunk_from_its_new_workers_on_its_new_nodes(tmp_path: Path) -> None:
@@ -78,3 +79,43 @@ def test_a_shrink_cut_short_then_requeued_owes_no_release_of_the_new_run(tmp_pat
     (entry,) = store.actions_of("7")
     assert entry.state != "done" and "never got the order" in entry.message, lines
     assert store.releases() == []
+
+
+def test_a_release_owed_by_an_earlier_run_is_dropped_not_done_to_the_new_run(tmp_path: Path) -> None:
+    """Issue 38, item 1: a shrink's node release owed when the job was requeued (the daemon down, or
+    the job requeued and started again between two polls) was done to the new run: ``NodeList=`` of
+    the nodes the first run kept took the new run's other node, and its workers there with it."""
+    comment, _ = _job_files(tmp_path)
+    first = rec("7", {"n000": 2, "n001": 2}, comment=comment, batch_host="n000")
+    ran: list[list[str]] = []
+    records = {"7": first}
+    act = _actuator(tmp_path, records, ran)
+    shrink = Action(ActionKind.SHRINK, JobId("7"), place({"n000": 2, "n001": 2}), place({"n000": 2}), 64, 32, 1, 0.1)
+    (out,) = act.apply(make_snapshot(make_nodes(2), [make_job("7", state=JobState.RUNNING, max_gpus=8, placement=[
+        ("n000", 0), ("n000", 1), ("n001", 0), ("n001", 1)])]), (shrink,))
+    assert out.ok and "keeps n000" in out.message, out.message
+    # requeued before the release fell due; its second run started at t=30 on the same two nodes
+    records["7"] = replace(first, restart_count=1, start_time=30)
+    act.clock = lambda: 100.0  # past RELEASE_TIMEOUT_S: the release was due
+    (line,) = act.tend()
+    assert "release of its other nodes dropped: it was requeued" in line, line
+    assert ran == [] and act.store.releases() == []  # before: scontrol update JobId=7 NodeList=n000
+
+
+def test_workers_an_earlier_run_lost_are_not_taken_from_the_new_run(tmp_path: Path) -> None:
+    """Issue 38, item 1: a recovery report of the first run named w2 and w3 lost; the requeued job
+    started w0..w3 again, and the daemon ordered the new w2 and w3 out and gave their node back."""
+    comment, secret = _job_files(tmp_path)
+    first = rec("7", {"n0": 2, "n1": 2}, comment=comment, batch_host="n0")
+    ran: list[list[str]] = []
+    records = {"7": first}
+    act = _actuator(tmp_path, records, ran)
+    act.store.add_reports("7", [ProgressRow(4.0, "resize", 640, 2, 64, pause_s=0.1, lost=("w2", "w3"))], 100)
+    records["7"] = replace(first, restart_count=1, start_time=10)  # requeued before the daemon settled it
+    assert act.tend() == [] and ran == []
+    assert Channel.open("7", first.user, comment, 1).history() == []  # no order for the new run
+    # a loss in the new run is settled as before
+    act.store.add_reports("7", [ProgressRow(12.0, "resize", 64, 3, 96, pause_s=0.1, lost=("w3",))], 200)
+    (line,) = act.tend()
+    assert "lost workers w3 out of the job's order" in line, line
+    assert _orders(tmp_path / "job-1.orders", "7", secret)[-1].workers == ("w0", "w1", "w2")
