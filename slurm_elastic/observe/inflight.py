@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, MutableMapping
 
 from slurm_elastic.core.model import ClusterSnapshot, InFlightResize, JobId, JobState
-from slurm_elastic.observe.progress import finished_training
+from slurm_elastic.observe.progress import finished_training, run_start_of
 from slurm_elastic.slurm.records import JobRecord
 from slurm_elastic.store import Store
 
@@ -48,7 +48,8 @@ def owed_by_store(store: Store, records: Mapping[str, JobRecord],
         out.setdefault(parent, InFlightResize(JobId(parent), jobs[JobId(parent)].num_gpus + gpus, since))
     for job in snapshot.jobs:  # trained to the end, its workers are exiting: nothing to resize any more
         rows = store.progress_of(job.job_id) if job.state is JobState.RUNNING else []
-        if finished_training(rows, snapshot.now):
+        rec = records.get(job.job_id)
+        if finished_training(rows, snapshot.now, run_start_of(rec) if rec is not None else None):
             out.setdefault(job.job_id, InFlightResize(job.job_id, job.num_gpus, rows[-1].t))
     return tuple(out.values())
 

@@ -241,13 +241,15 @@ def _last_rank0_row(store: Store, job_id: str) -> ProgressRow | None:
     return next((r for r in reversed(store.progress_of(job_id)) if r.kind != "left"), None)
 
 
-def runtime_of(rows: Sequence[ProgressRow]) -> JobRuntime | None:
+def runtime_of(rows: Sequence[ProgressRow], run_start: float | None = None) -> JobRuntime | None:
     """What a job's progress rows (oldest first) say about it now, or ``None`` without rows.
 
     Throughput is the mean of the progress windows since the last resize (the current world);
     the last change is the last resize report; the model's name and parameter count are those of the
     latest report that gives them. A job whose last report says its training ended cannot grow: its
-    workers are exiting, and a grow planned for it would only be refused by the actuator.
+    workers are exiting, and a grow planned for it would only be refused by the actuator. An end
+    report written before ``run_start`` (:func:`run_start_of`) is an earlier run's: the stop before a
+    requeue; the new run trains on.
     """
     rows = [r for r in rows if r.kind != "left"]  # a dropped worker's farewell says nothing of the job now
     if not rows:
@@ -274,7 +276,7 @@ def runtime_of(rows: Sequence[ProgressRow]) -> JobRuntime | None:
         progress=ProgressReport(initial_loss=losses[0] if losses else None,
                                 current_loss=losses[-1] if losses else None,
                                 val_metric=metrics[-1] if metrics else None),
-        can_grow=last.kind != "end",
+        can_grow=not _ended(last, run_start),
     )
 
 
@@ -312,10 +314,10 @@ def runtimes(store: Store, records: Iterable[JobRecord], now: float | None = Non
     for rec in records:
         rows = store.progress_of(rec.job_id)
         if rec.job_id in quarantined:
-            if now is not None and rec.state is JobState.RUNNING and finished_training(rows, now):
+            if now is not None and rec.state is JobState.RUNNING and finished_training(rows, now, run_start_of(rec)):
                 out[rec.job_id] = JobRuntime(can_grow=False)
             continue
-        rt = runtime_of(rows)
+        rt = runtime_of(rows, run_start_of(rec))
         if rt is not None:
             out[rec.job_id] = rt
     return out
@@ -344,8 +346,21 @@ workers exit and its batch script ends within it. Past it the report disagrees w
 job is resized like any other (a signed end report made a job that trained on unshrinkable)."""
 
 
-def finished_training(rows: Sequence[ProgressRow], now: float) -> bool:
+def finished_training(rows: Sequence[ProgressRow], now: float, run_start: float | None = None) -> bool:
     """Whether the job's last report says its training ended (its workers are exiting), no more than
-    :data:`END_REPORT_TRUST_S` before ``now``; a report after it quarantines the job
-    (:mod:`slurm_elastic.observe.bounds`) and is not stored."""
-    return bool(rows) and rows[-1].kind == "end" and now - rows[-1].t <= END_REPORT_TRUST_S
+    :data:`END_REPORT_TRUST_S` before ``now`` and not before its current run started (``run_start``,
+    :func:`run_start_of`: the stop report of a run that a requeue ended says nothing of the new
+    run); a report after it quarantines the job (:mod:`slurm_elastic.observe.bounds`) and is not
+    stored."""
+    return bool(rows) and _ended(rows[-1], run_start) and now - rows[-1].t <= END_REPORT_TRUST_S
+
+
+def _ended(row: ProgressRow, run_start: float | None) -> bool:
+    return row.kind == "end" and (run_start is None or row.t >= run_start)
+
+
+def run_start_of(rec: JobRecord) -> float | None:
+    """When Slurm started the job's current run, if it was requeued (``None``: its first run). What
+    an earlier run reported (its end, the workers it lost) or was owed is that run's: the requeue
+    ended its workers and started them again."""
+    return float(rec.start_time) if rec.restart_count > 0 and rec.start_time else None

@@ -86,7 +86,7 @@ from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import ClusterSnapshot, Job, JobState, Placement
 from slurm_elastic.core.rounds import ActionOutcome
 from slurm_elastic.errors import ElasticError
-from slurm_elastic.observe.progress import finished_training
+from slurm_elastic.observe.progress import finished_training, run_start_of
 from slurm_elastic.orders import Channel, ChannelError, NoChannel
 from slurm_elastic.slurm.commands import Command, CommandTimeout, sealed_copy
 from slurm_elastic.slurm.records import JobRecord, initial_workers
@@ -269,7 +269,7 @@ class SlurmActuator:
             if a.kind is ActionKind.DROP:
                 self._cancel_satellites(a.job_id)
             return "requeued at the new size" if a.kind in (ActionKind.GROW, ActionKind.SHRINK, ActionKind.MOVE) else ""
-        if finished_training(self.store.progress_of(a.job_id), snapshot.now):
+        if finished_training(self.store.progress_of(a.job_id), snapshot.now, run_start_of(rec)):
             return "nothing done: the job finished training, its workers are exiting"
         if a.kind is ActionKind.GROW:
             return self._grow(a, rec, channel, steps)
@@ -484,7 +484,7 @@ class SlurmActuator:
             if rec is None or rec.state is not JobState.RUNNING:
                 self.store.drop_release(jid)
                 continue
-            start = _run_start(rec)
+            start = run_start_of(rec)
             if start is not None and start > r["ordered"]:  # requeued and started again since the order
                 self.store.drop_release(jid)
                 lines.append(f"job {jid}: release of its other nodes dropped: it was requeued and started again "
@@ -532,7 +532,7 @@ class SlurmActuator:
             if sat is None or sat.state is JobState.FINISHED:
                 self.store.end_satellite(sat_id, now)
                 withdrawn = ""
-                if job is not None and not finished_training(self.store.progress_of(parent), now):
+                if job is not None and not finished_training(self.store.progress_of(parent), now, run_start_of(job)):
                     what = self._withdraw(job, sat_id)
                     withdrawn = f" ({what})" if what == "its workers withdrawn" else ""
                 lines.append(f"satellite {sat_id} of job {parent} ended{withdrawn}")
@@ -594,8 +594,8 @@ class SlurmActuator:
         for jid, rec in records.items():
             if rec.state is not JobState.RUNNING or not rec.comment:
                 continue
-            lost = self.store.lost_workers(jid, _run_start(rec))
-            if not lost or finished_training(self.store.progress_of(jid), self.clock()):
+            lost = self.store.lost_workers(jid, run_start_of(rec))
+            if not lost or finished_training(self.store.progress_of(jid), self.clock(), run_start_of(rec)):
                 continue
             try:
                 channel = self._channel(rec)
@@ -776,12 +776,6 @@ def _sealed(stack: contextlib.ExitStack, data: bytes, name: str) -> int:
         raise NotExpressible(f"cannot copy the job's {name} file for sbatch: {exc}") from exc
     stack.callback(os.close, fd)
     return fd
-
-
-def _run_start(rec: JobRecord) -> float | None:
-    """When Slurm started the job's current run, if it was requeued (``None``: its first run). What
-    an earlier run was owed, or reported lost, belongs to workers the requeue ended."""
-    return float(rec.start_time) if rec.restart_count > 0 and rec.start_time else None
 
 
 def _judged(a: Action, job: Job | None) -> tuple[bool, str]:

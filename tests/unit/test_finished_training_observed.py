@@ -14,17 +14,19 @@ job at its maximum every round until the job left the queue (the flake of
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from slurm_elastic.config import Config, DaemonConfig
-from slurm_elastic.core.actions import ActionKind
+from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId
 from slurm_elastic.core.rounds import RoundRecord
 from slurm_elastic.daemon import Daemon
 from slurm_elastic.observe.progress import END_REPORT_TRUST_S
 from slurm_elastic.observe.view import ClusterView
+from slurm_elastic.slurm.actions import SlurmActuator
 from slurm_elastic.store import Store
 from slurm_elastic.testing import shipped_profiles
 from slurm_elastic_launcher.orders import sign_report
@@ -77,3 +79,24 @@ def test_a_job_whose_training_ended_is_not_offered_a_grow(tmp_path: Path) -> Non
     source = Source(nodes(2), [record("7", {"n000": 1}, comment=comment, admin="slurm-elastic gpus=1:2")])
     rnd = _round(ClusterView(source, shipped_profiles(), lambda: NOW, (), "cifar10", Store(tmp_path / "s.db")), NOW)
     assert not rnd.snapshot.job(JobId("7")).can_grow and _grows(rnd) == []
+
+
+def test_the_stop_report_of_a_run_a_requeue_ended_says_nothing_of_the_new_run(tmp_path: Path) -> None:
+    """Issue 38, item 1, the daemon's side: a job Slurm requeues writes an end report when it stops
+    (its checkpoint); until the new run's first report, that report made the new run look finished:
+    it could not grow, was held as under way, and the act step did nothing to it."""
+    comment = job_files(tmp_path, "job-7")
+    stop = sign_report(report("7", kind="end", world=1, global_batch=256, t=NOW - 60, samples=6400), SECRET)
+    append_lines(tmp_path, "job-7", [stop])
+    first = record("7", {"n000": 1}, comment=comment, admin="slurm-elastic gpus=1:2")
+    again = replace(first, restart_count=1, start_time=int(NOW - 20))  # requeued, started again 20 s ago
+    for rec, finished in ((first, True), (again, False)):
+        store = Store(tmp_path / f"{rec.restart_count}.db")
+        rnd = _round(ClusterView(Source(nodes(2), [rec]), shipped_profiles(), lambda: NOW, (), "cifar10", store), NOW)
+        job = rnd.snapshot.job(JobId("7"))
+        assert (job.can_grow, bool(rnd.snapshot.in_flight), _grows(rnd)) == (
+            (False, True, []) if finished else (True, False, ["7"])), (rec.restart_count, rnd.snapshot.in_flight)
+        act = SlurmActuator(lambda argv: "", store, clock=lambda: NOW, records=lambda r=rec: {"7": r})
+        rebatch = Action(ActionKind.REBATCH, JobId("7"), job.placement, job.placement, 64, 64, 1, 0.1)
+        (out,) = act.apply(rnd.snapshot, (rebatch,))
+        assert ("finished training" in out.message) is finished, out.message
