@@ -64,7 +64,8 @@ class AgentState(enum.Enum):
     * STARTING → FORMING (initial worker) or JOINING (worker started by a grow order).
     * JOINING: initialise model/optimizer, find the order naming this worker, mark it ready → WAITING.
     * WAITING: the old workers keep training until every joiner is ready; then rank 0 announces the
-      switch, and the joiner reads the go key → FORMING.
+      switch, and the joiner reads the go key → FORMING. A joiner whose loop labelled its warm-up
+      with an epoch the job has since left goes back → JOINING, to warm up again under the new one.
     * FORMING: init the group of the new generation → SYNCING.
     * SYNCING: the staying workers send the state to the joiners (skipped when nobody joined); after a
       lost peer, a survivor holding the state broadcasts its rolled-back state → TRAINING.
@@ -414,7 +415,8 @@ class Agent:
         self.rank = -1
         self._pending: Order | None = None
         self._next_read = 0.0  # monotonic time of rank 0's next read of the orders (:meth:`_decide`)
-        self._ready: set[tuple[int, str]] = set()  # (order, joiner) pairs seen ready
+        self._ready: dict[tuple[int, str], int] = {}  # (order, joiner) seen ready -> its warm-up's epoch
+        self._told_epoch: dict[int, int] = {}  # order -> the job's epoch last told its joiners
         self._parsed: dict[str, Order | None] = {}
         self._refused: dict[str, int] = {}  # control key -> hash of the payload last refused (logged once)
         self._generations: list[str] = []
@@ -620,23 +622,54 @@ class Agent:
         self._transition(AgentState.JOINING)
         return self._find_my_order()
 
-    def join(self, order: Order) -> None:
+    def job_epoch(self, order: Order) -> int:
+        """A joiner of ``order``: the job's epoch now, as rank 0 tells it (the epoch its loop's warm-up
+        pass is labelled with, :meth:`join`).
+
+        Raises:
+            TimeoutError: rank 0 said nothing within the join timeout.
+        """
+        epoch = self._wait_control(control.epoch_key(order.seq), control.read_epoch, self.env.join_timeout_s)
+        if epoch is None:
+            raise TimeoutError(f"{self.me}: no epoch for order {order.seq} within {self.env.join_timeout_s} s")
+        return epoch
+
+    def join(self, order: Order, epoch: int | None = None) -> int | None:
         """A joiner, warmed up: say ready, wait for the go, form the new world and receive the state
         (WAITING → FORMING → SYNCING → TRAINING).
+
+        Args:
+            order: the order naming this worker.
+            epoch: the epoch the script's loop labelled the warm-up pass with (:meth:`job_epoch`), or
+                None (no loop: ``run``). Rank 0 switches this worker in only while the job is in that
+                epoch, so the pass goes on in the epoch it was labelled with (or that epoch's end).
+
+        Returns:
+            None once joined; the job's epoch if it moved on from ``epoch`` first: not joined, the
+            script's loop ends that pass and warms up again labelled with the new one (JOINING).
 
         Raises:
             TimeoutError: no go within the join timeout.
         """
-        self.backend.store_set(control.ready_key(order.seq, self.me), control.ready_payload())
+        self.backend.store_set(control.ready_key(order.seq, self.me), control.ready_payload(epoch))
         self._transition(AgentState.WAITING)
-        go = self._wait_control(control.go_key(order.seq),
-                                lambda p: control.read_go(p, order.seq, self.env.job_id, self.env.secret),
-                                self.env.join_timeout_s)
+        deadline = time.monotonic() + self.env.join_timeout_s
+        while True:
+            go = self._read_go(order.seq)
+            if go is not None or time.monotonic() >= deadline:
+                break
+            if epoch is not None:
+                now = self._read_control(control.epoch_key(order.seq), control.read_epoch)
+                if now is not None and now != epoch and self._read_go(order.seq) is None:
+                    self._transition(AgentState.JOINING)
+                    return now
+            time.sleep(0.01)
         if go is None:
             raise TimeoutError(f"{self.me}: no go for order {order.seq} within {self.env.join_timeout_s} s")
         self._form(f"o{order.seq}", go.order.workers, plan=transfer_plan(go.members, go.order.workers))
         self._apply_policy(go.order.local_batch)
         self._transition(AgentState.TRAINING)
+        return None
 
     def resume_path(self) -> str:
         """The checkpoint a starting job loads: ``SLURM_ELASTIC_RESUME``, else its own stop checkpoint
@@ -756,10 +789,18 @@ class Agent:
             self.extra["applied_seq"] = order.seq
             self._pending = None
             return words
+        epoch = self.sampler.state.epoch
         if read:
-            self._ready.update((order.seq, w) for w in joiners if (order.seq, w) not in self._ready and
-                               self._read_control(control.ready_key(order.seq, w), control.read_ready))
-        if all((order.seq, w) in self._ready for w in joiners):
+            if self._told_epoch.get(order.seq) != epoch:  # the epoch a joiner's loop labels its warm-up with
+                self.backend.store_set(control.epoch_key(order.seq), control.epoch_payload(epoch))
+                self._told_epoch[order.seq] = epoch
+            for w in joiners:
+                if self._ready.get((order.seq, w)) not in (epoch, control.ANY_EPOCH):
+                    label = self._read_control(control.ready_key(order.seq, w), control.read_ready)
+                    if label is not None:
+                        self._ready[(order.seq, w)] = label
+        # this step ends in epoch E or at the start of E + 1: where a warm-up labelled E goes on
+        if all(self._ready.get((order.seq, w)) in (epoch, control.ANY_EPOCH) for w in joiners):
             words[0] = order.seq
         return words
 

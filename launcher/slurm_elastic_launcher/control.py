@@ -11,7 +11,11 @@ else, whatever the payload holds. The agent then treats the key as absent.
 Keys and payloads:
 
 * ``orders/<seq>``: an order's wire line (:meth:`.orders.Order.to_json`), checked by ``Order.parse``.
-* ``o<seq>/ready/<worker>``: ``{"ready":true}``, a joiner warmed up for order ``seq``.
+* ``o<seq>/epoch``: ``{"epoch":E}``, rank 0 to the joiners of order ``seq``: the job's epoch now,
+  rewritten when it changes while they warm up (a joiner's loop labels its first pass with it).
+* ``o<seq>/ready/<worker>``: ``{"ready":true}``, a joiner warmed up for order ``seq``, or
+  ``{"epoch":E,"ready":true}``, one whose warm-up pass the script's loop labelled epoch ``E``: rank 0
+  switches it in only while the job is in epoch ``E``.
 * ``o<seq>/go``: ``{"members":[...],"order":"<order line>"}``, rank 0's switch to order ``seq``: the
   workers of the world it leaves (rank order) and the order itself.
 * ``<gen>/who/<worker>``: ``{"commit":true|false}``, a survivor of generation ``gen``'s loss, and
@@ -80,6 +84,11 @@ def ready_key(seq: int, worker: str) -> str:
     return f"o{seq}/ready/{worker}"
 
 
+def epoch_key(seq: int) -> str:
+    """Key rank 0 sets to the job's epoch while the joiners of order ``seq`` warm up."""
+    return f"o{seq}/epoch"
+
+
 def go_key(seq: int) -> str:
     """Key rank 0 sets when it switches to order ``seq``."""
     return f"o{seq}/go"
@@ -127,20 +136,47 @@ def _workers(value: object, what: str) -> tuple[str, ...]:
 # -- ready ---------------------------------------------------------------------------------------
 
 
-def ready_payload() -> str:
-    """Payload of a ``ready`` key."""
-    return _dump({"ready": True})
+ANY_EPOCH = -1
+"""What :func:`read_ready` returns for a joiner whose warm-up is in no loop's epoch (``run``)."""
 
 
-def read_ready(payload: str) -> bool:
-    """True for a ``ready`` payload.
+def ready_payload(epoch: int | None = None) -> str:
+    """Payload of a ``ready`` key; ``epoch``: the epoch the joiner's loop labelled its warm-up with."""
+    return _dump({"ready": True} if epoch is None else {"epoch": epoch, "ready": True})
+
+
+def read_ready(payload: str) -> int:
+    """The epoch a ``ready`` payload's warm-up was labelled with, or :data:`ANY_EPOCH`.
 
     Raises:
-        ControlRejectedError: not ``{"ready":true}``.
+        ControlRejectedError: not ``{"ready":true}`` nor ``{"epoch":E,"ready":true}`` with an integer E ≥ 0.
     """
-    if _load(payload, frozenset({"ready"}))["ready"] is not True:
+    fields = frozenset({"epoch", "ready"}) if '"epoch"' in payload else frozenset({"ready"})
+    body = _load(payload, fields)
+    if body["ready"] is not True:
         raise ControlRejectedError("ready must be true")
-    return True
+    return _epoch(body) if "epoch" in body else ANY_EPOCH
+
+
+def epoch_payload(epoch: int) -> str:
+    """Payload of an ``epoch`` key."""
+    return _dump({"epoch": epoch})
+
+
+def read_epoch(payload: str) -> int:
+    """The job's epoch an ``epoch`` payload gives.
+
+    Raises:
+        ControlRejectedError: not ``{"epoch":E}`` with an integer E ≥ 0.
+    """
+    return _epoch(_load(payload, frozenset({"epoch"})))
+
+
+def _epoch(body: dict[str, Any]) -> int:
+    value = body["epoch"]
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << 53:
+        raise ControlRejectedError("epoch must be an integer in [0, 2^53)")
+    return value
 
 
 # -- go ------------------------------------------------------------------------------------------

@@ -39,7 +39,7 @@ from typing import Any, cast
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import PrefixStore, Store, TCPStore
+from torch._C._distributed_c10d import HashStore, PrefixStore, Store, TCPStore
 from torch.utils.data import default_collate
 
 from .agent import Agent, PeerLostError
@@ -364,6 +364,24 @@ class TorchBackend:
         self.control_group: Any = None
         self._reducer: GradReducer | None = None
         self._reduced_model: Any = None
+        self._placeholder = False  # the default group is this process alone (no world formed, or closed)
+
+    def placeholder(self) -> None:
+        """Make the default group this process alone (gloo on a private ``HashStore``), if there is none.
+
+        What a DDP script does outside the training, before the world forms (``DistributedSampler``
+        reads the group's size and rank) and after it closed (``destroy_process_group()``), then finds a
+        group; :meth:`form` replaces it. A failure leaves no group (the script's call then says why).
+        """
+        if dist.is_initialized():
+            return
+        try:
+            dist.init_process_group("gloo", store=HashStore(), rank=0, world_size=1,
+                                    timeout=dt.timedelta(seconds=self.group_timeout_s))
+        except (RuntimeError, ValueError, dist.DistError) as exc:
+            log.debug("no default group of one process: %s", exc)
+            return
+        self._placeholder = True
 
     # -- groups ---------------------------------------------------------------------------------
     def form(self, generation: str, rank: int, world_size: int) -> None:
@@ -375,6 +393,9 @@ class TorchBackend:
         if world_size > (os.cpu_count() or 1):
             torch.set_num_threads(1)
         self.generation = generation
+        if self._placeholder and dist.is_initialized():
+            dist.destroy_process_group()
+        self._placeholder = False
         prefix = PrefixStore(f"{generation}/", self.store)
         kwargs: dict[str, Any] = {}
         if self.cuda:
@@ -427,6 +448,7 @@ class TorchBackend:
     def leave(self) -> None:
         """Destroy the current world and every group narrowed from it, if any."""
         self.group = self.control_group = None
+        self._placeholder = False
         if dist.is_initialized():
             dist.destroy_process_group()
 

@@ -25,6 +25,17 @@ position after every change of the world; its worker processes persist across re
 
 A joiner's warm-up pass is the user's own first step, run on the first samples of the dataset with no
 collective while the old workers train on; the state it then receives replaces whatever that step did.
+Its loop's epoch is the job's from that first batch on: rank 0 tells the joiner the job's epoch, and
+switches it in only while the job is still in that epoch (or at that epoch's end), so the rest of the
+pass is that epoch's; a job that moved on first makes the joiner end the pass unjoined and warm up
+again under the new epoch (:meth:`.Agent.join`).
+
+What a DDP script already does is taken where it is safe: ``world.loader`` takes ``shuffle`` and a
+``DistributedSampler`` (the elastic sampler shuffles in its place), ``loader.sampler.set_epoch`` does
+nothing, ``RANK``/``WORLD_SIZE`` are set from :func:`init` on and after every change, a default process
+group exists from :func:`init` on (one process of its own until the world forms: a
+``DistributedSampler`` built before training takes it) and after the world closes
+(``destroy_process_group()`` ends it).
 """
 
 from __future__ import annotations
@@ -42,7 +53,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, DistributedSampler
 
 from .agent import (
     Agent,
@@ -128,6 +139,30 @@ class _StepBatches:
             sampler.advance(self.world, self.local)
 
 
+def _take_ddp_sampler(sampler: Any, shuffle: bool | None) -> None:
+    """Check the ``sampler=`` and ``shuffle=`` a DDP script passes to its ``DataLoader``: the elastic
+    sampler takes their place where it keeps their meaning (a ``DistributedSampler`` that shuffles);
+    else a ValueError says the rule and the one-line fix."""
+    if sampler is not None:
+        if not isinstance(sampler, DistributedSampler):
+            raise ValueError(f"world.loader(..., sampler={type(sampler).__name__}(...)): the elastic sampler "
+                             "orders the samples (a seeded shuffle each epoch, exact across resizes); drop "
+                             "sampler= (a DistributedSampler that shuffles is taken)")
+        if not sampler.shuffle:
+            raise ValueError("world.loader(..., sampler=DistributedSampler(shuffle=False)): the elastic sampler "
+                             "shuffles each epoch (seed SLURM_ELASTIC_SEED); drop shuffle=False from the sampler")
+    elif shuffle is False:
+        raise ValueError("world.loader(..., shuffle=False): the elastic sampler shuffles each epoch (seed "
+                         "SLURM_ELASTIC_SEED) and splits the samples among the workers; drop shuffle=False")
+
+
+class _EpochSetter:
+    """``loader.sampler``: ``set_epoch`` does nothing (the elastic sampler knows the epoch)."""
+
+    def set_epoch(self, epoch: int) -> None:
+        """Nothing to do: the loop's epoch comes from ``world.epochs()``, the sampler's with it."""
+
+
 class ElasticLoader:
     """A ``DataLoader`` over the user's ``Dataset`` that serves this worker's samples of each step.
 
@@ -148,6 +183,7 @@ class ElasticLoader:
             kwargs.setdefault("persistent_workers", True)  # a resize restarts the iteration, not the workers
             kwargs["worker_init_fn"] = functools.partial(_loader_worker_init, kwargs.get("worker_init_fn"))
         self._loader = DataLoader(dataset, batch_sampler=self._batches, **kwargs)
+        self.sampler = _EpochSetter()  # a DDP script calls loader.sampler.set_epoch(epoch)
         if self._loader.num_workers > 0:
             atexit.register(self.shutdown)  # before multiprocessing's own exit hook, which would wait on them
 
@@ -188,14 +224,16 @@ class ElasticLoader:
             version = world.version
             if world.joining is not None:
                 if epoch is not None:
-                    return
+                    return  # the job moved on during the warm-up: the next pass warms up under its epoch
                 epoch = -1
                 self._batches.reset(agent.sampler.state, 1, 0, 1,
                                     warm_up=min(len(self.dataset), agent.env.local_batch, agent.env.max_local_batch))
             else:
                 state = agent.sampler.state
-                if epoch is None or epoch == -1:
+                if epoch is None:
                     epoch = state.epoch
+                elif epoch == -1:  # joined: the pass goes on in the epoch it was labelled with, or ends
+                    epoch = state.epoch if world.joined_as is None else world.joined_as
                 if state.epoch != epoch:
                     return
                 self._batches.reset(state, len(agent.members), agent.rank, int(agent.extra["local_batch"]))
@@ -237,6 +275,11 @@ class ElasticWorld:
             with the global batch relative to that); None: the initial world's size.
     """
 
+    MAX_RELABELS = 3
+    """Warm-ups a joiner redoes because the job left the epoch it was told; then it joins wherever the
+    job is (its first pass keeps the label it had: a job whose epochs last less than a warm-up step
+    and two reads of the orders, 0.4 s, might otherwise never take it in)."""
+
     def __init__(self, env: LauncherEnv, backend: TorchBackend, lr_reference_workers: int | None = None) -> None:
         if lr_reference_workers is not None and lr_reference_workers < 1:
             raise ValueError(f"lr_reference_workers={lr_reference_workers}: must be ≥ 1 or None")
@@ -245,6 +288,9 @@ class ElasticWorld:
         self.lr_reference_workers = lr_reference_workers
         self.agent: Agent | None = None
         self.joining: Order | None = None
+        self.joining_epoch = 0  # the job's epoch, the label of a joiner's warm-up pass
+        self.joined_as: int | None = None  # the label a joiner joined under (None: none, past MAX_RELABELS)
+        self._relabels = 0
         self.version = 0  # bumped at every change of the world: the loader starts again
         self.delivered: tuple[tuple[int, int], int] | None = None
         self._loader: ElasticLoader | None = None
@@ -270,18 +316,22 @@ class ElasticWorld:
                 keeps it per worker, endo keeps the global batch).
             drop_last: drop an epoch's last, smaller step.
             loader_kwargs: the rest of the ``DataLoader`` arguments (``num_workers``, ``pin_memory``,
-                ``collate_fn``, ``prefetch_factor``, ``worker_init_fn``, ...); not ``sampler``,
-                ``batch_sampler`` or ``shuffle``: the elastic sampler owns the order.
+                ``collate_fn``, ``prefetch_factor``, ``worker_init_fn``, ...). The elastic sampler owns
+                the order, shuffled with ``SLURM_ELASTIC_SEED`` each epoch: ``sampler=`` may be a
+                ``DistributedSampler`` that shuffles, and ``shuffle=`` is taken beside it (or
+                ``shuffle=True`` alone); an order of another kind and ``batch_sampler`` are refused,
+                saying the one-line fix.
 
         Raises:
-            ValueError: a bad batch size, an argument the elastic sampler owns, or a second loader.
+            ValueError: a bad batch size, a sampler or order the elastic sampler cannot keep, or a
+                second loader.
         """
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size}: must be ≥ 1")
-        owned = sorted({"sampler", "batch_sampler", "shuffle", "batch_size"} & set(loader_kwargs))
-        if owned:
-            raise ValueError(f"world.loader(..., {', '.join(owned)}=...): the elastic sampler owns the order "
-                             "and the batches; leave them out")
+        _take_ddp_sampler(loader_kwargs.pop("sampler", None), loader_kwargs.pop("shuffle", None))
+        if "batch_sampler" in loader_kwargs:
+            raise ValueError("world.loader(..., batch_sampler=...): the elastic sampler makes each step's batches "
+                             "(it keeps the exact count across resizes); drop batch_sampler= and pass batch_size=")
         if self._loader is not None:
             raise ValueError("world.loader() was called before: one elastic loader per job")
         self._loader = ElasticLoader(self, dataset, batch_size, drop_last, loader_kwargs)
@@ -340,7 +390,7 @@ class ElasticWorld:
                 if self.joining is None and agent.sampler.state.epoch >= n:
                     agent.finish(None, stopped=False)
                     break
-                yield agent.sampler.state.epoch if self.joining is None else 0
+                yield agent.sampler.state.epoch if self.joining is None else self.joining_epoch
         finally:
             self.close()
 
@@ -366,6 +416,7 @@ class ElasticWorld:
         stop_on_sigterm(agent)
         if env.join:
             self.joining = agent.await_order()
+            self.joining_epoch = agent.job_epoch(self.joining)
         else:
             agent.sampler.state = SamplerState(env.seed, first_epoch, 0)
             agent.start_world()
@@ -386,8 +437,13 @@ class ElasticWorld:
     def _step(self, loss: torch.Tensor | float | None) -> None:
         agent = self.require_agent()
         if self.joining is not None:  # the warm-up step ran: now join the world
-            order, self.joining = self.joining, None
-            agent.join(order)
+            label = self.joining_epoch if self._relabels < self.MAX_RELABELS else None
+            moved_on = agent.join(self.joining, label)
+            if moved_on is not None:  # the loader ends this pass; the next warms up labelled moved_on
+                self.joining_epoch = moved_on
+                self._relabels += 1
+                return
+            self.joining, self.joined_as = None, label
             self._changed()
             return
         if agent.status is not AgentState.TRAINING:
@@ -441,6 +497,7 @@ class ElasticWorld:
         """Leave the world and stop the loader's worker processes (at the loop's end; idempotent)."""
         if self.agent is not None:
             self.agent.close()
+            self.backend.placeholder()  # for the script's destroy_process_group()
         if self._loader is not None:
             self._loader.shutdown()
 
@@ -484,8 +541,10 @@ class ElasticWorld:
 
     @property
     def epoch(self) -> int:
-        """The epoch the job is in."""
-        return self.agent.sampler.state.epoch if self.agent is not None else 0
+        """The epoch the job is in (a joiner's warm-up: the one rank 0 told it, its loop's epoch)."""
+        if self.agent is None:
+            return 0
+        return self.joining_epoch if self.joining is not None else self.agent.sampler.state.epoch
 
     @property
     def batch_size(self) -> int:
@@ -563,4 +622,8 @@ def init(environ: Mapping[str, str] | None = None, *, lr_reference_workers: int 
         EnvError: a variable is missing or invalid.
     """
     env = LauncherEnv.from_mapping(os.environ if environ is None else environ)
-    return ElasticWorld(env, job_backend(env), lr_reference_workers)
+    backend = job_backend(env)
+    if not env.join:  # a joiner's are set once it joins: its rank is the world's it joins
+        os.environ.update(RANK=str(env.workers.index(env.worker_id)), WORLD_SIZE=str(len(env.workers)))
+    backend.placeholder()
+    return ElasticWorld(env, backend, lr_reference_workers)
