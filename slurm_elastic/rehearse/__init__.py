@@ -73,6 +73,8 @@ def run(command: list[str], sequence: Sequence, options: Options, *, work: Path 
     folder = work if work is not None else Path(tempfile.mkdtemp(prefix="slurm-elastic-rehearse-"))
     elastic = rehearse(command, sequence, folder / "elastic", options)
     verdicts = [checks.run_verdict(elastic), *checks.action_verdicts(elastic)]
+    verdicts += [Verdict(f"{i}. {a.label}", FAIL, "not reached: the rehearsal stopped before it")
+                 for i, a in enumerate(sequence.actions, 1) if i > len(elastic.actions)]
     samples = checks.sample_verdict(elastic, options.seed)
     verdicts.append(samples)
     epochs = samples.figures.get("epochs") if samples.status == checks.PASS else None

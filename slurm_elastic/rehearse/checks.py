@@ -263,6 +263,8 @@ def stale_rank_verdict(record: RunRecord) -> Verdict:
         if w.proc.returncode == 0 and not any(x.get("ev") == "probe" for x in lines):
             unprobed.append(w.key)
         stale += [x for x in lines if x.get("ev") == "stale"]
+    if not any(e.get("ev") == "step" for events in _events(record).values() for e in events):
+        return Verdict(name, NOT_CHECKED, "no step was trained")
     if unprobed:
         return Verdict(name, NOT_CHECKED, f"the probe did not run in {unprobed}")
     if stale:
