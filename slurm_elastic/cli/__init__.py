@@ -57,7 +57,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     handlers = {
         # users
-        "submit": users.cmd_submit, "status": users.cmd_status, "completion": users.cmd_completion,
+        "submit": users.cmd_submit, "rehearse": users.cmd_rehearse, "status": users.cmd_status,
+        "completion": users.cmd_completion,
         # site admins
         "daemon": admins.cmd_daemon, "check-config": admins.cmd_check_config,
         "install-plugin": admins.cmd_install_plugin, "what-if": admins.cmd_what_if, "profile": admins.cmd_profile,

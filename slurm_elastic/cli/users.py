@@ -117,6 +117,41 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rehearse(args: argparse.Namespace) -> int:
+    """``slurm-elastic rehearse [options] -- COMMAND``: the user's script as local workers through a sequence of
+    resizes, a lost worker and a requeue, then judged (docs/rehearse.md). Exit 0 if no check failed, 1 if one
+    did, 2 on bad input, 130 on Ctrl-C (every worker is killed)."""
+    from slurm_elastic.rehearse import DEFAULT, Options, parse, run
+    from slurm_elastic.templates import command_words
+
+    command = list(command_words(args.train_command))
+    if not command:
+        raise ConfigError("rehearse: no command: give it after --, e.g. slurm-elastic rehearse -- python train.py")
+    sequence = parse(args.sequence or DEFAULT)
+    options = Options(timeout_s=float(args.timeout), settle_steps=args.settle_steps, pace_s=args.pace,
+                      seed=args.seed, device=args.device)
+    try:
+        outcome = run(command, sequence, options, work=args.workdir, baseline=not args.no_baseline,
+                      loss_tolerance=args.loss_tolerance, script_checkpoint=args.script_checkpoint,
+                      checkpoint_key=args.checkpoint_key)
+    except FileExistsError as exc:
+        raise ConfigError(str(exc)) from None
+    except KeyboardInterrupt:
+        print("slurm-elastic rehearse: interrupted; every worker was killed", file=sys.stderr)
+        return 130
+    if args.json:
+        print(json.dumps({"sequence": sequence.text, "command": command, **outcome.to_json()}, indent=2))
+    else:
+        print(f"rehearsal of {' '.join(command)}")
+        print(f"sequence {sequence.text}; logs in {outcome.work}")
+        width = max(len(v.name) for v in outcome.verdicts)
+        for v in outcome.verdicts:
+            print(f"  {v.status.upper():11}  {v.name:{width}}  {v.detail}")
+        print("PASSED: no check failed" if outcome.passed else "FAILED: " + ", ".join(
+            v.name for v in outcome.verdicts if v.status == "fail"))
+    return 0 if outcome.passed else 1
+
+
 def _range(option: str, key: str, text: str) -> tuple[int, int | None]:
     """``MIN:MAX`` of ``--elastic`` or ``--batch`` by the one grammar the SPANK plugin, job_submit.lua
     and :func:`slurm_elastic.contract.read_range` share.
