@@ -40,6 +40,18 @@ def horizon_s(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{exc} (seconds of virtual time at which each run is cut)") from None
 
 
+def _rehearse_sequence(text: str) -> str:
+    """``rehearse --sequence``: checked by its grammar (slurm_elastic.rehearse.sequence); a bad value is
+    refused naming the value, the item and the rule."""
+    from slurm_elastic.rehearse.sequence import SequenceError, parse
+
+    try:
+        parse(text)
+    except SequenceError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--sequence ")) from None
+    return text
+
+
 class OneLineParser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose usage errors are one line on stderr (exit status 2): the command,
     ``error:`` and argparse's message (naming the option and the rule), with no usage block."""
@@ -282,6 +294,32 @@ def build_parser() -> argparse.ArgumentParser:
     sb.add_argument("train_command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
                     help="the training command and its arguments")
 
+    rh = command("rehearse", "run your elastic training script as local workers through grows, shrinks, a lost "
+                 "worker and a requeue, and check it before you submit it (docs/rehearse.md)")
+    rh.add_argument("--sequence", type=_rehearse_sequence, default=None, metavar="START,ACTION,...",
+                    help="the workers at the start, then actions +K (grow), -K (shrink), kill, requeue "
+                    "(default 2,+1,-2,+1,kill,requeue)")
+    rh.add_argument("--timeout", type=int_in(1, 3600), default=120, metavar="S",
+                    help="the longest wait for any one phase, seconds (default 120)")
+    rh.add_argument("--settle-steps", type=int_in(1, 1000), default=3, metavar="N",
+                    help="steps every worker trains in a new world before the next action (default 3)")
+    rh.add_argument("--pace", type=float_in(0.0, 10.0), default=0.0, metavar="S",
+                    help="least seconds per step, so a short script outlasts the sequence (default 0)")
+    rh.add_argument("--seed", type=seed, default=0, help="the sampler's seed (default 0)")
+    rh.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
+                    help="cpu: no GPU visible to the workers; gpu: the local GPUs (default cpu)")
+    rh.add_argument("--loss-tolerance", type=float_in(0.0, 100.0), default=0.25, metavar="R",
+                    help="final loss within R (relative) of a run at a fixed size (default 0.25)")
+    rh.add_argument("--no-baseline", action="store_true", help="skip the fixed-size run (no final-loss check)")
+    rh.add_argument("--script-checkpoint", type=Path, default=None, metavar="PATH",
+                    help="the script's own checkpoint file, checked for the last epoch; must not exist yet")
+    rh.add_argument("--checkpoint-key", default="epoch", help="its entry holding the epoch (default epoch)")
+    rh.add_argument("--workdir", type=Path, default=None, metavar="DIR",
+                    help="where the workers' outputs and logs go (default: a new temporary folder)")
+    rh.add_argument("--json", action="store_true", help="print the verdicts as JSON")
+    rh.add_argument("train_command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
+                    help="the training command, e.g. -- python train.py --epochs 2")
+
     from slurm_elastic.drl import command as drl_command
 
     td = command("train-drl", "train the drl (DL2) policy in the simulator and write its model file")
@@ -365,7 +403,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 COMMAND_GROUPS = {
-    "users": ("submit", "status", "completion"),
+    "users": ("submit", "rehearse", "status", "completion"),
     "site admins": ("daemon", "check-config", "install-plugin", "profile", "what-if"),
     "center managers": ("report",),
     "developers": ("simulate", "reproduce", "bench", "profiles", "plan", "train-drl", "devcluster", "demo"),
