@@ -378,11 +378,12 @@ class ElasticWorld:
         Args:
             n: the epochs to train.
             start: the first epoch of a fresh start (a script that resumed from a checkpoint of its
-                own passes its start epoch); a job resuming from the launcher's own checkpoint goes on
-                where that stopped instead.
+                own passes its start epoch; ``n`` when that checkpoint is of the last epoch, as after
+                a requeue that landed on the last step: nothing is left, and the job ends at once); a
+                job resuming from the launcher's own checkpoint goes on where that stopped instead.
         """
-        if not 0 <= start < n:
-            raise ValueError(f"epochs({n}, start={start}): must have 0 ≤ start < n")
+        if not 0 <= start <= n:
+            raise ValueError(f"epochs({n}, start={start}): must have 0 ≤ start ≤ n")
         self.start(start)
         try:
             while self.training:

@@ -237,3 +237,20 @@ def test_a_script_that_fails_with_loader_workers_alive_exits_at_once(fake_job_fa
     rc = job.wait_exit(timeout=60)
     assert rc == {"w0": 1}, job.output("w0")[-3000:]
     assert "the script's own bug" in job.output("w0")
+
+
+def test_a_script_resumed_after_its_last_epoch_ends_at_once(fake_job_factory: Any, npy_data: Path,
+                                                            tmp_path: Path) -> None:
+    """Found by ``slurm-elastic rehearse``: a requeue that lands on the last step finds the script's
+    own checkpoint at the last epoch, the script resumes with ``world.epochs(n, start=n)``, and that
+    raised ``ValueError`` (the requeued job failed instead of ending)."""
+    own = tmp_path / "own.pt"
+    script = [str(EXAMPLES / "train_elastic.py"), "--data", str(npy_data), "--epochs", "1", "--batch-size", "8",
+              "--workers", "0", "--checkpoint", str(own)]
+    job = fake_job_factory(dataset_size=SAMPLES, script=script)
+    job.start("w0", ["w0"])
+    assert job.wait_exit(timeout=120) == {"w0": 0}, job.output("w0")[-2000:]
+    assert own.is_file()  # the script's own checkpoint of epoch 0, the last
+    job.start("w0", ["w0"])  # the job run again: its script resumes at epoch 1 of 1
+    assert job.wait_exit(timeout=120) == {"w0": 0}, job.output("w0")[-2000:]
+    assert exits(job, "w0")[-1] == "done"
