@@ -15,7 +15,17 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from slurm_elastic.core.model import ClusterSnapshot, ElasticMode, Job, JobId, JobPlan, JobState, Placement, Plan
+from slurm_elastic.core.model import (
+    ClusterSnapshot,
+    ElasticMode,
+    Job,
+    JobId,
+    JobPlan,
+    JobState,
+    NodeName,
+    Placement,
+    Plan,
+)
 
 
 class ActionKind(enum.Enum):
@@ -71,13 +81,50 @@ def _config_changed(job: Job, jp: JobPlan) -> bool:
     return job.local_batch != jp.local_batch
 
 
+def _in_place(job: Job, jp: JobPlan, sched: frozenset[tuple[NodeName, int]]) -> JobPlan | None:
+    """What can be done now of ``jp`` to a running job resized only in place (``job.release_blocks``
+    set: a launcher job, which frees GPUs only in whole blocks and is never moved in one step).
+
+    * a grow, or a shrink that frees whole blocks or only GPUs the job may keep (on UP nodes): ``jp``;
+    * a move (GPUs given up and others taken, as when the job holds GPUs on a draining node, which
+      are not schedulable): its shrink part, the GPUs it keeps of ``jp``'s, when the GPUs it gives
+      up are whole blocks; the planner grows it next round, once the shrink shows in Slurm;
+    * a shrink or a move that would give up GPUs it cannot free (the batch host's node, a
+      satellite spanning nodes) on a node that is not UP: ``None``, no action: the job stays
+      there until it ends, as a rigid job does (refused, such an action came back every round).
+    """
+    now, new = job.placement.gpu_set(), jp.placement.gpu_set()
+    gone = now - new
+    if not gone:
+        return jp
+    held: dict[NodeName, int] = {n: len(g) for n, g in job.placement.slots}
+    blocks: dict[NodeName, int] = {}
+    for node, n in job.release_blocks or ():
+        blocks[node] = blocks.get(node, 0) + n
+    shed: dict[NodeName, int] = {}
+    for node, _ in gone:
+        shed[node] = shed.get(node, 0) + 1
+    whole = all(n == held[node] == blocks.get(node, 0) for node, n in shed.items())
+    if new < now:
+        return jp if whole or gone <= sched else None
+    kept = now & new
+    if not whole or not kept:
+        return None
+    share = len(kept) / len(new)
+    return JobPlan(jp.job_id, Placement.of(sorted(kept)),
+                   jp.global_batch if job.mode is ElasticMode.ENDO else jp.local_batch * jp.accumulation * len(kept),
+                   jp.local_batch, jp.accumulation, jp.lr if job.mode is ElasticMode.ENDO else jp.lr * share)
+
+
 def diff(snapshot: ClusterSnapshot, plan: Plan) -> tuple[Action, ...]:
     """Actions turning ``snapshot`` into ``plan``, in a safe order.
 
     Stops (PREEMPT, DROP) and SHRINKs come first so that the GPUs they free exist before STARTs,
     GROWs and MOVEs claim them. Jobs whose GPUs and batch are unchanged get no action, and neither
     does a job with an in-flight action (``snapshot.in_flight``) towards the planned GPU count:
-    it is already on its way there.
+    it is already on its way there. A job resized only in place (``Job.release_blocks`` set) is
+    never moved: it gets what can be done of its plan now (:func:`_in_place`), compared with what
+    is in flight in the same way.
 
     Args:
         snapshot: the cluster now.
@@ -91,8 +138,13 @@ def diff(snapshot: ClusterSnapshot, plan: Plan) -> tuple[Action, ...]:
     waiting_reason = {u.job_id: u.reason for u in plan.unplaced}
     first: list[Action] = []
     then: list[Action] = []
+    sched = frozenset(snapshot.schedulable_gpus())
     for job in snapshot.elastic_jobs():
         jp = planned.get(job.job_id)
+        if jp is not None and job.release_blocks is not None and job.state is JobState.RUNNING:
+            jp = _in_place(job, jp, sched)
+            if jp is None:  # it cannot leave GPUs the plan takes from it: left where it is
+                continue
         flying = snapshot.in_flight_for(job.job_id)
         if flying is not None and flying.target_gpus == (jp.num_gpus if jp is not None else 0):
             continue

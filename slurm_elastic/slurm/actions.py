@@ -36,7 +36,8 @@ For a job without the launcher, any resize (GROW, SHRINK, MOVE) is the checkpoin
 fallback: ``scontrol requeuehold J`` (then wait until ``squeue`` shows it PENDING),
 ``scontrol update JobId=J NumNodes=N-N TresPerNode=... NodeList=...``,
 ``scontrol release J``, ``scontrol update JobId=J StartTime=now`` (the job restarts from its own
-checkpoint). MOVE of a launcher job is refused (the planner sees the reason next round). The
+checkpoint). MOVE of a launcher job is refused: the diff never asks for one (it shrinks such a job off
+a draining node first, or leaves it there: :func:`slurm_elastic.core.actions.diff`). The
 release waits ``CREDENTIAL_WAIT_S`` after the job is back in the queue: slurmd revokes the job's
 credential when it kills the old run and refuses a launch whose credential was made in the same
 second ("Job credential revoked", the job then FAILS); one second later it reissues it (seen on
