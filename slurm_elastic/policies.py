@@ -70,7 +70,8 @@ _FACTORIES: dict[str, PlannerFactory] = {
 
 
 MAX_SECONDS = 30 * 24 * 3600.0
-"""Longest interval a policy parameter may name (30 days: the simulator's horizon)."""
+"""Longest interval a policy parameter may name (30 days: a planner that waits longer between plans
+waits past any queue a site runs)."""
 
 MAX_EPOCHS = 1e6
 """Largest epoch count a policy parameter may name."""
