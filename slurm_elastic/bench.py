@@ -6,6 +6,7 @@ is the pure core, fed with synthetic snapshots from :mod:`slurm_elastic.testing`
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import platform
 import resource
@@ -17,6 +18,7 @@ import numpy as np
 
 from slurm_elastic import policies
 from slurm_elastic.core.constraints import plan_violations
+from slurm_elastic.core.trust import ReportGuard
 from slurm_elastic.errors import ConfigError
 from slurm_elastic.testing import random_snapshot
 
@@ -27,11 +29,16 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def bench_planner(*, gpus: int, gpus_per_node: int, jobs: int, policy: str, repeat: int = 20,
-                  seed: int = 0, params: dict[str, Any] | None = None) -> dict[str, Any]:
+                  seed: int = 0, params: dict[str, Any] | None = None, reported: bool = False) -> dict[str, Any]:
     """Planning latency of ``policy`` on a synthetic cluster.
 
     The first call has no memo (cold); the ``repeat`` calls after it each get the previous memo
     and a fresh seed, as the daemon's rounds do. Every plan is validated (outside the timing).
+    With ``reported``, every running job carries a report (a measured throughput of 1,000
+    samples/s and its prior, as the daemon's observer gives a job that reported) and the policy
+    runs in the trust guard (:class:`~slurm_elastic.core.trust.ReportGuard`), as the daemon runs
+    it; the bare policy is timed on the same snapshot too, alternating plan by plan
+    (``bare_median_ms``, and ``guard_ratio``: what the guard costs).
 
     Returns:
         A JSON-ready dict: latencies in milliseconds (cold, median, p95, min, max), the
@@ -45,20 +52,37 @@ def bench_planner(*, gpus: int, gpus_per_node: int, jobs: int, policy: str, repe
     params = dict(params or {})
     snap = random_snapshot(np.random.default_rng(seed), math.ceil(gpus / gpus_per_node), gpus_per_node, jobs)
     planner = policies.create(policy, **params)
+    if reported:
+        snap = dataclasses.replace(snap, jobs=tuple(
+            dataclasses.replace(j, observed_throughput=1000.0, prior=j) if j.elastic and j.num_gpus else j
+            for j in snap.jobs))
+        planner = ReportGuard(planner)
     t0 = time.perf_counter()
     res = planner.plan(snap, None, np.random.default_rng(seed))
     cold = time.perf_counter() - t0
     bad = plan_violations(snap, res.plan)
     times: list[float] = []
+    bare = policies.create(policy, **params) if reported else None
+    bare_memo = bare.plan(snap, None, np.random.default_rng(seed)).memo if bare is not None else None
+    bare_times: list[float] = []
     for i in range(repeat):
         t0 = time.perf_counter()
         res = planner.plan(snap, res.memo, np.random.default_rng(seed + 1 + i))
         times.append(time.perf_counter() - t0)
         bad += plan_violations(snap, res.plan)
+        if bare is not None:
+            t0 = time.perf_counter()
+            bare_memo = bare.plan(snap, bare_memo, np.random.default_rng(seed + 1 + i)).memo
+            bare_times.append(time.perf_counter() - t0)
     ms = [t * 1000 for t in times]
+    compared = {}
+    if bare_times:
+        bare_ms = statistics.median(bare_times) * 1000
+        compared = {"bare_median_ms": round(bare_ms, 2), "guard_ratio": round(statistics.median(ms) / bare_ms, 2)}
     return {
         "benchmark": "planner",
         "policy": policy,
+        "reported": reported,
         "params": params,
         "gpus": len(snap.schedulable_gpus()),
         "nodes": len(snap.nodes),
@@ -72,6 +96,7 @@ def bench_planner(*, gpus: int, gpus_per_node: int, jobs: int, policy: str, repe
         "p95_ms": round(_pct(ms, 0.95), 2),
         "min_ms": round(min(ms), 2),
         "max_ms": round(max(ms), 2),
+        **compared,
         "invalid_plans": len(bad),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "python": platform.python_version(),

@@ -255,7 +255,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     result = bench_planner(gpus=args.gpus, gpus_per_node=args.gpus_per_node, jobs=args.jobs,
-                           policy=args.policy, repeat=args.repeat or 20, seed=args.seed, params=dict(args.param))
+                           policy=args.policy, repeat=args.repeat or 20, seed=args.seed, params=dict(args.param),
+                           reported=args.reported)
     print(json.dumps(result, indent=2))
     return 0
 

@@ -144,6 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
     bp.add_argument("--seed", type=_seed, default=0, help="seed of the synthetic cluster and queue (default 0)")
     bp.add_argument("--param", type=_param, action="append", default=[], metavar="KEY=VALUE",
                     help="planner parameter, e.g. generations=1 (repeatable)")
+    bp.add_argument("--reported", action="store_true",
+                    help="every running job has reported (its prior kept): the policy runs in the trust guard, "
+                         "as the daemon runs it")
     bp.add_argument("--scaling", action="store_true",
                     help="time the policy at 64, 128, ... 16384 GPUs (a quarter job per GPU; --repeat default 3) "
                          "and print one JSON row per size, with the functions taking the time")

@@ -65,6 +65,16 @@ def test_bench_planner_prints_json(capsys: pytest.CaptureFixture[str]) -> None:
                  "--param", "generations=1"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["policy"] == "ones" and out["invalid_plans"] == 0 and out["median_ms"] > 0
+    assert "guard_ratio" not in out and out["reported"] is False
+
+
+def test_bench_planner_reported_times_the_trust_guard_against_the_bare_policy(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "planner", "--gpus", "32", "--jobs", "10", "--policy", "dp", "--repeat", "2",
+                 "--reported"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["reported"] is True and out["invalid_plans"] == 0
+    assert out["bare_median_ms"] > 0 and out["guard_ratio"] > 0
 
 
 def test_profiles_report(capsys: pytest.CaptureFixture[str]) -> None:
