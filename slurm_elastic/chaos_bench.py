@@ -25,7 +25,9 @@ store without it and runs until the queue is empty. Then it counts what the issu
   the job the ``drop`` workload's policy may drop);
 * ``duplicate_actions``: an order the launcher refused (its log says ``refused order``: duplicate
   or unknown workers) or a worker submitted in two satellites;
-* ``orphan_satellites``: a satellite (its token in its comment) still in the queue when every job ended;
+* ``orphan_satellites``: a satellite (its token in its comment) still in the queue when every job ended
+  and the daemon had its satellite end grace (:data:`SATELLITE_SETTLE_S`) to see it end;
+  ``satellite_wait_s`` says how long that took;
 * ``stranded_jobs``: a submitted job still queued (held) when the run timed out;
 * ``stranded_nodes``: a node not idle once the queue is empty;
 * ``sample_mismatches``: a launcher job whose end report does not say every sample was trained once.
@@ -63,10 +65,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from slurm_elastic.contract import satellite_token
 from slurm_elastic.demo import DemoJob, submit_job
 from slurm_elastic.dev import devcluster
 from slurm_elastic.dev.processes import die_with_parent, worker_processes
 from slurm_elastic.errors import ConfigError
+from slurm_elastic.slurm.actions import SATELLITE_END_GRACE_S
 from slurm_elastic.slurm.commands import run_command
 from slurm_elastic.slurm.steps import CRASH_ENV, CRASH_POINTS
 from slurm_elastic.store import Store
@@ -141,6 +145,9 @@ FAULT_AFTER_S = {"ctld:outage": 4.0, "worker:kill": 1.0}
 a world of two or more (``worker:kill``: the job trains for seconds only), before the fault."""
 DRAIN_AFTER_S = 2.0
 """How long every job of the ``drain`` workload runs before the first one's node is drained."""
+SATELLITE_SETTLE_S = SATELLITE_END_GRACE_S + 10.0
+"""How long the daemon has, once every job of a run left the queue, to see their satellites end:
+its end grace and a few of its polls (:func:`_satellites_end`)."""
 NODE_SETTLE_S = 15.0
 """How long a node may take to show idle once the queue is empty (else it is stranded)."""
 COUNTS = ("jobs_lost", "duplicate_actions", "orphan_satellites", "stranded_nodes", "stranded_jobs",
@@ -300,13 +307,31 @@ def _run(root: Path, env: dict[str, str], point: str, workload: Workload, timeou
             while set(_queue(env)) & mine and time.monotonic() < deadline:
                 time.sleep(1.0)
             time.sleep(3.0)  # the daemon's next polls: satellites of ended jobs, owed releases
+            satellite_wait_s = _satellites_end(env)
             second.terminate()
             second.wait(30)
         finally:
             drain.end()
         judged = _judge(env, tmp, workload, submitted, fault)
         return {"point": point, "workload": workload.name, "reached": reached, **judged,
-                **({"drained": drain.node} if drain.node else {})}
+                "satellite_wait_s": satellite_wait_s, **({"drained": drain.node} if drain.node else {})}
+
+
+def _satellites_end(env: dict[str, str]) -> float:
+    """Wait, with the daemon still running, until no satellite is in the queue, at most
+    :data:`SATELLITE_SETTLE_S`; the seconds waited.
+
+    A satellite still running when its job has left the queue is not an orphan yet: the daemon
+    lets it end by itself for up to :data:`~slurm_elastic.slurm.actions.SATELLITE_END_GRACE_S`
+    after the job's end report (its workers are exiting, slowly on busy cores) and cancels it
+    after that. Counted 3 s after the jobs ended, such a satellite was an orphan (issue 38, item 7).
+    """
+    t0 = time.monotonic()
+    while any(satellite_token(comment) for _, comment in _queue(env).values()):
+        if time.monotonic() - t0 >= SATELLITE_SETTLE_S:
+            break
+        time.sleep(1.0)
+    return round(time.monotonic() - t0, 1)
 
 
 @dataclasses.dataclass
@@ -360,7 +385,7 @@ def _judge(env: dict[str, str], tmp: Path, workload: Workload, submitted: dict[s
     mine = set(submitted.values())
     queue = _queue(env)
     stranded_jobs = len(set(queue) & mine)
-    orphans = sum(1 for jid, (_, comment) in queue.items() if "slurm-elastic-satellite=" in comment)
+    orphans = sum(1 for jid, (_, comment) in queue.items() if satellite_token(comment))
     for jid in queue:
         run_command(["scancel", jid], env=env)
     # every record of each job (-D: a requeued job has one per run, and without -D sacct may show
