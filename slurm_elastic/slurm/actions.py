@@ -104,7 +104,7 @@ from slurm_elastic.slurm.satellites import (
     sbatch_argv,
 )
 from slurm_elastic.slurm.steps import Steps, crash_from_env, step_of
-from slurm_elastic.store import JournalEntry, Store
+from slurm_elastic.store import JournalEntry, ProgressRow, Store
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,9 @@ SATELLITE_START_TIMEOUT_S = 120.0
 SATELLITE_END_GRACE_S = 30.0
 """How long a running satellite may outlive its job whose last report says training ended: its
 workers are exiting with the job's, and a satellite that ends by itself stays COMPLETED in the
-accounting. Counted from that end report, by the daemon's clock: one dated ahead gets none."""
+accounting. Counted from that end report, by the daemon's clock: one dated ahead gets none. Only
+a satellite whose workers had joined the job gets it (:meth:`SlurmActuator._joined`): joiners still
+starting when the training ended wait for a job that is gone, and are cancelled with it."""
 EXIT_GRACE_S = 3.0
 SWITCH_GRACE_S = 20.0
 RELEASE_TIMEOUT_S = 60.0
@@ -515,7 +517,8 @@ class SlurmActuator:
         A satellite gone from the queue is recorded as ended (its workers are taken out of its
         running job's order if it still names them: a satellite that started and then failed); one
         whose job is gone or not running is cancelled, unless that job's training ended less than
-        ``SATELLITE_END_GRACE_S`` ago (its workers are exiting); one still waiting after
+        ``SATELLITE_END_GRACE_S`` ago and the satellite's workers had joined it (they are exiting
+        with the job's; joiners that had not joined are not); one still waiting after
         ``SATELLITE_START_TIMEOUT_S`` is cancelled and its workers are taken out of its job's world
         by a new order (the latest order wins). A job in Slurm carrying the token of a satellite
         this daemon submitted, but not recorded as one (the daemon died before it learnt the id,
@@ -538,20 +541,36 @@ class SlurmActuator:
                     withdrawn = f" ({what})" if what == "its workers withdrawn" else ""
                 lines.append(f"satellite {sat_id} of job {parent} ended{withdrawn}")
             elif job is None or job.state is not JobState.RUNNING:
-                if sat.state is JobState.RUNNING and self._exiting(parent, now):
+                exiting = self._exiting(parent, now) if sat.state is JobState.RUNNING else None
+                if exiting is not None and self._joined(parent, submitted.get(sat_id, now), exiting):
                     continue
                 self._cancel(sat_id)
-                lines.append(f"satellite {sat_id} cancelled: job {parent} is not running")
+                lines.append(f"satellite {sat_id} cancelled: job {parent} is not running"
+                             + (" (its workers had not joined it when its training ended)" if exiting else ""))
             elif sat.state is JobState.PENDING and now - submitted.get(sat_id, now) > SATELLITE_START_TIMEOUT_S:
                 self._cancel(sat_id)
                 lines.append(f"satellite {sat_id} of job {parent} did not start in "
                              f"{SATELLITE_START_TIMEOUT_S:.0f} s: cancelled, " + self._withdraw(job, sat_id))
         return lines
 
-    def _exiting(self, job_id: str, now: float) -> bool:
-        """Whether the job's training ended within the satellite end grace, by its end report."""
+    def _exiting(self, job_id: str, now: float) -> ProgressRow | None:
+        """The job's end report if its training ended within the satellite end grace, else ``None``."""
         last = self.store.latest_progress(job_id)
-        return last is not None and last.kind == "end" and 0.0 <= now - last.t < SATELLITE_END_GRACE_S
+        ok = last is not None and last.kind == "end" and 0.0 <= now - last.t < SATELLITE_END_GRACE_S
+        return last if ok else None
+
+    def _joined(self, job_id: str, submitted: float, end: ProgressRow) -> bool:
+        """Whether a satellite submitted at ``submitted`` had its workers in the job's world: a report
+        of the job since then names a larger world than its last report before (the joiners joined).
+
+        Only such a satellite's workers exit with the job's. Joiners that had not joined when the
+        training ended (a grow ordered seconds before the end: they were still starting) wait to
+        join a job that is gone and do not end by themselves; the end grace kept such a satellite
+        30 s past its job (seen in ``bench chaos``: its GPUs held, then cancelled all the same).
+        """
+        rows = [r for r in self.store.progress_of(job_id) if r.t <= end.t]
+        before = next((r.world for r in reversed(rows) if r.t < submitted and r.kind in ("progress", "resize")), 0)
+        return any(r.world > before for r in rows if r.t >= submitted and r.kind in ("progress", "resize", "end"))
 
     def _cancel_orphans(self, records: Mapping[str, JobRecord]) -> list[str]:
         """Cancel the jobs carrying a satellite token this daemon journaled, unknown as satellites."""
