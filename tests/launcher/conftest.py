@@ -1,5 +1,5 @@
-"""Fixtures of the launcher tests: a fake job (store + daemon role) for the multi-process tests, and
-the ranks of a small script that forms its own world."""
+"""Fixtures of the launcher tests: a fake job (store + daemon role) for the multi-process tests, the
+ranks of a small script that forms its own world, and a job's TCPStore with a hostile client."""
 
 from __future__ import annotations
 
@@ -54,3 +54,16 @@ def start_ranks() -> Iterator[Callable[[str, int], list[subprocess.Popen[str]]]]
         if p.poll() is None:
             p.kill()
             p.communicate()
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[int, Any, Any]]:
+    """A job's TCPStore (hosted here) and a hostile raw client of it: ``(port, host, hostile)``."""
+    pytest.importorskip("torch")
+    from slurm_elastic_launcher.bench import free_port
+    from slurm_elastic_launcher.torch_backend import make_store
+
+    port = free_port()
+    host = make_store("127.0.0.1", port, serve=True, timeout_s=5.0)
+    hostile = make_store("127.0.0.1", port, serve=False, timeout_s=5.0)
+    yield port, host, hostile

@@ -58,15 +58,6 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture
-def server() -> Any:
-    """A job's TCPStore (hosted here) and a hostile raw client of it."""
-    port = _port()
-    host = make_store("127.0.0.1", port, serve=True, timeout_s=5.0)
-    hostile = make_store("127.0.0.1", port, serve=False, timeout_s=5.0)
-    yield port, host, hostile
-
-
 def hidden(key: str) -> str:
     """The store's name of a logical key of the test job."""
     return control.store_key(key, JOB_ID, KEY)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-import socket
 import threading
 import time
 from typing import Any
@@ -24,43 +23,12 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from slurm_elastic_launcher import control  # noqa: E402
-from slurm_elastic_launcher.agent import Agent, ElasticJob, StoreOrderSource  # noqa: E402
-from slurm_elastic_launcher.env import LauncherEnv  # noqa: E402
 from slurm_elastic_launcher.orders import sign_value  # noqa: E402
-from slurm_elastic_launcher.torch_backend import (  # noqa: E402
-    SignedStore,
-    TensorBatchDataset,
-    TorchBackend,
-    make_store,
-)
+from slurm_elastic_launcher.torch_backend import make_store  # noqa: E402
 
-SECRET = "test-secret-0123456789abcdef"
-JOB_ID = "4242"
-KEY = SECRET.encode()
+from .test_store_auth import JOB_ID, KEY, hidden, make_agent, signed_client  # noqa: E402
+
 GARBAGE = b"garbage written in advance by another user"
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def hidden(key: str) -> str:
-    return control.store_key(key, JOB_ID, KEY)
-
-
-@pytest.fixture
-def server() -> Any:
-    """A job's TCPStore (hosted here) and a hostile raw client of it."""
-    port = _port()
-    host = make_store("127.0.0.1", port, serve=True, timeout_s=5.0)
-    hostile = make_store("127.0.0.1", port, serve=False, timeout_s=5.0)
-    yield port, host, hostile
-
-
-def signed_client(port: int) -> SignedStore:
-    return SignedStore(make_store("127.0.0.1", port, serve=False, timeout_s=5.0), JOB_ID, KEY)
 
 
 # -- the names -------------------------------------------------------------------------------------
@@ -166,24 +134,8 @@ def test_a_claim_gives_up_on_a_key_deleted_and_rewritten_under_it(server: Any) -
 # -- the survivors' agreement ------------------------------------------------------------------------
 
 
-def make_agent(port: int, worker: str, workers: list[str], timeout_s: str = "2") -> Agent:
-    env = LauncherEnv.from_mapping({
-        "SLURM_ELASTIC_JOB_ID": JOB_ID, "SLURM_ELASTIC_SECRET": SECRET, "SLURM_ELASTIC_WORKER_ID": worker,
-        "SLURM_ELASTIC_WORKERS": ",".join(workers), "SLURM_ELASTIC_STORE_PORT": str(port),
-        "SLURM_ELASTIC_GROUP_TIMEOUT_S": timeout_s,
-    })
-    model = torch.nn.Linear(2, 1)
-    job = ElasticJob(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
-                     dataset=TensorBatchDataset(torch.zeros(4, 2), torch.zeros(4, 1)),
-                     loss_fn=lambda m, b: m(b[0]).sum())
-    backend = TorchBackend(signed_client(port), float(timeout_s))
-    agent = Agent(env, backend, job, StoreOrderSource(backend))
-    agent.members = tuple(workers)
-    return agent
-
-
 def agree(port: int, gen: str, survivors: list[str], members: list[str]) -> dict[str, Any]:
-    agents = {w: make_agent(port, w, members) for w in survivors}
+    agents = {w: make_agent(port, w, members, timeout_s="2") for w in survivors}
     out: dict[str, Any] = {}
     threads = [threading.Thread(target=lambda w=w: out.update({w: agents[w]._agree(gen, True)}))
                for w in agents]
