@@ -98,3 +98,32 @@ def test_a_waiting_job_the_prior_plan_starts_is_started() -> None:
     counts = _counts(Given({"7": 4, "8": 2, "9": 2}, {"7": 2, "8": 2, "9": 2, "10": 2}), _jobs())
     assert counts.get("10") == 2 and counts["7"] == 2, counts
 
+
+
+def test_every_field_a_report_sets_is_one_the_guard_takes_back() -> None:
+    """A job built with every runtime field its reports can give differs from its prior only in
+    ``REPORTED_FIELDS`` (and ``can_grow``, the job's own loss): a new reported field that the guard
+    does not know would let a report past it."""
+    from dataclasses import fields
+
+    from slurm_elastic.core.model import JobState, ProgressReport
+    from slurm_elastic.core.trust import REPORTED_FIELDS
+    from slurm_elastic.observe.progress import JobRuntime
+    from slurm_elastic.observe.snapshot import snapshot_of
+    from slurm_elastic.testing import shipped_profiles
+    from slurm_elastic_predictor.calibrate import StepPoint
+
+    from .test_hostile_job_input import NOW, nodes, record
+
+    rec = record("7", {"n000": 4}, admin="slurm-elastic gpus=1:8")
+    runtime = JobRuntime(model="imagenet", params=10**7, epoch_size=1234, samples_processed=5000, local_batch=48,
+                         base_lr=0.3, target_epochs=7.0, observed_throughput=321.0, last_change_time=NOW - 30,
+                         samples_at_last_change=4000, run_time=77.0,
+                         progress=ProgressReport(initial_loss=2.0, current_loss=1.0, val_metric=0.5),
+                         can_grow=False, step_points=(StepPoint(4, 1, 48, 0.2), StepPoint(2, 1, 48, 0.12)))
+    snap = snapshot_of(nodes(1), [rec], now=NOW, profiles=shipped_profiles(), runtimes={"7": runtime})
+    job = snap.job(JobId("7"))
+    assert job.state is JobState.RUNNING and job.prior is not None
+    differ = {f.name for f in fields(job) if getattr(job, f.name) != getattr(job.prior, f.name)}
+    assert differ - {"prior", "can_grow"} <= set(REPORTED_FIELDS), differ - set(REPORTED_FIELDS)
+    assert {"model", "observed_throughput", "samples_processed", "local_batch"} <= differ
