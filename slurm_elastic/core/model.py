@@ -29,9 +29,11 @@ class NodeState(enum.Enum):
     """Scheduling state of a node, reduced from Slurm's many node states.
 
     ``UP`` nodes take work. ``DRAINING`` nodes take no new work; their rigid jobs finish there,
-    while elastic jobs are moved off (the node's GPUs are not schedulable, so a plan gives those
-    jobs GPUs elsewhere: elasticity empties a draining node sooner). ``DOWN`` nodes (down,
-    drained, not responding, powered off) hold nothing usable.
+    while elastic jobs leave them (the node's GPUs are not schedulable, so a plan gives those jobs
+    GPUs elsewhere: elasticity empties a draining node sooner): a job without the launcher is moved
+    by a requeue, a launcher job is shrunk off the node in place and grown elsewhere, and a launcher
+    job whose batch host drains stays there until it ends (:func:`slurm_elastic.core.actions.diff`).
+    ``DOWN`` nodes (down, drained, not responding, powered off) hold nothing usable.
     """
 
     UP = "up"
