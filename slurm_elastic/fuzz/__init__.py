@@ -45,8 +45,8 @@ from slurm_elastic.fuzz.case import CaseResult, CaseTimeout
 from slurm_elastic.fuzz.cluster import FuzzCluster
 
 WEIGHTS: dict[str, int] = {
-    "report_lines": 6, "report_claims": 2, "order_lines": 4, "job_files": 6, "admin_comment": 4, "slurm_records": 4,
-    "slurm_docs": 4, "config": 3, "trace_csv": 2, "cli": 1,
+    "report_lines": 6, "report_claims": 2, "shared_history": 1, "order_lines": 4, "job_files": 6,
+    "admin_comment": 4, "slurm_records": 4, "slurm_docs": 4, "config": 3, "trace_csv": 2, "cli": 1,
 }
 """Cases per round of the schedule: the daemon-level families most, the command line least (it is
 the slowest per case and the least exposed)."""

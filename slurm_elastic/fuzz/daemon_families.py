@@ -30,7 +30,17 @@ from slurm_elastic.core.actions import ActionKind
 from slurm_elastic.core.model import JobId
 from slurm_elastic.core.trust import fair_shares
 from slurm_elastic.fuzz.case import CaseResult, attempt_any
-from slurm_elastic.fuzz.cluster import HONEST, HONEST_ELASTIC, NOW, OTHER_UID, USER, FuzzCluster, elastic, report_body
+from slurm_elastic.fuzz.cluster import (
+    HONEST,
+    HONEST_ELASTIC,
+    HOSTILE,
+    NOW,
+    OTHER_UID,
+    USER,
+    FuzzCluster,
+    elastic,
+    report_body,
+)
 from slurm_elastic.fuzz.hostile import (
     HOSTILE_STRINGS,
     NON_ASCII_DIGITS,
@@ -43,6 +53,7 @@ from slurm_elastic.fuzz.hostile import (
     pick,
     short,
 )
+from slurm_elastic.observe.history import LEDGER_KEY, USER_HISTORIES, Ledger
 from slurm_elastic.orders import (
     COMMENT_KEY,
     JOIN_MAX_BYTES,
@@ -179,6 +190,44 @@ def _planned_counts(c: FuzzCluster) -> dict[str, int]:
     rounds = c.view.store.rounds() if c.view is not None and c.view.store is not None else []
     return {str(j["job_id"]): sum(len(gpus) for _, gpus in j["placement"])
             for j in (rounds[-1]["plan"]["jobs"] if rounds else [])}
+
+
+# -- shared history (issue 37, item 5) -------------------------------------------------------------
+
+_STATES: tuple[tuple[str, ...], ...] = (
+    ("COMPLETED",), ("COMPLETED", "COMPLETING"), ("RUNNING",), ("CANCELLED",), ("FAILED",), ("TIMEOUT",),
+    ("NODE_FAIL",), ("PREEMPTED",), ("OUT_OF_MEMORY",), ("COMPLETING",))
+
+
+def shared_history(rng: random.Random, c: FuzzCluster, res: CaseResult) -> str:
+    """The hostile job's signed history (losses, then an ``end`` after up to 400 epochs) with any
+    state Slurm may show for it: the shared progress model notes the job only when Slurm shows it
+    completed and settled, never on its own end report, and never more than a user's share."""
+    epochs, size = rng.choice((1, 5, 20, 400)), rng.choice((64, 1000, 50_000))
+    first = report_body("7")["samples"]  # the job's honest report, already in its file
+    rows = [report_body("7", t=NOW - 90 + i, samples=first + i * size // 2, epoch_size=size, loss=2.0 / (1 + i))
+            for i in range(1, 2 * min(epochs, 30))]
+    rows.append(report_body("7", kind="end", t=NOW - 20, samples=first + epochs * size, epoch_size=size))
+    c.append_reports("7", [sign_report(r, c.secrets["7"]).encode() for r in rows])
+    state = pick(rng, _STATES)
+    if c.dialect == "22.05":  # one state, no flags
+        state = state[:1]
+    c.hostile_record["job_state"] = state[0] if c.dialect == "22.05" else list(state)
+    res.described = f"{epochs} epochs of {size}, Slurm shows {'+'.join(state)}"
+    outcome = c.round(res)
+    if outcome == "round_failed" or c.view is None or c.view.store is None:
+        return outcome
+    raw = c.view.store.meta(LEDGER_KEY)
+    ledger = Ledger.from_json(raw) if raw else Ledger()
+    noted = HOSTILE in {job for job, _ in ledger.jobs}
+    settled = state[0] == "COMPLETED" and "COMPLETING" not in state
+    if noted and (not settled or HOSTILE in c.view.quarantined()):
+        res.note_failure(f"job 7 noted as history while Slurm shows {'+'.join(state)}",
+                         "a history counted without Slurm's word")
+    if any(len(jobs) > USER_HISTORIES for jobs in ledger.by_user().values()):
+        res.note_failure(f"a user holds more than {USER_HISTORIES} histories: {ledger.by_user()}",
+                         "one user weighs more than one user")
+    return f"{outcome}+{'noted' if noted else 'not_noted'}"
 
 
 # -- order lines -----------------------------------------------------------------------------------
@@ -494,6 +543,7 @@ def slurm_records(rng: random.Random, c: FuzzCluster, res: CaseResult) -> str:
 FAMILIES: dict[str, Callable[[random.Random, FuzzCluster, CaseResult], str]] = {
     "report_lines": report_lines,
     "report_claims": report_claims,
+    "shared_history": shared_history,
     "order_lines": order_lines,
     "job_files": job_files,
     "admin_comment": admin_comment,

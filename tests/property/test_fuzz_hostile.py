@@ -40,8 +40,8 @@ from slurm_elastic.slurm.records import parse_jobs
 from slurm_elastic.testing import shipped_profiles
 
 REQUIRED_KEYS = {"cases", "outcomes", "foreign_exceptions", "rounds_failed", "other_jobs_unplanned"}
-EXAMPLES = {"report_lines": 100, "report_claims": 40, "order_lines": 60, "job_files": 100, "admin_comment": 60,
-            "slurm_records": 60, "slurm_docs": 150, "config": 100, "trace_csv": 40, "cli": 40}
+EXAMPLES = {"report_lines": 100, "report_claims": 40, "shared_history": 30, "order_lines": 60, "job_files": 100,
+            "admin_comment": 60, "slurm_records": 60, "slurm_docs": 150, "config": 100, "trace_csv": 40, "cli": 40}
 """Examples per family: the file runs in about 30 s on two cores (a hang costs its case's 5 s)."""
 
 
