@@ -13,7 +13,9 @@ trusts it may take from other jobs. This module owns :class:`ReportGuard`, a
 * the guarded plan gives each job a GPU count between its prior count and its fair share (either
   order), so reports move GPUs between jobs only within that band: no job loses to another's
   reports more than it holds beyond its fair share, and no job gains from its own reports more
-  than its fair share;
+  than its fair share (a job that reported nothing keeps what the policy gives it above the band:
+  what it gains, it gains from the others' reports). GPUs a capped job's gain had taken go back to
+  the jobs the prior plan gave them to, so the guard leaves no GPU idle that the prior plan uses;
 * a running job is stopped only when the prior plan stops it too, and a running job without the
   launcher (``Job.can_rebatch`` false: Slurm resizes or moves it by requeueing it) keeps its GPUs
   unless the prior plan resizes it too. A waiting job the prior plan starts is started.
@@ -117,6 +119,8 @@ class ReportGuard(PlannerWrapper):
                 lo[jid] = hi[jid] = job.num_gpus  # a resize or a move would requeue it
             else:
                 lo[jid], hi[jid] = min(c0, fair[jid]), max(c0, fair[jid])
+                if job.prior is None:  # it reported nothing: what it gains, it gains from others' reports
+                    hi[jid] = max(hi[jid], counts.get(jid, 0))
         kept = {jid: min(hi[jid], max(lo[jid], counts.get(jid, 0))) for jid in lo}
         over = sum(kept.values()) - len(snapshot.schedulable_gpus())
         by_gain = sorted(snapshot.elastic_jobs(), key=lambda j: (base_counts.get(j.job_id, 0) - kept[j.job_id],
@@ -130,6 +134,19 @@ class ReportGuard(PlannerWrapper):
                 new = job.min_gpus if lo[jid] else 0
             over -= k - new
             kept[jid] = new
+        # GPUs a capped job's gain had taken go back to the jobs the prior plan gave them to
+        free = -over if over < 0 else 0
+        short = sorted((j for j in snapshot.elastic_jobs() if kept[j.job_id] < min(base_counts.get(j.job_id, 0),
+                                                                                     hi[j.job_id])),
+                       key=lambda j: (kept[j.job_id] - base_counts.get(j.job_id, 0), j.submit_time, j.job_id))
+        for job in short:
+            jid, k = job.job_id, kept[job.job_id]
+            if job.state is JobState.RUNNING and not job.can_rebatch:
+                continue  # a resize would requeue it
+            add = min(free, min(base_counts.get(jid, 0), hi[jid]) - k)
+            if add <= 0 or k + add < job.min_gpus:
+                continue
+            kept[jid], free = k + add, free - add
         notes = tuple(f"job {jid} given {k} GPUs, not {counts.get(jid, 0)}: what jobs report moves GPUs only "
                       f"between the plan from priors ({base_counts.get(jid, 0)}) and the fair share ({fair[jid]})"
                       for jid, k in sorted(kept.items()) if k != counts.get(jid, 0))

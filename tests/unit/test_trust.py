@@ -127,3 +127,15 @@ def test_every_field_a_report_sets_is_one_the_guard_takes_back() -> None:
     differ = {f.name for f in fields(job) if getattr(job, f.name) != getattr(job.prior, f.name)}
     assert differ - {"prior", "can_grow"} <= set(REPORTED_FIELDS), differ - set(REPORTED_FIELDS)
     assert {"model", "observed_throughput", "samples_processed", "local_batch"} <= differ
+
+
+def test_a_job_that_reported_nothing_keeps_what_the_policy_gives_it_beyond_its_fair_share() -> None:
+    # 9 reported nothing: its gain comes from 7's reports, and capping it would leave a GPU idle
+    counts = _counts(Given({"7": 2, "8": 2, "9": 4}, {"7": 2, "8": 2, "9": 2}), _jobs()[:3])
+    assert counts == {"7": 2, "8": 2, "9": 4}, counts
+
+
+def test_gpus_a_capped_gain_had_taken_go_back_to_the_jobs_the_prior_plan_gave_them_to() -> None:
+    # fair shares 2 (job 7), 3, 3; 7's reports took one GPU from 8 and one from 9
+    counts = _counts(Given({"7": 4, "8": 3, "9": 1}, {"7": 1, "8": 5, "9": 2}), _jobs()[:3])
+    assert counts == {"7": 2, "8": 4, "9": 2}, counts  # none idle: 8 gets back toward its prior 5
