@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from slurm_elastic.contract import ContractError, parse_elastic_request
-from slurm_elastic.slurm.records import JobRecord
+from slurm_elastic.slurm.records import JobRecord, run_start_of
 from slurm_elastic.store import ProgressRow
 from slurm_elastic_predictor.throughput import ThroughputModel
 
@@ -182,5 +182,5 @@ def limits_of(rec: JobRecord, *, now: float, profiles: Mapping[str, ThroughputMo
         local_batches=local_batches,
         peak=tuple(profiles.values()),
         earliest=float(rec.submit_time or 0) - CLOCK_SKEW_S, latest=now + CLOCK_SKEW_S,
-        run_start=float(rec.start_time) if rec.restart_count > 0 and rec.start_time else None,
+        run_start=run_start_of(rec),
     )

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, MutableMapping
 
 from slurm_elastic.core.model import ClusterSnapshot, InFlightResize, JobId, JobState
-from slurm_elastic.observe.progress import finished_training, run_start_of
-from slurm_elastic.slurm.records import JobRecord
+from slurm_elastic.observe.progress import finished_training
+from slurm_elastic.slurm.records import JobRecord, run_start_of
 from slurm_elastic.store import Store
 
 IN_FLIGHT_TIMEOUT_S = 60.0

@@ -26,7 +26,7 @@ from typing import Any
 from slurm_elastic.core.model import JobState, ProgressReport
 from slurm_elastic.observe.bounds import ReportLimits, ReportOutOfBounds
 from slurm_elastic.orders import Channel, ChannelError, NoChannel
-from slurm_elastic.slurm.records import JobRecord, initial_workers
+from slurm_elastic.slurm.records import JobRecord, initial_workers, run_start_of
 from slurm_elastic.store import ProgressRow, Store
 from slurm_elastic_launcher.orders import identity_problem
 from slurm_elastic_predictor.calibrate import StepPoint
@@ -357,10 +357,3 @@ def finished_training(rows: Sequence[ProgressRow], now: float, run_start: float 
 
 def _ended(row: ProgressRow, run_start: float | None) -> bool:
     return row.kind == "end" and (run_start is None or row.t >= run_start)
-
-
-def run_start_of(rec: JobRecord) -> float | None:
-    """When Slurm started the job's current run, if it was requeued (``None``: its first run). What
-    an earlier run reported (its end, the workers it lost) or was owed is that run's: the requeue
-    ended its workers and started them again."""
-    return float(rec.start_time) if rec.restart_count > 0 and rec.start_time else None

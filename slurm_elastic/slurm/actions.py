@@ -87,10 +87,10 @@ from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import ClusterSnapshot, Job, JobState, Placement
 from slurm_elastic.core.rounds import ActionOutcome
 from slurm_elastic.errors import ElasticError
-from slurm_elastic.observe.progress import finished_training, run_start_of
+from slurm_elastic.observe.progress import finished_training
 from slurm_elastic.orders import Channel, ChannelError, NoChannel
 from slurm_elastic.slurm.commands import Command, CommandTimeout, sealed_copy
-from slurm_elastic.slurm.records import JobRecord, initial_workers
+from slurm_elastic.slurm.records import JobRecord, initial_workers, run_start_of
 from slurm_elastic.slurm.satellites import (
     Inputs,
     NotExpressible,

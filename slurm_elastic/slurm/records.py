@@ -638,3 +638,10 @@ def initial_workers(record: JobRecord) -> list[tuple[str, str, str]]:
             out.append((f"w{i}", node, record.job_id))
             i += 1
     return out
+
+
+def run_start_of(rec: JobRecord) -> float | None:
+    """When Slurm started the job's current run, if it was requeued (``None``: its first run). What
+    an earlier run reported (its end, the workers it lost) or was owed is that run's: the requeue
+    ended its workers and started them again."""
+    return float(rec.start_time) if rec.restart_count > 0 and rec.start_time else None
