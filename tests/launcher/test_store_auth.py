@@ -396,6 +396,19 @@ def test_forged_ready_and_go_keys_neither_switch_early_nor_hide_the_order(fake_j
     assert len({e["digest"] for e in formed}) == 1
 
 
+def kill_w1_and_recover(job: Any) -> dict[str, int]:
+    """Three workers train, ``w1`` is killed, the survivors re-form and are stopped: their exit codes."""
+    workers = ["w0", "w1", "w2"]
+    for w in workers:
+        job.start(w, workers)
+    job.wait_until("three workers training", lambda: job.last_step("w0") >= 5)
+    job.kill("w1")
+    job.wait_until("survivors re-formed", lambda: job.steps_in("w2", "o0.r") >= 3, timeout=40)
+    job.order("stop")
+    rcs: dict[str, int] = job.wait_exit()
+    return rcs
+
+
 @pytest.mark.launcher
 def test_forged_recovery_keys_neither_admit_the_forger_nor_drop_a_survivor(fake_job_factory: Any) -> None:
     job = fake_job_factory(SLURM_ELASTIC_GROUP_TIMEOUT_S="5")
@@ -404,13 +417,7 @@ def test_forged_recovery_keys_neither_admit_the_forger_nor_drop_a_survivor(fake_
     hostile.set(hidden("o0.r/members"), json.dumps({"members": ["w0", "evil"], "src": "evil"}))
     hostile.wait([hidden("o0.r/who/evil"), hidden("o0.r/members")])
     workers = ["w0", "w1", "w2"]
-    for w in workers:
-        job.start(w, workers)
-    job.wait_until("three workers training", lambda: job.last_step("w0") >= 5)
-    job.kill("w1")
-    job.wait_until("survivors re-formed", lambda: job.steps_in("w2", "o0.r") >= 3, timeout=40)
-    job.order("stop")
-    rcs = job.wait_exit()
+    rcs = kill_w1_and_recover(job)
     assert rcs["w0"] == rcs["w2"] == 0, {w: job.output(w)[-2000:] for w in ("w0", "w2")}
     for w in ("w0", "w2"):
         recovered = [e for e in job.events(w) if e["ev"] == "recovered"]

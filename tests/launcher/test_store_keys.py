@@ -26,7 +26,7 @@ from slurm_elastic_launcher import control  # noqa: E402
 from slurm_elastic_launcher.orders import sign_value  # noqa: E402
 from slurm_elastic_launcher.torch_backend import make_store  # noqa: E402
 
-from .test_store_auth import JOB_ID, KEY, hidden, make_agent, signed_client  # noqa: E402
+from .test_store_auth import JOB_ID, KEY, hidden, kill_w1_and_recover, make_agent, signed_client  # noqa: E402
 
 GARBAGE = b"garbage written in advance by another user"
 
@@ -185,13 +185,7 @@ def test_a_job_whose_recovery_keys_were_written_in_advance_still_recovers(fake_j
     for key in keys:
         hostile.set(key, GARBAGE)
     hostile.wait(keys)
-    for w in workers:
-        job.start(w, workers)
-    job.wait_until("three workers training", lambda: job.last_step("w0") >= 5)
-    job.kill("w1")
-    job.wait_until("survivors re-formed", lambda: job.steps_in("w2", "o0.r") >= 3, timeout=40)
-    job.order("stop")
-    rcs = job.wait_exit()
+    rcs = kill_w1_and_recover(job)
     assert rcs["w0"] == rcs["w2"] == 0, {w: job.output(w)[-2000:] for w in ("w0", "w2")}
     formed = [e for w in workers for e in job.events(w) if e["ev"] == "formed" and e["gen"] == "o0.r"]
     assert sorted(e["worker"] for e in formed) == ["w0", "w2"] and {e["world"] for e in formed} == {2}
