@@ -118,21 +118,34 @@ class TorchOps:
         random.setstate(state["random"])
 
 
-def make_store(host: str, port: int, serve: bool, timeout_s: float = 60.0) -> TCPStore:
+def make_store(
+    host: str, port: int, serve: bool, timeout_s: float = 60.0, connect_timeout_s: float = 60.0
+) -> TCPStore:
     """Open (or host, if ``serve``) the job's long-lived TCPStore (unsigned: wrap it in :class:`SignedStore`).
+
+    Connecting waits up to ``connect_timeout_s`` whatever ``timeout_s`` is: a host whose store
+    thread is starved for a few seconds (a loaded 2-core node) must not fail a worker's first
+    connection, while a blocking call keeps the short timeout the caller asked for.
 
     Args:
         host: store host.
         port: store port.
         serve: host the store in this process.
-        timeout_s: timeout of blocking store calls, seconds.
+        timeout_s: timeout of blocking store calls (get, wait), seconds.
+        connect_timeout_s: how long connecting may take, seconds (at least ``timeout_s``).
 
     Returns:
         The store client.
     """
-    return TCPStore(
-        host, port, is_master=serve, timeout=dt.timedelta(seconds=timeout_s), wait_for_workers=False
+    store = TCPStore(
+        host,
+        port,
+        is_master=serve,
+        timeout=dt.timedelta(seconds=max(timeout_s, connect_timeout_s)),
+        wait_for_workers=False,
     )
+    store.set_timeout(dt.timedelta(seconds=timeout_s))
+    return store
 
 
 def job_backend(env: LauncherEnv) -> TorchBackend:

@@ -236,6 +236,26 @@ def test_store_orders_read_past_nothing_forged_and_pick_up_the_real_one(server: 
     assert [Order.parse(r, JOB_ID, KEY).seq for r in source.read()] == [1, 2]
 
 
+def test_connecting_waits_for_a_slow_store_host_longer_than_a_call_may_block() -> None:
+    """A store host that answers later than the call timeout (a starved 2-core node, a worker
+    started before its host) is still reached; calls then time out as short as asked. CI failed
+    on this: a 5-s client timeout was also the connect timeout."""
+    from slurm_elastic_launcher.bench import free_port
+
+    port = free_port()
+    hosts: list[Any] = []
+    later = threading.Timer(2.5, lambda: hosts.append(make_store("127.0.0.1", port, serve=True)))
+    later.start()
+    try:
+        client = make_store("127.0.0.1", port, serve=False, timeout_s=1.0)
+        start = time.monotonic()
+        with pytest.raises(Exception, match=r"(?i)timeout|timed out"):
+            client.get("nobody-wrote-this")
+        assert time.monotonic() - start < 10.0
+    finally:
+        later.join()
+
+
 # -- the agent's go and rendezvous ----------------------------------------------------------------
 
 
