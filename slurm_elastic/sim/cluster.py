@@ -67,7 +67,15 @@ from slurm_elastic.core.model import (
 from slurm_elastic.core.rounds import ActionOutcome
 from slurm_elastic.errors import ConfigError, ProfileError
 from slurm_elastic.sim.workload import SimJobSpec
-from slurm_elastic_predictor.progress import BetaProgressModel, JobHistory, ProgressPoint, learn, refit_due
+from slurm_elastic_predictor.errors import ProfileError as FitError
+from slurm_elastic_predictor.progress import (
+    TRAINING_POINTS,
+    BetaProgressModel,
+    JobHistory,
+    ProgressPoint,
+    learn,
+    refit_due,
+)
 from slurm_elastic_predictor.throughput import ThroughputModel
 
 CHECKPOINT_RESTART_S = 30.0
@@ -91,6 +99,86 @@ def _reports(spec: SimJobSpec, processed: float, batch: float) -> tuple[float, f
     if spec.epochs is not None or conv is None:  # a set number of epochs: the metric is the share done
         return 1.0, min(1.0, epochs_done / (spec.epochs or 1.0))
     return 1.0, conv.relative_metric(batch or spec.base_batch, epochs_done)
+
+
+class ProgressPool:
+    """The progress points of the completed jobs, as the ONES progress fit draws them, kept as the jobs.
+
+    A completed job's history is one point per epoch it ended (its samples then, the validation
+    metric it reported, :func:`_reports`), all of it a function of the job's spec and the samples it
+    processed in all. The pool keeps only those two per job (and the running count of points), not
+    the points: a million-job trace ends tens of millions of epochs, and keeping them as objects cost
+    about 40 KiB per job. :meth:`sample` draws the fit's points by their place in the pool, as
+    :func:`~slurm_elastic_predictor.progress.bounded_uniform_sample` draws them from the pooled list
+    (the same random draw, the same points, in the same order), and builds only those.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: list[tuple[SimJobSpec, float]] = []  # (spec, samples processed), one per history
+        self._ends: list[int] = []  # points of the histories up to and including each
+        self.malformed = False  # a history the fit refuses (the predictor's ProfileError): no fit from then on
+
+    def __len__(self) -> int:
+        """Points in the pool."""
+        return self._ends[-1] if self._ends else 0
+
+    @property
+    def histories(self) -> int:
+        """Histories (completed jobs with at least one point) in the pool."""
+        return len(self._jobs)
+
+    @staticmethod
+    def _point(spec: SimJobSpec, total: float, epoch: int) -> tuple[float, float, float]:
+        """The history point of the ``epoch``-th epoch end (from 1) of a job that processed ``total``."""
+        processed = min(total, epoch * spec.epoch_size)
+        return (processed, *_reports(spec, processed, spec.base_batch))
+
+    @staticmethod
+    def _count(spec: SimJobSpec, total: float) -> int:
+        """Points of the history of a job that processed ``total`` samples: its epoch ends before its end."""
+        epochs = max(1, int(total // spec.epoch_size))
+        n = 0
+        for e in range(1, epochs + 1):
+            if min(total, e * spec.epoch_size) >= total:
+                break
+            n += 1
+        return n
+
+    def add(self, spec: SimJobSpec, total: float) -> JobHistory | None:
+        """Pool a completed job's history (``None`` when it has no point, and nothing is pooled); a
+        history the fit refuses marks the pool :attr:`malformed`."""
+        n = self._count(spec, total)
+        if not n:
+            return None
+        history = JobHistory(float(spec.epoch_size), 1.0, float(total),
+                             tuple(self._point(spec, total, e) for e in range(1, n + 1)))
+        try:
+            history.progress_points()  # checked once, as the fit would
+        except FitError:
+            self.malformed = True
+        self._jobs.append((spec, total))
+        self._ends.append(len(self) + n)
+        return history
+
+    def points(self, indices: Any) -> list[tuple[ProgressPoint, float]]:
+        """The pooled ``(features, true progress)`` pairs at ``indices`` (ascending), built now."""
+        out = []
+        for i in indices:
+            h = bisect.bisect_right(self._ends, int(i))
+            spec, total = self._jobs[h]
+            epoch = int(i) - (self._ends[h - 1] if h else 0) + 1
+            point = JobHistory(float(spec.epoch_size), 1.0, float(total), (self._point(spec, total, epoch),))
+            out.extend(point.progress_points())
+        return out
+
+    def sample(self, max_points: int, rng: np.random.Generator) -> list[tuple[ProgressPoint, float]]:
+        """What :func:`~slurm_elastic_predictor.progress.bounded_uniform_sample` draws from the pooled
+        points with ``rng``: all of them when at most ``max_points``, else ``max_points`` of them drawn
+        uniformly without replacement, in pool order."""
+        n = len(self)
+        if n <= max_points:
+            return self.points(range(n))
+        return self.points(np.sort(rng.choice(n, size=max_points, replace=False)))
 
 
 COMM_CPU_SHARE = 0.75
@@ -266,8 +354,7 @@ class VirtualCluster:
         self.arrivals: list[float] = []
         self.profiles: dict[str, ThroughputModel] = {}
         self.fit_progress = fit_progress
-        self.histories: list[JobHistory] = []
-        self.pooled: list[tuple[ProgressPoint, float]] | None = []  # the histories' points, pooled once
+        self.histories = ProgressPool()  # the completed jobs' progress points, kept as the jobs
         self.progress_model: BetaProgressModel | None = None
         self._fitted_at = 0
         self._errors: list[tuple[str, str, str]] = []
@@ -368,39 +455,24 @@ class VirtualCluster:
         job.configure(self.now)
         del self.active[job.spec.job_id]
         self.running.pop(job.spec.job_id, None)
+        job.view = None  # the planner never sees it again: its last view is not kept
         self.finished.append(job)
         self.completed += not job.dropped
 
     # -- progress model (ONES learns it online from completed jobs) -------------------------------
 
     def _record_history(self, job: SimJob) -> None:
-        if not self.fit_progress:
-            return
-        spec = job.spec
-        total = job.samples
-        epochs = max(1, int(total // spec.epoch_size))
-        points = []
-        for e in range(1, epochs + 1):
-            processed = min(total, e * spec.epoch_size)
-            if processed >= total:
-                break
-            points.append((processed, *_reports(spec, processed, spec.base_batch)))
-        if points:
-            history = JobHistory(float(spec.epoch_size), 1.0, float(total), tuple(points))
-            self.histories.append(history)
-            try:
-                if self.pooled is not None:
-                    self.pooled.extend(history.progress_points())
-            except ProfileError:
-                self.pooled = None  # learn() pools (and refuses) the histories itself
+        if self.fit_progress:
+            self.histories.add(job.spec, job.samples)
 
     def _maybe_refit(self) -> None:
-        n = len(self.histories)
-        if not self.fit_progress or not refit_due(n, self._fitted_at):
+        n = self.histories.histories
+        if not self.fit_progress or not refit_due(n, self._fitted_at) or self.histories.malformed:
             return
-        try:
-            self.progress_model, _ = learn(self.histories, self.progress_model, np.random.default_rng(n), self.pooled)
-        except ProfileError:
+        rng = np.random.default_rng(n)
+        try:  # the fit's bounded sample drawn from the pool (ProgressPool.sample), then learned as it is
+            self.progress_model, _ = learn((), self.progress_model, rng, self.histories.sample(TRAINING_POINTS, rng))
+        except (ProfileError, FitError):  # the predictor's own error (slurm_elastic's was never raised here)
             return
         self._fitted_at = n
 
