@@ -52,7 +52,7 @@ with a Gaussian prior on the multipliers, solved in closed form (a ridge regress
   ``cifar10.scaled(compute=1/1.7, intra=1/3, inter=1/0.6)`` the plain ridge fits an intra-node
   factor of 1.42 (worst prediction error 13 %), the scaled one 2.98 (0.4 %).
 * **PRIOR_STRENGTH = 1.0**: one observation's worth per component ("one observation at
-  10 % error"). Measured with ``bench_learn`` (``slurm_elastic.learn_bench``: median APE of the step
+  10 % error"). Measured with ``bench_learn`` (``slurm_elastic.bench.learning``: median APE of the step
   time over every measured row of the six shipped profiles; "same" = each job's own profile as
   prior, "cross" = CIFAR-10 as every job's prior) for first sizes 1-2 / 1-2-4-8 / 1-2-4-8-16:
 

@@ -177,8 +177,6 @@ def cmd_profiles(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from slurm_elastic.bench import bench_planner, bench_reaction, bench_simulate
-
     if args.bench in ("resize", "step"):
         try:
             from slurm_elastic_launcher.bench import bench_resize
@@ -197,13 +195,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 0
     if args.bench == "load":
         from slurm_elastic import policies
-        from slurm_elastic.load_bench import bench_load
+        from slurm_elastic.bench.live.load import bench_load
 
         policies.validate(args.policy, {})
         print(json.dumps(bench_load(root=args.root, jobs=args.jobs, sleep_s=args.sleep, policy=args.policy), indent=2))
         return 0
     if args.bench == "chaos":
-        from slurm_elastic.chaos_bench import bench_chaos
+        from slurm_elastic.bench.live.chaos import bench_chaos
 
         points = comma_words(args.points)
         print(json.dumps(bench_chaos(root=args.root, points=points), indent=2))
@@ -217,14 +215,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 0
     if args.bench == "observe":
         from slurm_elastic import policies
-        from slurm_elastic.observe_bench import bench_observe
+        from slurm_elastic.bench.observing import bench_observe
 
         policies.validate(args.policy, {})
         print(json.dumps(bench_observe(nodes=args.nodes, jobs=args.jobs, policy=args.policy, repeat=args.repeat,
                                        seed=args.seed, churn=args.churn), indent=2))
         return 0
     if args.bench == "learn":
-        from slurm_elastic.learn_bench import bench_learn
+        from slurm_elastic.bench.learning import bench_learn
 
         try:
             sizes = [int(k) for k in args.sizes.split(",") if k.strip()]
@@ -233,6 +231,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(json.dumps(bench_learn(prior=args.prior, first_sizes=sizes), indent=2))
         return 0
     if args.bench == "reaction":
+        from slurm_elastic.bench.live.reaction import bench_reaction
+
         print(json.dumps(bench_reaction(root=args.root, repeat=args.repeat), indent=2))
         return 0
     if args.bench == "fuzz":
@@ -243,17 +243,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
                          indent=2))
         return 0
     if args.bench == "simulate":
+        from slurm_elastic.bench.simulating import bench_simulate
+
         out = bench_simulate(jobs=args.jobs, gpus=args.gpus, policy=args.policy, seed=args.seed,
                              round_gap=args.round_gap)
         print(json.dumps(out, indent=2))
         return 0
     if args.scaling:
-        from slurm_elastic.bench import bench_planner_scaling
+        from slurm_elastic.bench.planning import bench_planner_scaling
 
         rows = bench_planner_scaling(policy=args.policy, gpus_per_node=args.gpus_per_node,
                                      repeat=args.repeat or 3, seed=args.seed, params=dict(args.param))
         print(json.dumps(rows, indent=2))
         return 0
+    from slurm_elastic.bench.planning import bench_planner
+
     result = bench_planner(gpus=args.gpus, gpus_per_node=args.gpus_per_node, jobs=args.jobs,
                            policy=args.policy, repeat=args.repeat or 20, seed=args.seed, params=dict(args.param),
                            reported=args.reported)

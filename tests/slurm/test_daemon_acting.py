@@ -170,7 +170,7 @@ def test_bench_load_drains_a_queue_without_preemption_churn(cluster: DevCluster)
     keys. None is requeued: the guards keep a job without the launcher at its size for its first
     ``min_run_s`` (120 s; these jobs run 5 s). Before, 6 runs in 22 regrew jobs by requeue, up to
     17 requeues a run, and twice the benchmark stopped while a requeued job still had to run."""
-    from slurm_elastic.load_bench import bench_load
+    from slurm_elastic.bench.live.load import bench_load
 
     cluster.cancel_all()
     out = bench_load(root=cluster.root, jobs=24, sleep_s=5, bring_up=False, timeout_s=300)
@@ -188,7 +188,7 @@ def test_bench_chaos_loses_nothing(cluster: DevCluster, point: str) -> None:
     it lost). Every job COMPLETED, every sample of the launcher job trained once, nothing orphaned
     or stranded."""
     pytest.importorskip("torch")
-    from slurm_elastic.chaos_bench import COUNTS, bench_chaos
+    from slurm_elastic.bench.live.chaos import COUNTS, bench_chaos
 
     cluster.cancel_all()
     out = bench_chaos(root=cluster.root, points=[point], bring_up=False, run_timeout_s=240)

@@ -83,7 +83,7 @@ def test_status_and_check_config_commands(cluster: DevCluster, tmp_path: Path,
 
 
 def test_bench_reaction_on_the_real_cluster(cluster: DevCluster) -> None:
-    from slurm_elastic.bench import bench_reaction
+    from slurm_elastic.bench.live.reaction import bench_reaction
 
     out = bench_reaction(root=cluster.root, repeat=2, poll_interval=0.1)
     assert out["repeat"] == 2 and 0 < out["planned"]["median_ms"] <= out["running"]["median_ms"] < 60_000

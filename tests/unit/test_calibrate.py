@@ -1,5 +1,5 @@
 """Unit tests of per-job calibration (slurm_elastic_predictor.calibrate) and its benchmark
-(slurm_elastic.learn_bench.bench_learn)."""
+(slurm_elastic.bench.learning.bench_learn)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from slurm_elastic.bench.learning import bench_learn
 from slurm_elastic.errors import ConfigError
-from slurm_elastic.learn_bench import bench_learn
 from slurm_elastic_predictor.calibrate import (
     FACTOR_MAX,
     FACTOR_MIN,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_elastic import chaos_bench
+from slurm_elastic.bench.live import chaos as chaos_bench
 from slurm_elastic.slurm.actions import SATELLITE_END_GRACE_S
 
 SATELLITE = ("RUNNING", "slurm-elastic-satellite=" + "ab" * 16)
@@ -16,8 +16,8 @@ SATELLITE = ("RUNNING", "slurm-elastic-satellite=" + "ab" * 16)
 
 def _clocked(monkeypatch: pytest.MonkeyPatch, queue_until: float) -> list[float]:
     now = [0.0]
-    monkeypatch.setattr("slurm_elastic.chaos_bench.time.monotonic", lambda: now[0])
-    monkeypatch.setattr("slurm_elastic.chaos_bench.time.sleep", lambda s: now.__setitem__(0, now[0] + s))
+    monkeypatch.setattr("slurm_elastic.bench.live.chaos.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("slurm_elastic.bench.live.chaos.time.sleep", lambda s: now.__setitem__(0, now[0] + s))
     monkeypatch.setattr(chaos_bench, "_queue", lambda env: {"12": SATELLITE} if now[0] < queue_until else {})
     return now
 

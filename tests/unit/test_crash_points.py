@@ -265,7 +265,7 @@ def test_bench_chaos_has_a_workload_for_every_crash_point() -> None:
     """``bench chaos`` runs each point on the small workload that reaches it: the full run found
     18 of 44 points never reached by its one workload (preempt, drop, move, rebatch, the launcher's
     own shrink steps), then the requeue path of a plain job's grow reached only when timing allowed."""
-    from slurm_elastic.chaos_bench import FAULTS, WORKLOADS, workload_of
+    from slurm_elastic.bench.live.chaos import FAULTS, WORKLOADS, workload_of
 
     chosen = {p: workload_of(p).name for p in (*CRASH_POINTS, *FAULTS)}
     assert set(chosen.values()) == set(WORKLOADS)  # every workload serves some point

@@ -134,7 +134,7 @@ def test_the_top_help_lists_every_command_once_under_who_uses_it(capsys: pytest.
 
 
 def test_bench_planner_scaling_gives_a_row_per_size() -> None:
-    from slurm_elastic.bench import bench_planner_scaling
+    from slurm_elastic.bench.planning import bench_planner_scaling
 
     rows = bench_planner_scaling(policy="ones", repeat=1, sizes=(16, 32), params={"generations": 1})
     assert [r["jobs"] for r in rows] == [4, 8]

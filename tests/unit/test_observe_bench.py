@@ -9,10 +9,10 @@ from collections.abc import Sequence
 
 import pytest
 
+from slurm_elastic.bench.observing import bench_observe, site_documents
 from slurm_elastic.cli import main
 from slurm_elastic.core.model import JobState
 from slurm_elastic.observe.view import ClusterView, gc_paused
-from slurm_elastic.observe_bench import bench_observe, site_documents
 from slurm_elastic.slurm.cli_backend import SlurmCli
 from slurm_elastic.slurm.records import JobRecord, NodeRecord, parse_jobs, parse_nodes
 from slurm_elastic.testing import shipped_profiles

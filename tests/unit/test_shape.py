@@ -15,7 +15,8 @@ CHANGING = {"scancel", "sbatch", "scontrol", "runuser", "srun", "salloc"}
 # (the dev cluster, `slurm-elastic submit` and its templates, the benchmarks that submit their own jobs,
 # `slurm-elastic profile`, which submits and cancels its own measuring jobs).
 MAY_CHANGE_SLURM = {"slurm/actions.py", "slurm/satellites.py", "dev/devcluster.py", "submit.py", "templates.py",
-                    "bench.py", "load_bench.py", "chaos_bench.py", "fidelity_bench.py", "site_profile.py"}
+                    "bench/live/reaction.py", "bench/live/load.py", "bench/live/chaos.py", "fidelity_bench.py",
+                    "site_profile.py"}
 
 
 def _reads_only(elts: list[ast.expr]) -> bool:

@@ -1,7 +1,7 @@
 """``slurm-elastic bench load``: the acting daemon under a queue of many elastic jobs on a real dev cluster.
 
-This module owns the load benchmark of issue 14: ``--jobs`` jobs ``sbatch --elastic=1:4 --gres=gpu:1
---wrap 'sleep S'`` submitted at once on a small cluster (3 nodes x 2 GPUs: 6 GPUs, as in the issue),
+This module owns the load benchmark: ``--jobs`` jobs ``sbatch --elastic=1:4 --gres=gpu:1
+--wrap 'sleep S'`` submitted at once on a small cluster (3 nodes x 2 GPUs: 6 GPUs),
 the daemon (policy ``efq``, the site guards' defaults) run in this process until the queue drains
 (until slurmctld is done with every job), and what it cost: how many jobs completed (slurmctld's
 final state; accounting's for a job it no longer lists), how many times Slurm requeued each job (the

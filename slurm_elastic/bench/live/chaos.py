@@ -1,6 +1,6 @@
 """``slurm-elastic bench chaos``: the acting daemon SIGKILLed at each journaled step, on a real dev cluster.
 
-This module owns the crash benchmark of issue 14. For each crash point
+This module owns the crash benchmark. For each crash point
 (:data:`~slurm_elastic.slurm.steps.CRASH_POINTS`, or those asked for) it runs, on a fresh queue, the
 small workload that reaches that point (:data:`WORKLOADS`, :func:`workload_of`):
 
@@ -19,7 +19,7 @@ small workload that reaches that point (:data:`WORKLOADS`, :func:`workload_of`):
 The daemon (policy ``dp``, no guards) runs
 as its own process with ``SLURM_ELASTIC_CRASH_AT=<point>``; once it has killed itself there (or the
 workload ended without reaching the point: not *reached*), a new daemon is started on the same
-store without it and runs until the queue is empty. Then it counts what the issue asks for:
+store without it and runs until the queue is empty. Then it counts:
 
 * ``jobs_lost``: a submitted job that Slurm's accounting does not say COMPLETED (or CANCELLED, for
   the job the ``drop`` workload's policy may drop);

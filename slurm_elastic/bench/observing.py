@@ -42,7 +42,7 @@ from slurm_elastic.observe.view import ClusterView
 from slurm_elastic.slurm.cli_backend import SlurmCli
 from slurm_elastic.textfiles import read_text
 
-FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "slurm-json" / "25.11"
+FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "slurm-json" / "25.11"
 GPUS_PER_NODE = 4
 RUNNING_SHARE = 0.2
 ELASTIC_SHARE = 0.5
