@@ -4,7 +4,8 @@
 ``__main__`` with ``sys.argv`` as it would have been, after two changes that do not change what the
 script computes:
 
-* ``slurm_elastic_launcher.init`` is wrapped: the world it returns is kept, and with
+* ``slurm_elastic_launcher.init`` (which ``slurm_elastic_launcher.ddp.init_process_group`` calls) is
+  wrapped: a line says the script made the elastic world, the world it returns is kept, and with
   ``SLURM_ELASTIC_REHEARSE_PACE_S`` > 0 its ``step`` sleeps that long first (every rank alike, so
   no collective waits on it): a short script then lasts long enough for the rehearsal's actions;
 * ``torch.distributed.get_rank`` and ``get_world_size`` (the default group's, ``group=None``),
@@ -95,6 +96,7 @@ def main() -> None:
     def init(*a: Any, **k: Any) -> Any:
         world = real_init(*a, **k)
         probe.world = world
+        probe.write({"ev": "world"})  # the script is ported: it made the elastic world
         if pace > 0:
             real_step = world.step
 

@@ -70,3 +70,32 @@ def test_a_script_that_never_reaches_a_step_boundary_fails_naming_the_check(
     assert "FAIL         run" in out and "FAIL         1. grow 2 -> 3" in out, out
     assert "FAILED: run, 1. grow 2 -> 3" in out and "not reached" in out, out
     assert "NOT CHECKED  final loss" in out
+
+
+BEFORE = EXAMPLE.with_name("ddp_train.py")  # the porting guide's "before": plain torch.distributed
+
+
+def test_an_unported_script_fails_saying_it_never_made_the_elastic_world(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torch")
+    from slurm_elastic_launcher.examples.make_npy_data import write
+
+    write(tmp_path / "data", 40)
+    rc = main(["rehearse", "--sequence", "2,+1", "--timeout", "60", "--no-baseline", "--workdir",
+               str(tmp_path / "work"), "--", sys.executable, str(BEFORE), "--data", str(tmp_path / "data"),
+               "--epochs", "1", "--workers", "0"])
+    out = capsys.readouterr().out
+    assert rc == 1, out
+    assert "FAIL         run                the script never made the elastic world" in out, out
+    assert "port it first (docs/launcher.md, porting guide)" in out
+
+
+def test_a_loss_that_is_zero_in_both_runs_is_not_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    from slurm_elastic.rehearse import checks
+    from slurm_elastic.rehearse.driver import RunRecord
+
+    monkeypatch.setattr(checks, "final_loss", lambda record: 0.0)  # e.g. cross_entropy over one output
+    verdict = checks.loss_verdict(RunRecord(ended=True), RunRecord(ended=True), 0.25)
+    assert verdict.status == checks.NOT_CHECKED and "does not depend on the model" in verdict.detail
+    monkeypatch.setattr(checks, "final_loss", lambda record: 0.5)
+    assert checks.loss_verdict(RunRecord(ended=True), RunRecord(ended=True), 0.25).status == checks.PASS
