@@ -18,6 +18,13 @@ dev cluster (its own, under ``root``, unless told to use one already up) it
    their end report to Slurm's end: the median over the trace's jobs of each), and the host's CPU
    cores shared by every worker (a dev cluster's "GPU" is a CPU process).
 
+It also records the trace's jobs as ``sacct --json`` lists them and measures from them the site
+physics ``what-if`` applies (:func:`~slurm_elastic.reports.site_physics.measure_site_physics`: Slurm's
+start to the first ``srun`` step, the last step's end to Slurm's end, per node count), and simulates
+the trace once more with those latencies in place of the launcher-measured start-up and ending
+(``site_physics``: the ratio ``what-if``'s physics give, and how much of a job's start-up Slurm's
+accounting sees).
+
 It prints ``real_avg_jct_s``, ``sim_avg_jct_s`` (every physics), their ``ratio`` (sim / real) and
 makespans, the same for each step of the ladder (``ladder``: what each physics changes), the
 physics measured, and each job's two JCTs. The real run is recorded in its work folder
@@ -52,11 +59,13 @@ from slurm_elastic.core.model import ElasticMode
 from slurm_elastic.dev import devcluster
 from slurm_elastic.dev.processes import die_with_parent
 from slurm_elastic.errors import ConfigError, ElasticError
+from slurm_elastic.reports.site_physics import measure_site_physics
 from slurm_elastic.sim.cluster import CHECKPOINT_RESTART_S, IN_PLACE_GROW_S, IN_PLACE_SHRINK_S, ResizeCost
 from slurm_elastic.sim.engine import simulate
 from slurm_elastic.sim.workload import SimJobSpec
 from slurm_elastic.site_profile import EXAMPLE, profile_site
-from slurm_elastic.slurm.commands import run_command
+from slurm_elastic.slurm.commands import run_command, run_json
+from slurm_elastic.slurm.records import parse_sacct
 from slurm_elastic.store import Store
 from slurm_elastic.submit import new_secret_file, submit
 from slurm_elastic.templates import JobRequest
@@ -153,8 +162,11 @@ def bench_fidelity(*, root: Path, policy: str = "dp", jobs: int = 12, seed: int 
         (work / "elastic.toml").write_text(conf_text, encoding="utf-8")
         say(f"bench fidelity: {len(trace)} jobs for real under {policy} on {gpus} GPUs")
         real = _run_real(work, env, trace, timeout_s)
+        # what-if's read (read_accounting's argv), of the trace's jobs only
+        ids = ",".join(j["job_id"] for j in real["jobs"].values())
+        sacct = run_json(lambda argv: run_command(argv, env=env), ["sacct", "--json", "-a", "-X", "-j", ids])
     run = {"seed": seed, "gpus": gpus, "gpus_per_node": gpus_per_node, "host_cores": len(os.sched_getaffinity(0)),
-           "profile": profile, "trace": [dataclasses.asdict(j) for j in trace], "real": real}
+           "profile": profile, "trace": [dataclasses.asdict(j) for j in trace], "real": real, "sacct": sacct}
     (work / RUN_FILE).write_text(json.dumps(run, indent=1) + "\n", encoding="utf-8")
     say(f"bench fidelity: the real run is in {work / RUN_FILE}; simulate it again with --replay {work}")
     return replay_fidelity(work)
@@ -185,25 +197,48 @@ def replay_fidelity(work: Path) -> dict[str, Any]:
     physics = _physics(real, host_cores)
     profiles = cfg.daemon.profiles if cfg.daemon.profiles is not None else work / "profiles"
     sims = _ladder(cfg, trace, real, physics, profiles, gpus, gpus_per_node, seed)
-    return {**_summary(cfg.daemon.policy, gpus, trace, real, physics, sims, profile), "work": str(work)}
+    out = {**_summary(cfg.daemon.policy, gpus, trace, real, physics, sims, profile), "work": str(work)}
+    if isinstance(run.get("sacct"), dict):  # recorded since issue 39: what-if's physics, from sacct
+        try:
+            site = measure_site_physics(parse_sacct(run["sacct"]))
+        except ElasticError as exc:
+            raise ConfigError(f"{work / RUN_FILE}: its sacct record does not read: {exc}") from None
+        jobs = _simulate(cfg, trace, real, physics, profiles, gpus, gpus_per_node, seed, PHYSICS,
+                         overhead=site.overhead_by_nodes())
+        avg, span = _figures([jobs[j.name]["jct"] for j in trace], [jobs[j.name]["end"] for j in trace], 0.0)
+        real_avg = out["real_avg_jct_s"]
+        out["site_physics"] = {**site.as_dict(), "described": site.describe(), "sim_avg_jct_s": _r(avg),
+                               "sim_makespan_s": _r(span),
+                               "ratio": _r(avg / real_avg, 3) if avg and real_avg else None}
+    return out
 
 
 def _ladder(cfg: Config, trace: Sequence[TraceJob], real: dict[str, Any], physics: dict[str, Any], profiles: Path,
             gpus: int, gpus_per_node: int, seed: int) -> dict[str, dict[str, dict[str, Any]]]:
     """The trace simulated with the profile alone, then with each of :data:`PHYSICS` added: the
     records of each rung by job name."""
-    specs = [_spec(j, real["jobs"][j.name], real["t0"], profiles) for j in trace]
-    measured = ResizeCost(physics["grow_pause_s"], physics["shrink_pause_s"], CHECKPOINT_RESTART_S, "measured")
     out = {}
     for rung in range(len(PHYSICS) + 1):
         have = PHYSICS[:rung]
-        res = simulate(specs, policies.build(cfg.daemon.policy, cfg.policy_params, cfg.guards), gpus=gpus,
-                       gpus_per_node=gpus_per_node, resize_cost=measured if "pauses" in have else "in-place",
-                       round_gap=POLL_S, seed=seed, overhead_s=physics["overhead_s"] if "overhead" in have else 0.0,
-                       equal_start="equal_start" in have, host_cores=physics["host_cores"] if "cores" in have else None,
-                       workload="fidelity")
-        out[f"+{have[-1]}" if have else "profiles"] = {r["job_id"]: r for r in res["jobs"]}
+        out[f"+{have[-1]}" if have else "profiles"] = _simulate(cfg, trace, real, physics, profiles, gpus,
+                                                                gpus_per_node, seed, have)
     return out
+
+
+def _simulate(cfg: Config, trace: Sequence[TraceJob], real: dict[str, Any], physics: dict[str, Any], profiles: Path,
+              gpus: int, gpus_per_node: int, seed: int, have: Sequence[str],
+              overhead: Mapping[int, float] | None = None) -> dict[str, dict[str, Any]]:
+    """The trace simulated with the physics ``have`` (of :data:`PHYSICS`); ``overhead``: the start-up
+    and ending per node count instead of the launcher-measured one. The records by job name."""
+    specs = [_spec(j, real["jobs"][j.name], real["t0"], profiles) for j in trace]
+    measured = ResizeCost(physics["grow_pause_s"], physics["shrink_pause_s"], CHECKPOINT_RESTART_S, "measured")
+    knobs: dict[str, Any] = {
+        "overhead_s": (overhead if overhead is not None else physics["overhead_s"]) if "overhead" in have else 0.0,
+        "equal_start": "equal_start" in have, "host_cores": physics["host_cores"] if "cores" in have else None}
+    res = simulate(specs, policies.build(cfg.daemon.policy, cfg.policy_params, cfg.guards), gpus=gpus,
+                   gpus_per_node=gpus_per_node, resize_cost=measured if "pauses" in have else "in-place",
+                   round_gap=POLL_S, seed=seed, workload="fidelity", **knobs)
+    return {r["job_id"]: r for r in res["jobs"]}
 
 
 def _run_real(work: Path, env: dict[str, str], trace: Sequence[TraceJob], timeout_s: float) -> dict[str, Any]:

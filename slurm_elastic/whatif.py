@@ -6,7 +6,7 @@ This module owns:
   by the trace loader's own row reader (:mod:`slurm_elastic.sim.workload`), so a replayed history
   obeys exactly the trace format of ``DESIGN.md``;
 * :func:`what_if`: that trace replayed under policies with :func:`run_comparison` (same results,
-  same report);
+  same report), with the site's own start and end latencies by default (:func:`apply_site_physics`);
 * reading the history: :func:`parse_when` (the ``--since``/``--until`` dates), :func:`read_accounting`
   (``sacct --json -a -X -S -E``) and :func:`cluster_gpus` (``sinfo --json``). These run Slurm
   commands through an injectable runner (default :func:`slurm_elastic.slurm.commands.run_command`).
@@ -25,6 +25,17 @@ grouped as in :func:`slurm_elastic.reports.allocation.group_jobs`):
 * model: by GPU-time class, as the trace loader picks it (its helper, in submit order);
 * user and account: as in Slurm. Jobs that never held a GPU are skipped (logged, and listed by
   :func:`skipped_jobs`).
+
+Site physics (default; ``site_physics=False``, the CLI's ``--no-site-physics``, leaves them out): the
+window's own start and end latencies per node count
+(:func:`~slurm_elastic.reports.site_physics.measure_site_physics`: Slurm's start of a job to its
+first ``srun`` step, its last step's end to Slurm's end). A job's elapsed time includes them, but
+they do not shrink when a policy gives the job more GPUs and they come again at every restart; so
+each replayed job's work is its elapsed time less the latency of its node count (at least 1 s, or
+its elapsed time when shorter: :func:`apply_site_physics`), and the simulator makes every start
+pay the latency of the node count it starts on (``overhead_s`` of
+:class:`~slurm_elastic.sim.cluster.VirtualCluster`). Each result says what was applied
+(``site_physics``).
 """
 
 from __future__ import annotations
@@ -42,6 +53,8 @@ from slurm_elastic.contract import ContractError, parse_elastic_request
 from slurm_elastic.core.guards import Guards
 from slurm_elastic.errors import ConfigError
 from slurm_elastic.reports.allocation import JobUsage, group_jobs
+from slurm_elastic.reports.site_physics import SitePhysics, measure_site_physics
+from slurm_elastic.sim.cluster import Overhead, overhead_for
 from slurm_elastic.sim.runner import PolicySpec, Progress, run_comparison
 from slurm_elastic.sim.workload import SimJobSpec, _trace_job
 from slurm_elastic.slurm.commands import Runner, run_command, run_json, slurm_release
@@ -50,8 +63,10 @@ from slurm_elastic.slurm.records import AccountingRecord, parse_nodes, parse_sac
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "MIN_REPLAYED_S",
     "TRACE_COLUMNS",
     "WORKLOAD_NAME",
+    "apply_site_physics",
     "cluster_gpus",
     "history_rows",
     "history_to_trace",
@@ -66,6 +81,9 @@ TRACE_COLUMNS = ("job_id", "submit_time", "num_gpus", "duration", "min_gpus", "m
 WORKLOAD_NAME = "slurm-history"
 """The workload name of what-if results."""
 SACCT_TIMEOUT_S = 120.0
+MIN_REPLAYED_S = 1.0
+"""Least work (seconds at its GPUs) a replayed job keeps once its latency is taken out (Slurm's
+resolution), unless its elapsed time is shorter."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -150,16 +168,37 @@ def history_to_trace(records: Sequence[AccountingRecord], *, elastic_range: floa
     return [_trace_job(where, k + 2, k, row, elastic_range, seen) for k, row in enumerate(rows)]
 
 
+def apply_site_physics(rows: Sequence[dict[str, str]], records: Sequence[AccountingRecord],
+                       overhead: Overhead) -> list[dict[str, str]]:
+    """The rows of :func:`history_rows` with each job's latency taken out of its work: its elapsed
+    time less ``overhead`` at the node count it first started on, at least :data:`MIN_REPLAYED_S`
+    (its elapsed time when shorter). Pure."""
+    first: dict[int, tuple[int, int]] = {}  # slurm job id -> (start, nodes) of its first shape
+    for r in records:
+        if r.start_time is not None and (r.slurm_job_id not in first or r.start_time < first[r.slurm_job_id][0]):
+            first[r.slurm_job_id] = (r.start_time, len(r.nodes))
+    segments = {j.job_id: j.primary or j.segments for j in group_jobs(records)}
+    out = []
+    for row in rows:
+        seg = segments.get(row["job_id"], ())
+        nodes = first.get(seg[0].slurm_job_id, (0, 1))[1] if seg else 1
+        elapsed = float(row["duration"])
+        work = max(min(MIN_REPLAYED_S, elapsed), elapsed - overhead_for(overhead, max(1, nodes)))
+        out.append({**row, "duration": _num(work)})
+    return out
+
+
 def what_if(records: Sequence[AccountingRecord], policies: Sequence[PolicySpec], seeds: Sequence[int],
             gpus: int, gpus_per_node: int, *, elastic_range: float = 4.0, resize_cost: str = "in-place",
             round_gap: float = 30.0, progress: Progress | None = None,
-            guards: Guards | None = None) -> list[dict[str, Any]]:
+            guards: Guards | None = None, site_physics: bool = True) -> list[dict[str, Any]]:
     """Replay the history under each policy and seed on a virtual cluster of ``gpus`` GPUs.
 
     The trace of :func:`history_rows` is written to a temporary CSV and handed to
     :func:`run_comparison`, so the results are exactly ``slurm-elastic simulate --trace``'s (workload
-    name :data:`WORKLOAD_NAME`). Each policy runs inside the site ``guards`` as the daemon runs it
-    (``None``: bare).
+    name :data:`WORKLOAD_NAME`) with the site physics measured from ``records`` (module docstring;
+    ``site_physics=False``: none). Each policy runs inside the site ``guards`` as the daemon runs it
+    (``None``: bare). Every result's ``site_physics`` says what was applied.
 
     Raises:
         ConfigError: no job to replay, or a job used more GPUs than the virtual cluster has.
@@ -173,14 +212,26 @@ def what_if(records: Sequence[AccountingRecord], policies: Sequence[PolicySpec],
         r = too_big[0]
         raise ConfigError(f"what-if --gpus {gpus}: job {r['job_id']} used {r['num_gpus']} GPUs "
                           f"(rule: the virtual cluster must fit every replayed job; {len(too_big)} do not fit)")
+    physics: SitePhysics | None = measure_site_physics(records) if site_physics else None
+    overhead = physics.overhead_by_nodes() if physics is not None else {}
+    if overhead:
+        rows = apply_site_physics(rows, records, overhead)
+    applied = {"applied": bool(overhead), "described": physics.describe() if physics is not None else
+               "site physics: left out (--no-site-physics)", **(physics.as_dict() if physics is not None else {})}
+    if physics is not None:
+        log.info("what-if: %s", applied["described"])
     with tempfile.TemporaryDirectory(prefix="slurm-elastic-whatif-") as tmp:
         path = Path(tmp) / WORKLOAD_NAME
         with path.open("w", newline="", encoding="utf-8") as fh:
             writer = csv.DictWriter(fh, fieldnames=TRACE_COLUMNS)
             writer.writeheader()
             writer.writerows(rows)
-        return run_comparison(policies, seeds, trace=path, gpus=gpus, gpus_per_node=gpus_per_node,
-                              resize_cost=resize_cost, round_gap=round_gap, progress=progress, guards=guards)
+        results = run_comparison(policies, seeds, trace=path, gpus=gpus, gpus_per_node=gpus_per_node,
+                                 resize_cost=resize_cost, round_gap=round_gap, progress=progress, guards=guards,
+                                 physics={"overhead_s": overhead} if overhead else None)
+    for res in results:
+        res["site_physics"] = applied
+    return results
 
 
 # --------------------------------------------------------------------------------------------------

@@ -250,7 +250,7 @@ def cmd_what_if(args: argparse.Namespace) -> int:
     since, until = window(args)
     records = read_accounting(since, until, account=args.account)
     results = what_if(records, pols, seeds, args.gpus, args.gpus_per_node, elastic_range=args.elastic_range,
-                      resize_cost=args.resize_cost, guards=guards)
+                      resize_cost=args.resize_cost, guards=guards, site_physics=not args.no_site_physics)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=1, default=float))
@@ -261,6 +261,7 @@ def cmd_what_if(args: argparse.Namespace) -> int:
                                                  f"on {args.gpus} GPUs")
     skipped = skipped_jobs(records)
     summary = {"replayed_jobs": results[0]["metrics"]["jobs"], "skipped_jobs_without_gpus": len(skipped),
+               "site_physics": results[0].get("site_physics"),
                "runs": [{"policy": r["policy"], "seed": r["seed"], **r["metrics"]} for r in results]}
     print(json.dumps(summary, indent=2, default=float))
     return 0

@@ -368,6 +368,8 @@ def build_parser() -> argparse.ArgumentParser:
     wi.add_argument("--elastic-range", type=float_in(1.0, 1024.0), default=4.0,
                     help="a job without an elastic contract may use 1..GPUs x this, 1..1024 (default 4)")
     wi.add_argument("--resize-cost", default="in-place", help="in-place, checkpoint or seconds (default in-place)")
+    wi.add_argument("--no-site-physics", action="store_true", help="leave out the start and end latencies measured "
+                    "from the window's sacct (applied by default: docs/reproduce-results.md)")
     wi.add_argument("--param", type=_param, action="append", default=[], metavar="POLICY.KEY=VALUE",
                     help="planner parameter for one policy (repeatable)")
     wi.add_argument("--json", type=Path, metavar="OUT", help="write all results as JSON here")

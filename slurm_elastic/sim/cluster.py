@@ -27,7 +27,9 @@ Three physics of a real cluster that the profiles leave out, off unless asked fo
 * ``overhead_s``: seconds a job holds its GPUs without training beyond its work: its start-up
   (Slurm launching the tasks, the interpreter and the framework loading, the data built) and its
   ending (the processes exiting, Slurm ending the job), paid as a pause at every start (the same
-  JCT and GPU time as paying the ending at the end);
+  JCT and GPU time as paying the ending at the end); one figure for every job, or one per node
+  count the job starts on (a site's, measured from its accounting: ``what-if``), where a node count
+  not measured pays the nearest measured one's (:func:`overhead_for`);
 * ``equal_start``: Slurm gives a job the same GPU count on every node, so the actuator starts a job
   planned on an unequal placement at the largest equal shape inside it (its nodes x their smallest
   count, :mod:`slurm_elastic.slurm.actions`); a later round grows it;
@@ -46,6 +48,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -188,6 +191,20 @@ and 1: 0 gave fidelity ratios 0.62 and 0.82, 1 gave 1.10 and 1.20, 0.75 gave 0.9
 then checked on a third run (docs/throughput-model.md)."""
 
 
+Overhead = float | Mapping[int, float]
+"""Seconds of start-up and ending a job pays at each start: one figure, or one per node count."""
+
+
+def overhead_for(overhead: Overhead, nodes: int) -> float:
+    """What a job starting on ``nodes`` nodes pays: the figure, or its node count's, else the nearest
+    node count's given (the smaller on a tie); 0 for an empty mapping."""
+    if not isinstance(overhead, Mapping):
+        return overhead
+    if not overhead:
+        return 0.0
+    return overhead[min(overhead, key=lambda n: (abs(n - nodes), n))]
+
+
 def _cpu_ask(job: SimJob) -> float:
     """The part of a core each worker of a running job asks (module docstring): the part of its step
     it computes (its step on one GPU over its step on its placement), and :data:`COMM_CPU_SHARE`
@@ -320,17 +337,23 @@ class VirtualCluster:
         gpus_per_node: GPUs per node.
         cost: resize cost.
         fit_progress: refit the ONES progress model from completed jobs (as ONES does online).
-        overhead_s: seconds of start-up and ending a job pays at each start (module docstring).
+        overhead_s: seconds of start-up and ending a job pays at each start, one figure or one per
+            node count (module docstring).
         equal_start: start a job at the equal shape inside its planned placement (module docstring).
         host_cores: CPU cores every job's workers share (module docstring); ``None``: none shared.
     """
 
     def __init__(self, nodes: int, gpus_per_node: int, cost: ResizeCost, fit_progress: bool = True, *,
-                 overhead_s: float = 0.0, equal_start: bool = False, host_cores: int | None = None) -> None:
+                 overhead_s: Overhead = 0.0, equal_start: bool = False, host_cores: int | None = None) -> None:
         if nodes < 1 or gpus_per_node < 1:
             raise ConfigError(f"cluster of {nodes} nodes x {gpus_per_node} GPUs: both must be >= 1")
-        if not (math.isfinite(overhead_s) and overhead_s >= 0):
-            raise ConfigError(f"job overhead {overhead_s} s: must be a finite number >= 0")
+        figures = overhead_s.items() if isinstance(overhead_s, Mapping) else [(1, overhead_s)]
+        for n, seconds in figures:
+            if not (isinstance(n, int) and n >= 1 and math.isfinite(seconds) and seconds >= 0):
+                raise ConfigError(f"job overhead {seconds} s on {n} node(s): must be a finite number >= 0 "
+                                  "on a node count >= 1")
+        if isinstance(overhead_s, Mapping):
+            overhead_s = dict(overhead_s)
         if host_cores is not None and host_cores < 1:
             raise ConfigError(f"host cores {host_cores}: must be >= 1")
         self.overhead_s = overhead_s
@@ -572,7 +595,7 @@ class VirtualCluster:
             self.running[job.spec.job_id] = job
             if job.start is None:
                 job.start = now
-            pause = self.overhead_s + (self.cost.restart if resumed else 0.0)
+            pause = self.cost.restart if resumed else 0.0
         else:
             job.resizes += 1
             grew = a.after.num_gpus > a.before.num_gpus
@@ -587,6 +610,8 @@ class VirtualCluster:
                 job.global_batch = a.local_batch * a.accumulation * k
             else:
                 job.local_batch = math.ceil(a.global_batch / (a.accumulation * k))
+        if a.kind is ActionKind.START:  # on the nodes it starts on
+            pause += overhead_for(self.overhead_s, len(job.placement.slots))
         job.paused_until = max(job.paused_until, now + pause) if pause else job.paused_until
         job.last_change = now
         job.samples_at_change = job.samples

@@ -112,11 +112,14 @@ def run_comparison(policies: Sequence[PolicySpec], seeds: Sequence[int], *, work
                    trace: Path | None = None, gpus: int = 64, gpus_per_node: int = 4,
                    resize_cost: str = "in-place", round_gap: float = 30.0,
                    progress: Progress | None = None, guards: Guards | None = None,
-                   loads: Sequence[float] = (), horizon: float | None = None) -> list[dict[str, Any]]:
+                   loads: Sequence[float] = (), horizon: float | None = None,
+                   physics: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """Simulate every policy on every seed of the workload; one result dict per run.
 
     Args:
         gpus: the cluster's GPUs (a built-in workload is generated for that cluster too).
+        physics: the simulator's physics knobs (``simulate``'s ``overhead_s``, ``equal_start``,
+            ``host_cores``) for every run: ``what-if``'s site physics.
         guards: the site guards every policy runs inside (as the daemon runs it); ``None``: the
             bare policies (``reproduce``).
         loads: when given, each seed's workload runs once per load on the cluster sized for it
@@ -135,7 +138,8 @@ def run_comparison(policies: Sequence[PolicySpec], seeds: Sequence[int], *, work
                     at = f" (load {load:g})" if load is not None else ""
                     progress(f"{name} seed {seed}: {pol.shown} on {cluster} GPUs{at} ({len(jobs)} jobs)")
                 res = simulate(jobs, planner, gpus=cluster, gpus_per_node=gpus_per_node, resize_cost=resize_cost,
-                               seed=seed, workload=name, round_gap=round_gap, horizon=horizon)
+                               seed=seed, workload=name, round_gap=round_gap, horizon=horizon,
+                               **(physics or {}))
                 res["policy"] = pol.shown
                 if load is not None:
                     res["load"] = load

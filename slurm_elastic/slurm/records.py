@@ -217,6 +217,9 @@ class AccountingRecord:
         allocated_gpus: ``tres.allocated`` entry of type ``gres`` named ``gpu`` (0 if absent).
         nodes: nodes, hostlist expanded (empty if none).
         admin_comment: ``comment.administrator`` (``""`` if unset).
+        steps: its steps that ran the job's work (``srun``: not ``batch``, ``extern`` or
+            ``interactive``), each ``(start, end)`` in seconds since the epoch, ``None`` if unset;
+            read where ``sacct`` lists them (its ``--json`` does, ``-X`` or not).
     """
 
     job_id: JobId
@@ -234,6 +237,27 @@ class AccountingRecord:
     allocated_gpus: int
     nodes: tuple[NodeName, ...]
     admin_comment: str
+    steps: tuple[tuple[int | None, int | None], ...] = ()
+
+
+_NOT_WORK_STEPS = frozenset({"batch", "extern", "interactive"})
+
+
+def _sacct_steps(j: Mapping[str, Any], where: Where) -> tuple[tuple[int | None, int | None], ...]:
+    """The job's work steps' ``(start, end)`` (``steps[].step.id``: ``batch``/``0`` on 22.05,
+    ``{"step_id": "batch"}`` on v0.0.39, ``JOB.batch``/``JOB.0`` later: the part after the last dot)."""
+    out = []
+    for i, step in enumerate(_list_of_objects(j.get("steps") or [], "steps", where)):
+        at = Where(where.kind, f"{where.subject} steps[{i}]")
+        sid = get_path(step, "step.id", at)
+        if isinstance(sid, Mapping):  # data_parser v0.0.39: {"job_id": 9, "step_id": "batch"}
+            sid = sid.get("step_id")
+        name = str(sid).rsplit(".", 1)[-1]
+        if name in _NOT_WORK_STEPS:
+            continue
+        out.append((as_time(get_path(step, "time.start", at), "time.start", at),
+                    as_time(get_path(step, "time.end", at), "time.end", at)))
+    return tuple(out)
 
 
 def parse_nodes(doc: Mapping[str, Any], refused: dict[str, str] | None = None,
@@ -622,6 +646,7 @@ def _sacct_job(j: Mapping[str, Any], version: SlurmJsonVersion) -> AccountingRec
         elapsed=as_int(get_path(j, "time.elapsed", where), "time.elapsed", where) or 0,
         allocated_gpus=gpus, nodes=nodes,
         admin_comment=as_str(get_path(j, "comment.administrator", where), "comment.administrator", where),
+        steps=_sacct_steps(j, where),
     )
 
 

@@ -1,7 +1,10 @@
-"""``slurm-elastic report`` and ``what-if`` on the real dev cluster: GPU-hours equal sacct's own totals.
+"""``slurm-elastic report`` and ``what-if`` on the real dev cluster: GPU-hours equal sacct's own totals,
+and what-if's site physics are the latencies of the cluster's own sacct.
 
-Three short GPU jobs in two accounts: one on one node, one on two nodes, and one shrunk from two nodes
-to one with ``scontrol update NodeList=`` (sacct then lists it twice: RESIZING, then COMPLETED).
+Three short GPU jobs in two accounts: one on one node, one on two nodes (both run their work in an
+``srun`` step), and one shrunk from two nodes to one with ``scontrol update NodeList=`` (sacct then
+lists it twice: RESIZING, then COMPLETED; its batch script runs its work itself, so it has no work
+step and is not measured).
 """
 
 from __future__ import annotations
@@ -47,8 +50,8 @@ def test_report_and_what_if_match_sacct(cluster: DevCluster, tmp_path: Path) -> 
     time.sleep(1.1)
     since = dt.datetime.now().strftime("%Y-%m-%dT%H:%M:%S")
 
-    one = cluster.sbatch("-A", "rep-a", "--gres=gpu:2", "-N1", "--wrap", "sleep 3")
-    two = cluster.sbatch("-A", "rep-b", "--gres=gpu:1", "-N2", "--wrap", "sleep 3")
+    one = cluster.sbatch("-A", "rep-a", "--gres=gpu:2", "-N1", "--wrap", "srun sleep 3")
+    two = cluster.sbatch("-A", "rep-b", "--gres=gpu:1", "-N2", "--wrap", "srun sleep 3")
     resized = cluster.sbatch("-A", "rep-a", "--gres=gpu:2", "-N2", "--wrap", "sleep 8")
     job = cluster.wait_state(resized, "RUNNING")
     time.sleep(2)
@@ -95,3 +98,29 @@ def test_report_and_what_if_match_sacct(cluster: DevCluster, tmp_path: Path) -> 
     print("what-if:", [(r["policy"], r["jobs_completed"], r["avg_jct"]) for r in wi["runs"]])
     for run in wi["runs"]:
         assert run["jobs"] == 3 and run["jobs_completed"] == 3
+
+    # Site physics: each srun job's latencies from sacct's own JSON, without the project's parser
+    want = {}
+    for j in recs:
+        if j["job_id"] in (one, two):
+            steps = [st for st in j["steps"] if str(st["step"]["id"]).rsplit(".", 1)[-1] not in ("batch", "extern")]
+            assert steps, f"job {j['job_id']}: sacct lists no srun step: {j['steps']}"
+            start, end = _t(j["time"]["start"]), _t(j["time"]["end"])
+            want[{one: 1, two: 2}[j["job_id"]]] = {  # -N1, -N2
+                "start_s": float(min(_t(st["time"]["start"]) for st in steps) - start),
+                "end_s": float(end - max(_t(st["time"]["end"]) for st in steps))}
+    physics = wi["site_physics"]
+    print("site physics:", physics["described"])
+    assert physics["applied"] and physics["measured_jobs"] == 2 and physics["records_jobs"] == 3
+    assert {x["nodes"]: {"start_s": x["start_s"], "end_s": x["end_s"]} for x in physics["by_nodes"]} == want
+    off = _cli(cluster, "what-if", "--since", since, "--until", until, "--policy", "fifo", "--gpus", "16",
+               "--no-site-physics")
+    assert not off["site_physics"]["applied"]
+    # fifo replays every job at its own size, starting at once: with the latencies paid at the start
+    # and taken out of the work, each job's replayed JCT is its elapsed time, as without them
+    assert off["runs"][0]["avg_jct"] == pytest.approx(wi["runs"][0]["avg_jct"])
+
+
+def _t(value: Any) -> int:
+    """A sacct JSON time: a number (22.05) or ``{"set": ..., "number": ...}`` (data_parser)."""
+    return int(value["number"] if isinstance(value, dict) else value)
