@@ -66,8 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "report": managers.cmd_report,
         # developers
         "plan": developers.cmd_plan, "simulate": developers.cmd_simulate, "reproduce": developers.cmd_reproduce,
-        "profiles": developers.cmd_profiles, "bench": developers.cmd_bench, "devcluster": developers.cmd_devcluster,
-        "demo": developers.cmd_demo, "train-drl": developers.cmd_train_drl,
+        "profiles": developers.cmd_profiles, "bench": lambda a: developers.cmd_bench(a, command=main),
+        "devcluster": developers.cmd_devcluster, "demo": developers.cmd_demo, "train-drl": developers.cmd_train_drl,
     }
     if args.command in SIMULATING:
         heap.keep_freed_memory()

@@ -7,17 +7,14 @@ import argparse
 import json
 import logging
 import sys
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from slurm_elastic.argtypes import comma_words
-from slurm_elastic.errors import ConfigError
-
-if TYPE_CHECKING:
-    pass
-
 from slurm_elastic.cli.common import policy_specs, site_guards
+from slurm_elastic.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +173,8 @@ def cmd_profiles(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
+def cmd_bench(args: argparse.Namespace, *, command: Callable[[Sequence[str]], int]) -> int:
+    """``bench ...``; ``command`` is this command's entry point, which ``bench fuzz``'s ``cli`` family runs."""
     if args.bench in ("resize", "step"):
         try:
             from slurm_elastic_launcher.bench import bench_resize
@@ -239,8 +237,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from slurm_elastic import fuzz
 
         bar = ProgressBar(args.cases, enabled=not args.quiet and sys.stderr.isatty())
-        print(json.dumps(fuzz.run(args.cases, seed=args.seed, progress=lambda done, total: bar.step("fuzz")),
-                         indent=2))
+        out = fuzz.run(args.cases, seed=args.seed, command=command, progress=lambda done, total: bar.step("fuzz"))
+        print(json.dumps(out, indent=2))
         return 0
     if args.bench == "simulate":
         from slurm_elastic.bench.simulating import bench_simulate

@@ -17,7 +17,11 @@ Families (:mod:`.daemon_families`, :mod:`.tool_families`): ``report_lines``, ``o
 ``job_files``, ``admin_comment`` (its ``--elastic*`` values), ``slurm_records`` (a job's record),
 ``slurm_docs`` (whole ``squeue``/``sinfo``/``sacct`` documents and command output), ``config``,
 ``trace_csv``, ``cli`` (argument vectors). Case ``i`` of ``run(cases, seed)`` is rebuilt alone by
-``run_case(family_of(i), seed, i)``. Generators use :mod:`random` only (no test dependency).
+``run_case(family_of(i), seed, i, command=...)``. Generators use :mod:`random` only (no test dependency).
+
+The ``cli`` family runs the ``slurm-elastic`` command itself, so the caller hands it in (``command``:
+:func:`slurm_elastic.cli.main`): the command's ``bench fuzz`` passes its own entry point, and this
+package imports nothing of :mod:`slurm_elastic.cli` (no import circle).
 """
 
 from __future__ import annotations
@@ -34,7 +38,6 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -42,7 +45,8 @@ from typing import Any
 from slurm_elastic.core import ones_kernels
 from slurm_elastic.fuzz import daemon_families, tool_families
 from slurm_elastic.fuzz.case import CaseResult, CaseTimeout
-from slurm_elastic.fuzz.cluster import FuzzCluster
+from slurm_elastic.fuzz.cluster import FuzzCluster, profiles
+from slurm_elastic.fuzz.tool_families import Command
 
 WEIGHTS: dict[str, int] = {
     "report_lines": 6, "report_claims": 2, "shared_history": 1, "order_lines": 4, "job_files": 6,
@@ -64,24 +68,9 @@ def family_of(index: int) -> str:
     return SCHEDULE[index % len(SCHEDULE)]
 
 
-@dataclass
-class _Profiles:
-    value: Any = None
-
-
-_PROFILES = _Profiles()
-
-
-def _profiles() -> Any:
-    if _PROFILES.value is None:
-        from slurm_elastic.testing import shipped_profiles
-
-        _PROFILES.value = shipped_profiles()
-    return _PROFILES.value
-
-
-def run_case(family: str, seed: int, index: int = 0) -> CaseResult:
-    """Build and run one case of ``family`` (time-limited when called from the main thread)."""
+def run_case(family: str, seed: int, index: int = 0, *, command: Command) -> CaseResult:
+    """Build and run one case of ``family`` (time-limited when called from the main thread);
+    ``command`` is the ``slurm-elastic`` entry point the ``cli`` family calls."""
     rng = random.Random(f"{seed}/{index}/{family}")
     res = CaseResult(family)
     work = Path(tempfile.mkdtemp(prefix="slurm-elastic-fuzz-"))
@@ -90,10 +79,10 @@ def run_case(family: str, seed: int, index: int = 0) -> CaseResult:
     try:
         with contained(CASE_LIMIT_S):
             if family in daemon_families.FAMILIES:
-                cluster = FuzzCluster.build(rng, work, _profiles())
+                cluster = FuzzCluster.build(rng, work, profiles())
                 res.outcome = daemon_families.FAMILIES[family](rng, cluster, res)
             else:
-                res.outcome = tool_families.FAMILIES[family](rng, work, res)
+                res.outcome = tool_families.families(command)[family](rng, work, res)
     except CaseTimeout as exc:
         res.note_foreign(f"{family} case (hung)", exc)
         res.outcome = "timeout"
@@ -109,8 +98,10 @@ def run_case(family: str, seed: int, index: int = 0) -> CaseResult:
     return res
 
 
-def run(cases: int, seed: int = 0, *, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    """Run ``cases`` cases (families in :data:`SCHEDULE` order) and count what happened.
+def run(cases: int, seed: int = 0, *, command: Command,
+        progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Run ``cases`` cases (families in :data:`SCHEDULE` order) and count what happened
+    (``command``: the ``slurm-elastic`` entry point the ``cli`` family calls).
 
     Returns:
         ``{"cases", "outcomes", "foreign_exceptions", "rounds_failed", "other_jobs_unplanned",
@@ -131,10 +122,10 @@ def run(cases: int, seed: int = 0, *, progress: Callable[[int, int], None] | Non
     failures: list[dict[str, Any]] = []
     t0 = time.perf_counter()
     with _quiet(), _memory_cap():
-        _profiles()
+        profiles()
         for i in range(cases):
             family = family_of(i)
-            res = run_case(family, seed, i)
+            res = run_case(family, seed, i, command=command)
             families[family] += 1
             outcomes[f"{family}:{res.outcome}"] += 1
             totals["foreign_exceptions"] += len(res.foreign)
@@ -216,4 +207,4 @@ def _quiet() -> Iterator[None]:
         logger.propagate = propagate
 
 
-__all__ = ["FAMILIES", "CaseResult", "CaseTimeout", "contained", "family_of", "run", "run_case"]
+__all__ = ["FAMILIES", "CaseResult", "CaseTimeout", "Command", "contained", "family_of", "run", "run_case"]

@@ -21,6 +21,7 @@ and of two honest ones.
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import pwd
 import random
@@ -40,6 +41,7 @@ from slurm_elastic.orders import COMMENT_KEY
 from slurm_elastic.slurm.actions import SlurmActuator
 from slurm_elastic.slurm.records import JobRecord, NodeRecord, parse_jobs
 from slurm_elastic.store import Store
+from slurm_elastic.testing import shipped_profiles
 from slurm_elastic_launcher.orders import sign_report
 from slurm_elastic_predictor.throughput import ThroughputModel
 
@@ -52,6 +54,12 @@ USER = pwd.getpwuid(UID).pw_name
 OTHER_UID = 65534 if UID != 65534 else 65533
 """Another user's uid (files chowned to it are another user's; needs root)."""
 SECRET_BYTES = 32
+
+
+@functools.cache
+def profiles() -> Mapping[str, ThroughputModel]:
+    """The shipped throughput models every fuzzed cluster plans with, loaded once per process."""
+    return shipped_profiles()
 
 
 def elastic(gpus: str, *extra: str) -> str:

@@ -24,7 +24,7 @@ from typing import Any
 from slurm_elastic.config import load
 from slurm_elastic.errors import ConfigError, TraceError
 from slurm_elastic.fuzz.case import CaseResult, attempt, attempt_any
-from slurm_elastic.fuzz.cluster import NOW, FuzzCluster, elastic, job_json, squeue_doc
+from slurm_elastic.fuzz.cluster import NOW, FuzzCluster, elastic, job_json, profiles, squeue_doc
 from slurm_elastic.fuzz.hostile import (
     HOSTILE_STRINGS,
     NON_ASCII_DIGITS,
@@ -40,6 +40,9 @@ from slurm_elastic.fuzz.hostile import (
 from slurm_elastic.slurm.commands import SlurmCommandError, run_command, run_json
 from slurm_elastic.slurm.dialects import SlurmJsonError
 from slurm_elastic.slurm.records import parse_jobs, parse_nodes, parse_sacct
+
+Command = Callable[[Sequence[str]], int]
+"""The ``slurm-elastic`` command's entry point (:func:`slurm_elastic.cli.main`), handed in by the caller."""
 
 # -- Slurm's documents and command output -----------------------------------------------------------
 
@@ -267,18 +270,12 @@ def config(rng: random.Random, work: Path, res: CaseResult) -> str:
     if cfg is None:
         return label
     (work / "cluster").mkdir()
-    cluster = FuzzCluster.build(rng, work / "cluster", _profiles())
+    cluster = FuzzCluster.build(rng, work / "cluster", profiles())
     try:
         return "accepted+" + cluster.round(res, cfg)
     finally:
         if cluster.view is not None and cluster.view.store is not None:
             cluster.view.store.close()
-
-
-def _profiles() -> Any:
-    from slurm_elastic.fuzz import _profiles as shared
-
-    return shared()
 
 
 # -- trace CSVs ---------------------------------------------------------------------------------------
@@ -452,11 +449,9 @@ def _contained(home: Path) -> Iterator[None]:
         root.setLevel(level)
 
 
-def cli(rng: random.Random, work: Path, res: CaseResult) -> str:
-    """``slurm-elastic`` with a hostile argument vector (cheap commands only): exit status 2 (or a
-    return of 2) is the expected refusal, 0 acceptance; a traceback is foreign."""
-    from slurm_elastic.cli import main
-
+def cli(rng: random.Random, work: Path, res: CaseResult, main: Command) -> str:
+    """``slurm-elastic`` (``main``, its entry point) with a hostile argument vector (cheap commands
+    only): exit status 2 (or a return of 2) is the expected refusal, 0 acceptance; a traceback is foreign."""
     argv, command = _argv(rng, work)
     res.described = f"slurm-elastic {short(argv, 400)}"
 
@@ -476,9 +471,15 @@ def cli(rng: random.Random, work: Path, res: CaseResult) -> str:
     return f"{command}:{'accepted' if code == 0 else 'exit2'}"
 
 
-FAMILIES: dict[str, Callable[[random.Random, Path, CaseResult], str]] = {
-    "slurm_docs": slurm_docs,
-    "config": config,
-    "trace_csv": trace_csv,
-    "cli": cli,
-}
+Family = Callable[[random.Random, Path, CaseResult], str]
+
+
+def families(command: Command) -> dict[str, Family]:
+    """The tool-level families by name, the ``cli`` one calling ``command`` (the caller's
+    ``slurm-elastic`` entry point: this package does not import the command it fuzzes)."""
+    return {
+        "slurm_docs": slurm_docs,
+        "config": config,
+        "trace_csv": trace_csv,
+        "cli": lambda rng, work, res: cli(rng, work, res, command),
+    }

@@ -30,6 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from slurm_elastic import fuzz
+from slurm_elastic.cli import main
 from slurm_elastic.fuzz.case import CaseResult, attempt_any
 from slurm_elastic.fuzz.cluster import NOW, FuzzCluster, report_body
 from slurm_elastic.fuzz.daemon_families import sign_any
@@ -182,7 +183,7 @@ def test_hostile_input_is_refused_or_accepted_and_touches_its_job_only(family: s
               suppress_health_check=list(HealthCheck))
     @given(st.integers(min_value=0, max_value=2**32 - 1))
     def case(seed: int) -> None:
-        res = fuzz.run_case(family, seed)
+        res = fuzz.run_case(family, seed, command=main)
         assert res.outcome, "no outcome named"
         problems = unknown_problems(res)
         assert not problems, f"{family} seed {seed}: {res.described}\n" + "\n".join([*res.foreign, *res.failures])
@@ -191,7 +192,7 @@ def test_hostile_input_is_refused_or_accepted_and_touches_its_job_only(family: s
 
 
 def test_bench_fuzz_json_has_the_required_keys_and_no_unknown_problem() -> None:
-    out = fuzz.run(200, seed=0)
+    out = fuzz.run(200, seed=0, command=main)
     json.dumps(out)  # what `bench fuzz --json` prints
     assert set(out) >= REQUIRED_KEYS
     assert out["cases"] == 200
@@ -205,8 +206,8 @@ def test_bench_fuzz_json_has_the_required_keys_and_no_unknown_problem() -> None:
 
 
 def test_a_case_is_rebuilt_from_its_seed_and_index() -> None:
-    out = fuzz.run(len(fuzz.SCHEDULE), seed=7)
-    again = Counter(f"{fuzz.family_of(i)}:{fuzz.run_case(fuzz.family_of(i), 7, i).outcome}"
+    out = fuzz.run(len(fuzz.SCHEDULE), seed=7, command=main)
+    again = Counter(f"{fuzz.family_of(i)}:{fuzz.run_case(fuzz.family_of(i), 7, i, command=main).outcome}"
                     for i in range(len(fuzz.SCHEDULE)))
     assert dict(again) == out["outcomes"]
 
@@ -239,7 +240,7 @@ def test_bench_fuzz_command_prints_the_run_json(capsys: pytest.CaptureFixture[st
 def test_a_config_watching_another_partition_is_not_counted_as_losing_jobs() -> None:
     """CI found seed 6240005: a config whose partition is ``1e999gpu`` rightly sees none of the
     jobs (they are in ``gpu``); the fuzz counted them as honest jobs left unplanned."""
-    res = fuzz.run_case("config", 6240005)
+    res = fuzz.run_case("config", 6240005, command=main)
     assert res.outcome and not unknown_problems(res), res.failures
 
 
@@ -247,5 +248,5 @@ def test_a_restart_count_past_16_bits_is_refused_for_its_job_not_an_overflow_in_
     """CI found seed 9304839: a 25.11 ``restart_cnt`` of 2**63 passed the 64-bit bound, and shrinking
     that job raised OverflowError in the actuator (SQLite's integers are signed 64 bits). Slurm counts
     requeues in 16 bits: the record is refused and its job left out, with that reason."""
-    res = fuzz.run_case("slurm_records", 9304839)
+    res = fuzz.run_case("slurm_records", 9304839, command=main)
     assert res.outcome and not unknown_problems(res), res.failures
