@@ -430,7 +430,7 @@ class Agent:
         if problem is not None:
             raise ValueError(f"ElasticJob.model_name: {problem}")
         self._reporter = Reporter(env.reports, env.job_id, env.secret, env.report_every_s, model=model_name,
-                                  params=parameter_count(job.model)) if env.reports else None
+                                  params=parameter_count(job.model), epochs=env.epochs) if env.reports else None
 
     def request_stop(self) -> None:
         """Stop at the next step boundary, as a stop order would: rank 0 writes the checkpoint

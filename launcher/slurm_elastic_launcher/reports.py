@@ -29,7 +29,12 @@ name the user gave the model, ``ElasticJob.model_name`` or ``SLURM_ELASTIC_MODEL
 :data:`.orders.MODEL_NAME`; absent when none was given, and in a ``left`` report) and ``params``
 (rank 0's reports: the model's parameter count, :func:`parameter_count`, an integer in
 ``1..``:data:`.orders.PARAMS_MAX`; absent when it cannot be counted, and in a ``left`` report). The
-daemon matches a job to a throughput profile (and, later, to similar jobs) by them.
+daemon matches a job to a throughput profile (and, later, to similar jobs) by them. ``epochs``
+(rank 0's reports: the epochs the job trains, what the script passed to ``world.epochs(n)``, or
+``SLURM_ELASTIC_EPOCHS`` under ``run()``; absent in a ``left`` report) and, in the first report of a
+run whose script trains other epochs or another per-worker batch than ``slurm-elastic submit``'s
+``--epochs``/``--local-batch`` said, ``submitted`` (``{"epochs": E, "local_batch": L}``, the flags'
+values: what runs is the script's, and ``local_batch`` is what it runs now).
 It must not import torch.
 """
 
@@ -71,6 +76,9 @@ class Reporter:
         metric: the latest validation metric (set by the agent at each epoch end), or None.
         model: the model's name for the reports' ``model``, or None (not reported).
         params: the model's parameter count for the reports' ``params``, or None (not reported).
+        epochs: the epochs the job trains, for the reports' ``epochs``, or None (not reported).
+        submitted: the submit flags' epochs and per-worker batch where the script runs others, for
+            the next report's ``submitted`` (sent once), or None.
 
     Raises:
         ValueError: ``model`` or ``params`` breaks the rule the daemon checks (:func:`.orders.identity_problem`).
@@ -83,6 +91,8 @@ class Reporter:
     metric: float | None = None
     model: str | None = None
     params: int | None = None
+    epochs: int | None = None
+    submitted: dict[str, int] | None = None
     _last_t: float | None = field(default=None, repr=False)
     _last_samples: int = field(default=0, repr=False)
     _loss_sum: float = field(default=0.0, repr=False)
@@ -128,6 +138,10 @@ class Reporter:
                 body["model"] = self.model
             if self.params is not None:
                 body["params"] = self.params
+            if self.epochs is not None:
+                body["epochs"] = self.epochs
+            if self.submitted is not None:
+                body["submitted"], self.submitted = dict(self.submitted), None
         line = sign_report(body, self.secret) + "\n"
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:

@@ -47,6 +47,7 @@ import dataclasses
 import functools
 import os
 import signal
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -299,6 +300,7 @@ class ElasticWorld:
         self._plan: StepPlan | None = None
         self._loss_sum: torch.Tensor | float | None = None  # rank 0's losses since the last report
         self._loss_n = 0
+        self._total_epochs: int | None = None  # world.epochs(n)'s n: what the job trains
 
     # -- what the script calls once ---------------------------------------------------------------
     def wrap(self, model: nn.Module) -> ElasticDataParallel:
@@ -384,6 +386,7 @@ class ElasticWorld:
         """
         if not 0 <= start <= n:
             raise ValueError(f"epochs({n}, start={start}): must have 0 ≤ start ≤ n")
+        self._total_epochs = n
         self.start(start)
         try:
             while self.training:
@@ -414,6 +417,7 @@ class ElasticWorld:
         agent.reference_workers = self.lr_reference_workers
         agent.state.carried = dict(reg["carried"])
         self.agent = agent
+        self._say_what_runs(agent)
         stop_on_sigterm(agent)
         if env.join:
             self.joining = agent.await_order()
@@ -422,6 +426,28 @@ class ElasticWorld:
             agent.sampler.state = SamplerState(env.seed, first_epoch, 0)
             agent.start_world()
             self._changed()
+
+    def _say_what_runs(self, agent: Agent) -> None:
+        """The script's epochs and per-worker batch are what runs (one source of truth): rank 0's
+        reports carry them (``epochs``; ``local_batch`` already), so the daemon plans from them. Where
+        ``slurm-elastic submit``'s ``--epochs``/``--local-batch`` (``SLURM_ELASTIC_EPOCHS``,
+        ``SLURM_ELASTIC_LOCAL_BATCH``) said otherwise, the first report says so too (``submitted``),
+        and the initial rank 0 says it in the job's log."""
+        assert self._loader is not None
+        runs = {"epochs": self._total_epochs, "local_batch": self._loader.batch_size}
+        submitted = {"epochs": self.env.epochs, "local_batch": self.env.local_batch}
+        if runs["epochs"] is None:  # training started from the loader, before world.epochs(n)
+            runs["epochs"] = submitted["epochs"]
+        reporter = agent.reporter
+        if reporter is not None:
+            reporter.epochs = runs["epochs"]
+            reporter.submitted = submitted if runs != submitted else None
+        if runs != submitted and not self.env.join and self.env.workers[0] == self.env.worker_id:
+            print(f"slurm-elastic: the script trains {runs['epochs']} epochs at a per-worker batch of "
+                  f"{runs['local_batch']}, but the job was submitted with --epochs {submitted['epochs']} "
+                  f"--local-batch {submitted['local_batch']}: the script's values run, and its reports give "
+                  f"them to the daemon (submit with --epochs {runs['epochs']} --local-batch "
+                  f"{runs['local_batch']} to make the two agree)", file=sys.stderr, flush=True)
 
     def step(self, loss: torch.Tensor | float | None = None) -> None:
         """End this step (after ``optimizer.step()``): a resize, stop or recovery happens here.

@@ -142,6 +142,23 @@ def row_of(report: Mapping[str, Any], layout: Mapping[str, str] | None = None) -
     )
 
 
+def configured_twice(report: Mapping[str, Any]) -> str | None:
+    """What a verified report says when its job trains other epochs or another per-worker batch than
+    ``slurm-elastic submit``'s ``--epochs``/``--local-batch`` (the launcher sends ``submitted`` in the
+    first report of a run where they differ), for the daemon's log; None when it says nothing of
+    the kind, or says it in a form that breaks the wire rule (integers ≥ 1). The script's values are
+    what runs: the report's ``local_batch`` is what the daemon plans the job's batch from."""
+    submitted = report.get("submitted")
+    if not isinstance(submitted, dict):
+        return None
+    values = (report.get("epochs"), report.get("local_batch"), submitted.get("epochs"), submitted.get("local_batch"))
+    if not all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= REPORT_NUMBER_MAX for v in values):
+        return None
+    epochs, batch, said_epochs, said_batch = values
+    return (f"the script trains {epochs} epochs at a per-worker batch of {batch}, but the job was submitted with "
+            f"--epochs {said_epochs} --local-batch {said_batch}: its reports (what runs) are what it is planned from")
+
+
 def nodes_spanned(members: Sequence[str], layout: Mapping[str, str]) -> int | None:
     """How many nodes ``members`` run on by ``layout`` (worker id -> node); ``None`` if one is unknown."""
     nodes = {layout.get(w) for w in members}
@@ -202,6 +219,7 @@ def ingest(store: Store, records: Iterable[JobRecord], limits: Callable[[JobReco
         previous = _last_rank0_row(store, rec.job_id) if reports else None
         bounds = limits(rec) if reports else None
         layout = _layout(store, rec) if reports else {}
+        told = False  # one line per read of the job's reports
         for report in reports:
             try:
                 row = row_of(report, layout)
@@ -213,6 +231,10 @@ def ingest(store: Store, records: Iterable[JobRecord], limits: Callable[[JobReco
             rows.append(row)
             if row.kind != "left":
                 previous = row
+            said = configured_twice(report) if not told else None
+            if said is not None:
+                log.warning("job %s: %s", rec.job_id, said)
+                told = True
         for reason in refused[:3]:
             log.warning("job %s: report refused: %s", rec.job_id, reason)
         if refused:
