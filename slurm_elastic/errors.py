@@ -2,13 +2,14 @@
 
 Every error the project raises on purpose derives from :class:`ElasticError`, so the daemon loop
 and the CLI can tell "our clear message" from a bug. Messages name the value and the rule broken.
+The base and :class:`ProfileError` are defined in :mod:`slurm_elastic_predictor.errors` (the
+predictor, below the controller, raises profile errors too and imports nothing from here) and are
+the same classes here: one hierarchy, one ``ProfileError``.
 """
 
 from __future__ import annotations
 
-
-class ElasticError(Exception):
-    """Base of every error slurm-elastic raises on purpose."""
+from slurm_elastic_predictor.errors import ElasticError, ProfileError
 
 
 class ConfigError(ElasticError):
@@ -35,5 +36,5 @@ class TraceError(ElasticError):
     """A trace or workload input is malformed (the message names file, line and rule)."""
 
 
-class ProfileError(ElasticError):
-    """A throughput or progress profile is missing or malformed."""
+__all__ = ["ConfigError", "ElasticError", "InvalidPlanError", "ProfileError", "SnapshotError", "TraceError",
+           "UnknownPolicyError"]
