@@ -1,7 +1,8 @@
 # The two commands of README.rst: `make demo` (set up, run the main job) and `make test`.
 PYTHON ?= python3
-# pytest workers: tests/slurm runs in one (its one dev cluster), everything else in the others
-TEST_WORKERS ?= 2
+# pytest workers: tests/slurm is split over two dev clusters (tests/slurm/conftest.py), each group in
+# one worker with a cluster of its own; everything else goes to whichever worker is free
+TEST_WORKERS ?= 3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed

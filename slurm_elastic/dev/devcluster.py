@@ -12,6 +12,9 @@ hit), the processes inside the recorded namespaces, the veths, bridge, route and
 ``/etc/hosts`` lines. It must not install packages, touch system services or other processes, or run
 a command through a shell string: every command is an argv list.
 
+Several clusters can run side by side, each under its own root with its own
+:class:`~.instance.Instance` number (node names, subnet, bridge and ports); instance 0 is the default.
+
 Needs root and the Debian packages of :data:`PACKAGES` (``up`` names what is missing). With
 ``slurm_prefix`` (a release built by ``scripts/build-slurm``), Slurm's programs, ``spank.h`` and
 plugins come from that prefix instead, the SPANK plugin is compiled against its headers, and
@@ -34,9 +37,9 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from slurm_elastic.dev.instance import DEFAULT_INSTANCE, Instance
 from slurm_elastic.dev.network import (
     NETNS_PREFIX,
-    SUBNET_PREFIX,
     DevNode,
     link_exists,
     netns_exists,
@@ -63,10 +66,10 @@ log = logging.getLogger(__name__)
 DEFAULT_ROOT = Path("/tmp/slurm-elastic-dev")
 CONFIG_DIR = SITE_CONFIGS / "dev"
 CLUSTER_NAME = "dev"
-CTLD_PORT = 6817
-SLURMD_PORT = 6818
-DBD_PORT = 6819
-DB_PORT = 3307
+CTLD_PORT = DEFAULT_INSTANCE.ctld_port  # instance 0's ports; instance k's are on Instance(k)
+SLURMD_PORT = DEFAULT_INSTANCE.slurmd_port
+DBD_PORT = DEFAULT_INSTANCE.dbd_port
+DB_PORT = DEFAULT_INSTANCE.db_port
 CPUS_PER_NODE = 8
 MEMORY_MB = 64000
 MAX_NODES = 200
@@ -98,23 +101,31 @@ _SBIN = ("/usr/sbin", "/usr/local/sbin", "/usr/bin", "/usr/local/bin")
 _SLURM_PROGRAMS = frozenset(p for p, pkg in PACKAGES.items() if pkg.startswith("slurm") and not p.startswith("/"))
 
 
-def nodes_for(count: int) -> tuple[DevNode, ...]:
-    """The dev nodes ``n01..nNN`` (names as wide as needed, at least two digits)."""
+def nodes_for(count: int, instance: Instance = DEFAULT_INSTANCE) -> tuple[DevNode, ...]:
+    """The dev nodes ``n01..nNN`` of instance 0 (``m01..`` of instance 1, ...; names as wide as needed,
+    at least two digits)."""
     if not 1 <= count <= MAX_NODES:
         raise DevClusterError(f"nodes={count}: must be between 1 and {MAX_NODES}")
     width = max(2, len(str(count)))
     out = []
     for i in range(1, count + 1):
-        name = f"n{i:0{width}d}"
-        out.append(DevNode(name, f"{NETNS_PREFIX}{name}", f"{NETNS_PREFIX}{name}h", f"{SUBNET_PREFIX}.{10 + i}"))
+        name = f"{instance.node_letter}{i:0{width}d}"
+        out.append(DevNode(name, f"{NETNS_PREFIX}{name}", f"{NETNS_PREFIX}{name}h",
+                           f"{instance.subnet_prefix}.{10 + i}"))
     return tuple(out)
 
 
 def hostlist(names: Sequence[str]) -> str:
-    """A Slurm host list for consecutive names ``n01..nNN`` (``n[01-04]``; a single name as is)."""
+    """A Slurm host list for consecutive names ``n01..nNN`` of one letter (``n[01-04]``; a single name as is)."""
     if len(names) == 1:
         return names[0]
-    return f"n[{names[0][1:]}-{names[-1][1:]}]"
+    return f"{names[0][0]}[{names[0][1:]}-{names[-1][1:]}]"
+
+
+def instance_of(root: Path = DEFAULT_ROOT) -> Instance:
+    """The instance the cluster under ``root`` was brought up as (0 for a state written before instances)."""
+    number = load_state(root.resolve()).get("instance", 0)
+    return Instance(number if isinstance(number, int) and not isinstance(number, bool) else 0)
 
 
 def render(template: str, config_dir: Path = CONFIG_DIR, **values: Any) -> str:
@@ -251,7 +262,7 @@ def _cancel_jobs(root: Path) -> None:
 
 
 def up(nodes: int = 4, gpus_per_node: int = 4, root: Path = DEFAULT_ROOT, *, timeout: float = 60.0,
-       slurm_prefix: Path | None = None) -> dict[str, Any]:
+       slurm_prefix: Path | None = None, instance: int = 0) -> dict[str, Any]:
     """Bring up the dev cluster under ``root`` and wait until every node is idle.
 
     Runs, in order: ``munged``, ``mariadb-install-db`` + ``mariadbd`` (port 3307), ``slurmdbd``,
@@ -266,6 +277,8 @@ def up(nodes: int = 4, gpus_per_node: int = 4, root: Path = DEFAULT_ROOT, *, tim
         timeout: seconds to wait for each daemon and for the nodes to become idle.
         slurm_prefix: run the Slurm release built into this prefix (``scripts/build-slurm``)
             instead of Debian's.
+        instance: which of the clusters that can run side by side this is (:class:`~.instance.Instance`:
+            its node names, subnet, bridge and ports); 0 unless another cluster is up.
 
     Returns:
         :func:`status` of the running cluster, plus ``seconds`` (bring-up time).
@@ -277,7 +290,8 @@ def up(nodes: int = 4, gpus_per_node: int = 4, root: Path = DEFAULT_ROOT, *, tim
     started = time.monotonic()
     if gpus_per_node < 1:
         raise DevClusterError(f"gpus_per_node={gpus_per_node}: must be >= 1")
-    node_list = nodes_for(nodes)
+    which = Instance(instance)
+    node_list = nodes_for(nodes, which)
     if slurm_prefix is not None:
         slurm_prefix = slurm_prefix.resolve()
     missing = check_prerequisites(slurm_prefix)
@@ -292,7 +306,7 @@ def up(nodes: int = 4, gpus_per_node: int = 4, root: Path = DEFAULT_ROOT, *, tim
     if old:
         down(root)
     try:
-        _up(node_list, gpus_per_node, root, timeout, slurm_prefix)
+        _up(node_list, gpus_per_node, root, timeout, slurm_prefix, which)
     except BaseException:
         log.error("bring-up failed; stopping what was started (logs stay in %s/log)", root)
         down(root)
@@ -303,7 +317,7 @@ def up(nodes: int = 4, gpus_per_node: int = 4, root: Path = DEFAULT_ROOT, *, tim
 
 
 def _up(node_list: tuple[DevNode, ...], gpus_per_node: int, root: Path, timeout: float,
-        prefix: Path | None) -> None:
+        prefix: Path | None, which: Instance) -> None:
     from slurm_elastic.spank.build import build_plugin, plugstack_line
 
     for sub in ("bin", "etc", "log", "run", "state", "spool", "dev", "lib", "mysql", "jobs"):
@@ -312,7 +326,8 @@ def _up(node_list: tuple[DevNode, ...], gpus_per_node: int, root: Path, timeout:
     (root / "jobs").chmod(0o1777)
     state: dict[str, Any] = {"root": str(root), "nodes": [n.name for n in node_list], "gpus_per_node": gpus_per_node,
                              "pids": {}, "network": {"netns": [], "veths": []},
-                             "slurm_prefix": str(prefix) if prefix is not None else ""}
+                             "slurm_prefix": str(prefix) if prefix is not None else "",
+                             "instance": which.number}
     save_state(root, state)
     env = slurm_env(root)
     starter = Starter(root, state, env)
@@ -349,9 +364,10 @@ def _up(node_list: tuple[DevNode, ...], gpus_per_node: int, root: Path, timeout:
     db_password = pass_file.read_text().strip()
 
     values: dict[str, Any] = {
-        "cluster": CLUSTER_NAME, "root": str(root), "ctld_host": ctld_host, "ctld_addr": f"{SUBNET_PREFIX}.1",
-        "ctld_port": CTLD_PORT, "slurmd_port": SLURMD_PORT, "dbd_addr": "127.0.0.1", "dbd_port": DBD_PORT,
-        "db_port": DB_PORT, "db_password": db_password, "munge_socket": str(munge_socket),
+        "cluster": CLUSTER_NAME, "root": str(root), "ctld_host": ctld_host, "ctld_addr": f"{which.subnet_prefix}.1",
+        "ctld_port": which.ctld_port, "slurmd_port": which.slurmd_port, "dbd_addr": "127.0.0.1",
+        "dbd_port": which.dbd_port, "db_port": which.db_port, "db_password": db_password,
+        "munge_socket": str(munge_socket),
         "nodes": node_list, "nodelist": hostlist(names), "gpus_per_node": gpus_per_node,
         "cpus_per_node": CPUS_PER_NODE, "memory_mb": MEMORY_MB, "plugstack_line": plugstack_line(plugin),
     }
@@ -364,8 +380,8 @@ def _up(node_list: tuple[DevNode, ...], gpus_per_node: int, root: Path, timeout:
         path.chmod(mode)
     shutil.copyfile(CONFIG_DIR / "job_submit.lua", etc / "job_submit.lua")
 
-    _check_ports_free(root)
-    setup_network(root, state, node_list)
+    _check_ports_free(root, which)
+    setup_network(root, state, node_list, which)
 
     # munge: a private munged on its own socket (named in AuthInfo), shared by every namespace
     munged = starter.start("munged", [_req("munged"), "-F", f"--socket={munge_socket}", f"--key-file={key}",
@@ -375,11 +391,11 @@ def _up(node_list: tuple[DevNode, ...], gpus_per_node: int, root: Path, timeout:
     _wait("munged", munge_socket.exists, timeout, [root / "log" / "munged.log", root / "log" / "munged.out"],
           alive=lambda: alive(munged))
 
-    _start_database(root, starter, db_password, timeout)
+    _start_database(root, starter, db_password, timeout, which.db_port)
 
     dbd = starter.start("slurmdbd", [_req("slurmdbd", prefix), "-D"])
     dbd_logs = [root / "log" / "slurmdbd.log", root / "log" / "slurmdbd.out"]
-    _wait("slurmdbd", lambda: _port_open("127.0.0.1", DBD_PORT), timeout, dbd_logs, alive=lambda: alive(dbd))
+    _wait("slurmdbd", lambda: _port_open("127.0.0.1", which.dbd_port), timeout, dbd_logs, alive=lambda: alive(dbd))
     sacctmgr = _req("sacctmgr", prefix)
     listed = run([sacctmgr, "-n", "-P", "list", "cluster", "format=cluster"], env=env).stdout.split()
     if CLUSTER_NAME not in listed:
@@ -425,9 +441,9 @@ def _req(program: str, prefix: Path | None = None) -> str:
     return path
 
 
-def _check_ports_free(root: Path) -> None:
-    for addr, port, who in (("127.0.0.1", DB_PORT, "mariadbd"), ("127.0.0.1", DBD_PORT, "slurmdbd"),
-                            ("127.0.0.1", CTLD_PORT, "slurmctld")):
+def _check_ports_free(root: Path, which: Instance = DEFAULT_INSTANCE) -> None:
+    for addr, port, who in (("127.0.0.1", which.db_port, "mariadbd"), ("127.0.0.1", which.dbd_port, "slurmdbd"),
+                            ("127.0.0.1", which.ctld_port, "slurmctld")):
         if _port_open(addr, port):
             other = DEFAULT_ROOT.resolve()
             if other != root and any(alive(e) for e in load_state(other).get("pids", {}).values()):
@@ -438,20 +454,20 @@ def _check_ports_free(root: Path) -> None:
                                   f"(`ss -ltnp sport = :{port}`)")
 
 
-def _start_database(root: Path, starter: Starter, db_password: str, timeout: float) -> None:
-    """Private MariaDB: ``mariadb-install-db`` (first time), ``mariadbd`` on 3307, the ``slurm`` user."""
+def _start_database(root: Path, starter: Starter, db_password: str, timeout: float, port: int) -> None:
+    """Private MariaDB: ``mariadb-install-db`` (first time), ``mariadbd`` on ``port``, the ``slurm`` user."""
     datadir = root / "mysql"
     sock = root / "run" / "mysqld.sock"
     db_log = root / "log" / "mariadb.log"
     if not (datadir / "mysql").exists():
         run([_req("mariadb-install-db"), "--no-defaults", f"--datadir={datadir}", "--user=root",
               "--auth-root-authentication-method=socket", "--skip-test-db"], timeout=timeout)
-    db = starter.start("mariadbd", [_req("mariadbd"), "--no-defaults", f"--datadir={datadir}", f"--port={DB_PORT}",
+    db = starter.start("mariadbd", [_req("mariadbd"), "--no-defaults", f"--datadir={datadir}", f"--port={port}",
                                     "--bind-address=127.0.0.1", f"--socket={sock}", "--user=root",
                                     f"--pid-file={root / 'run' / 'mariadbd.pid'}", f"--log-error={db_log}",
                                     "--skip-name-resolve", "--innodb-buffer-pool-size=128M",
                                     "--innodb-lock-wait-timeout=900", "--max-allowed-packet=16M"])
-    _wait("mariadbd", lambda: sock.exists() and _port_open("127.0.0.1", DB_PORT), timeout,
+    _wait("mariadbd", lambda: sock.exists() and _port_open("127.0.0.1", port), timeout,
           [db_log, root / "log" / "mariadbd.out"], alive=lambda: alive(db))
     sql = (f"CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '{db_password}';\n"
            f"ALTER USER 'slurm'@'127.0.0.1' IDENTIFIED BY '{db_password}';\n"
@@ -489,7 +505,8 @@ def _wait_idle(root: Path, names: Sequence[str], timeout: float) -> None:
 def _start_controller(starter: Starter, root: Path, timeout: float) -> None:
     ctld = starter.start("slurmctld", [str(root / "bin" / "slurmctld"), "-D", "-f", str(root / "etc" / "slurm.conf")])
     ctld_logs = [root / "log" / "slurmctld.log", root / "log" / "slurmctld.out"]
-    _wait("slurmctld", lambda: _port_open(f"{SUBNET_PREFIX}.1", CTLD_PORT), timeout, ctld_logs,
+    which = instance_of(root)
+    _wait("slurmctld", lambda: _port_open(f"{which.subnet_prefix}.1", which.ctld_port), timeout, ctld_logs,
           alive=lambda: alive(ctld))
 
 
@@ -561,6 +578,7 @@ def status(root: Path = DEFAULT_ROOT) -> dict[str, Any]:
         "nodes": _sinfo_states(root) if ctld_alive else {},
         "gpus_per_node": state.get("gpus_per_node"),
         "slurm_prefix": state.get("slurm_prefix") or None,
+        "instance": instance_of(root).number,
         "daemons": daemons,
         "network": {
             "bridge": net.get("bridge") if net.get("bridge") and link_exists(net["bridge"]) else None,
@@ -571,9 +589,9 @@ def status(root: Path = DEFAULT_ROOT) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def running(nodes: int = 4, gpus_per_node: int = 4, root: Path = DEFAULT_ROOT, *,
-            slurm_prefix: Path | None = None) -> Iterator[dict[str, Any]]:
+            slurm_prefix: Path | None = None, instance: int = 0) -> Iterator[dict[str, Any]]:
     """``with running(...) as info:`` brings the dev cluster up and always brings it down again."""
     try:
-        yield up(nodes, gpus_per_node, root, slurm_prefix=slurm_prefix)
+        yield up(nodes, gpus_per_node, root, slurm_prefix=slurm_prefix, instance=instance)
     finally:
         down(root)

@@ -13,12 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from slurm_elastic.dev.instance import DEFAULT_INSTANCE, Instance
+from slurm_elastic.dev.instance import NETNS_PREFIX as NETNS_PREFIX  # re-exported: the namespaces' prefix
 from slurm_elastic.dev.plumbing import DevClusterError, run, save_state
 
-SUBNET_PREFIX = "10.78.0"  # bridge .1, node i at .(10+i)
-GUARD_ROUTE = ("unreachable", "10.78.0.0/16", "metric", "4000")
-BRIDGE = "sebr0"
-NETNS_PREFIX = "se-"
 HOSTS_FILE = Path("/etc/hosts")
 HOSTS_TAG = "# slurm-elastic-dev"
 
@@ -45,24 +43,27 @@ def link_exists(name: str) -> bool:
     return Path(f"/sys/class/net/{name}").exists()
 
 
-def setup_network(root: Path, state: dict[str, Any], nodes: Sequence[DevNode]) -> None:
+def setup_network(root: Path, state: dict[str, Any], nodes: Sequence[DevNode],
+                  instance: Instance = DEFAULT_INSTANCE) -> None:
     """Create the bridge, guard route, one namespace + veth per node, and the tagged /etc/hosts lines.
 
-    Runs ``ip link add BRIDGE type bridge``, ``ip route replace unreachable 10.78.0.0/16 metric 4000``,
-    ``ip netns add``, ``ip link add VETH type veth peer name eth0 netns NS`` and ``ip -n NS addr/link``.
+    Runs ``ip link add BRIDGE type bridge``, ``ip route replace unreachable 10.78.K.0/24 metric 4000``,
+    ``ip netns add``, ``ip link add VETH type veth peer name eth0 netns NS`` and ``ip -n NS addr/link``
+    (the bridge, subnet and route of ``instance``, numbered K).
     """
     net: dict[str, Any] = state.setdefault("network", {"netns": [], "veths": []})
-    if link_exists(BRIDGE):
-        raise DevClusterError(f"bridge {BRIDGE} already exists: another dev cluster is up "
+    bridge = instance.bridge
+    if link_exists(bridge):
+        raise DevClusterError(f"bridge {bridge} already exists: dev cluster instance {instance.number} is up "
                               f"(run `slurm-elastic devcluster down --root ROOT` for its root)")
-    net["route"] = True
+    net["route"] = list(instance.guard_route)
     save_state(root, state)
-    ip("route", "replace", *GUARD_ROUTE)
-    net["bridge"] = BRIDGE
+    ip("route", "replace", *instance.guard_route)
+    net["bridge"] = bridge
     save_state(root, state)
-    ip("link", "add", BRIDGE, "type", "bridge")
-    ip("addr", "add", f"{SUBNET_PREFIX}.1/24", "dev", BRIDGE)
-    ip("link", "set", BRIDGE, "up")
+    ip("link", "add", bridge, "type", "bridge")
+    ip("addr", "add", f"{instance.subnet_prefix}.1/24", "dev", bridge)
+    ip("link", "set", bridge, "up")
     add_hosts_lines(root, state, nodes)
     for node in nodes:
         if netns_exists(node.netns):
@@ -72,7 +73,7 @@ def setup_network(root: Path, state: dict[str, Any], nodes: Sequence[DevNode]) -
         save_state(root, state)
         ip("netns", "add", node.netns)
         ip("link", "add", node.veth, "type", "veth", "peer", "name", "eth0", "netns", node.netns)
-        ip("link", "set", node.veth, "master", BRIDGE, "up")
+        ip("link", "set", node.veth, "master", bridge, "up")
         ip("-n", node.netns, "addr", "add", f"{node.addr}/24", "dev", "eth0")
         ip("-n", node.netns, "link", "set", "lo", "up")
         ip("-n", node.netns, "link", "set", "eth0", "up")
@@ -116,9 +117,12 @@ def teardown_network(state: dict[str, Any]) -> None:
         ip("link", "del", net["bridge"], check=False)
     if net.get("hosts_tag"):
         remove_hosts_lines(net["hosts_tag"])
-    if net.get("route"):
-        # the guard route goes last, so traffic to the dev subnet never leaves by the default route
-        ip("route", "del", *GUARD_ROUTE, check=False)
+    route = net.get("route")
+    if route:
+        # the guard route goes last, so traffic to the dev subnet never leaves by the default route;
+        # a state written before instances recorded ``true`` for instance 0's /16 route
+        argv = [str(a) for a in route] if isinstance(route, list) else ["unreachable", "10.78.0.0/16", "metric", "4000"]
+        ip("route", "del", *argv, check=False)
 
 
 def netns_pids(netns: str) -> list[int]:

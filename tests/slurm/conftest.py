@@ -1,4 +1,5 @@
-"""The real dev Slurm cluster for the ``slurm`` tests: brought up once per session, always brought down.
+"""The real dev Slurm clusters for the ``slurm`` tests: one per pytest-xdist worker that runs them,
+brought up once per session, always brought down.
 
 Skips when Slurm (or root) is missing, unless ``SLURM_ELASTIC_REQUIRE_SLURM=1`` (set by CI): then the
 missing prerequisites are a failure. With ``SLURM_ELASTIC_SLURM_PREFIX=DIR`` the cluster runs the Slurm
@@ -24,6 +25,7 @@ from typing import Any
 import pytest
 
 from slurm_elastic.dev import devcluster
+from slurm_elastic.dev.instance import MAX_INSTANCES
 from slurm_elastic.resources import EXAMPLE_TRAINER
 
 
@@ -100,15 +102,64 @@ class DevCluster:
             time.sleep(0.3)
 
 
+CLUSTERS = 2
+"""Dev clusters the folder's tests are spread over (``SLURM_ELASTIC_TEST_CLUSTERS`` overrides, 1 to 8):
+each group of files goes to one pytest-xdist worker, which brings up a cluster of its own."""
+
+FILE_SECONDS = {
+    "test_daemon_acting.py": 249, "test_site_profile.py": 174, "test_grow_in_place.py": 76,
+    "test_shrink_in_place.py": 76, "test_daemon_shadow.py": 52, "test_devcluster.py": 25,
+    "test_unit_privileges.py": 24, "test_requeued_launcher.py": 21, "test_daemon_restart.py": 20,
+    "test_report_whatif.py": 17, "test_hostile_user.py": 11,
+}
+"""Seconds each file took on 2 cores (a fresh-clone CI run), to balance the groups; others count 30."""
+
+TOGETHER = (frozenset({"test_satellite_inputs.py", "test_unit_privileges.py"}),)
+"""Files that must share a worker: they change the same machine-wide things (the session's test user
+and the ACLs that let it search the interpreter's folders; ``/var/lib/slurm-elastic``)."""
+
+
+def cluster_groups(files: Sequence[str], clusters: int) -> dict[str, int]:
+    """File name -> cluster group: the files (kept with those of :data:`TOGETHER`) dealt, slowest
+    first, to the group with the fewest seconds so far. The same files give the same groups."""
+    units: list[frozenset[str]] = []
+    for name in sorted(set(files)):
+        if any(name in unit for unit in units):
+            continue
+        units.append(next((t & set(files) | {name} for t in TOGETHER if name in t), frozenset({name})))
+    load = [0.0] * max(1, clusters)
+    out: dict[str, int] = {}
+    for unit in sorted(units, key=lambda u: (-sum(FILE_SECONDS.get(f, 30) for f in u), sorted(u))):
+        group = min(range(len(load)), key=lambda g: (load[g], g))
+        load[group] += sum(FILE_SECONDS.get(f, 30) for f in unit)
+        out.update(dict.fromkeys(unit, group))
+    return out
+
+
+def _clusters() -> int:
+    raw = os.environ.get("SLURM_ELASTIC_TEST_CLUSTERS", str(CLUSTERS))
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_INSTANCES:
+        raise pytest.UsageError(f"SLURM_ELASTIC_TEST_CLUSTERS={raw!r}: must be an integer from 1 to {MAX_INSTANCES}")
+    return int(raw)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every test of this folder shares the session's one dev cluster, so under pytest-xdist
-    (``make test`` runs ``-n 2 --dist loadgroup``) they all go to one worker, in order, while the
-    other worker runs the rest of the suite in the time the cluster's jobs leave the CPUs idle
-    (about two thirds of it on 2 cores)."""
+    """Every test of a file shares one dev cluster with the other files of its group: under
+    pytest-xdist (``make test`` runs ``-n 3 --dist loadgroup``) each group goes to one worker, in
+    order, which brings up its own cluster (:func:`cluster`), while another worker runs the rest of
+    the suite in the time the clusters' jobs leave the CPUs idle."""
     here = Path(__file__).parent
-    for item in items:
-        if here in item.path.parents:
-            item.add_marker(pytest.mark.xdist_group("dev-cluster"))
+    mine = [item for item in items if here in item.path.parents]
+    groups = cluster_groups([item.path.name for item in mine], _clusters())
+    for item in mine:
+        item.add_marker(pytest.mark.xdist_group(f"dev-cluster-{groups[item.path.name]}"))
+
+
+def cluster_instance() -> int:
+    """This process's dev cluster instance: one per pytest-xdist worker (``gw0`` -> 0, ``gw1`` -> 1, ...;
+    0 outside xdist), so that two workers' clusters never share node names, subnets or ports."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return int(worker[2:]) % MAX_INSTANCES if worker[2:].isdigit() else 0
 
 
 def _require() -> bool:
@@ -138,7 +189,7 @@ def cluster(dev_root: Path) -> Iterator[DevCluster]:
             pytest.fail(reason + " (SLURM_ELASTIC_REQUIRE_SLURM=1)")
         pytest.skip(reason)
     try:
-        info = devcluster.up(nodes=4, gpus_per_node=4, root=dev_root, slurm_prefix=prefix)
+        info = devcluster.up(nodes=4, gpus_per_node=4, root=dev_root, slurm_prefix=prefix, instance=cluster_instance())
     except devcluster.DevClusterError as exc:
         pytest.fail(f"devcluster up failed: {exc}")
     try:

@@ -14,15 +14,21 @@ from pathlib import Path
 import pytest
 
 from slurm_elastic.dev import devcluster, network
+from slurm_elastic.dev.instance import Instance
 
 from .conftest import DevCluster
+
+
+def _names(cluster: DevCluster) -> list[str]:
+    """The node names of the session's cluster (``n01..n04`` for instance 0, ``m01..`` for instance 1)."""
+    return [n.name for n in devcluster.nodes_for(4, Instance(cluster.info["instance"]))]
 
 pytestmark = pytest.mark.slurm
 
 
 def test_nodes_idle_with_four_gpus(cluster: DevCluster) -> None:
     nodes = cluster.json(["sinfo", "--json"])["nodes"]
-    assert sorted(n["name"] for n in nodes) == ["n01", "n02", "n03", "n04"]
+    assert sorted(n["name"] for n in nodes) == _names(cluster)
     for node in nodes:
         assert node["state"] == "idle", node
         assert node["gres"] == "gpu:v100:4", node
@@ -103,7 +109,7 @@ def test_shrink_gpu_job_frees_gpus(cluster: DevCluster) -> None:
     assert job["node_count"] == 1
     assert job["nodes"] == job["batch_host"]
     assert job["admin_comment"] == "slurm-elastic gpus=2:8 mode=exo"
-    want = {name: "gpu:v100:2" if name == job["batch_host"] else "gpu:v100:0" for name in ("n01", "n02", "n03", "n04")}
+    want = {name: "gpu:v100:2" if name == job["batch_host"] else "gpu:v100:0" for name in _names(cluster)}
     deadline = time.monotonic() + 15  # the nodes' GRES follow the job's shrink, not always in the same second
     while True:
         used = {n["name"]: n["gres_used"] for n in cluster.json(["sinfo", "--json"])["nodes"] if n["name"] in want}
@@ -139,16 +145,33 @@ def test_down_leaves_nothing_behind(cluster: DevCluster) -> None:
     cluster.wait_state(job_id, "RUNNING")
     devcluster.down(cluster.root)
     assert devcluster.down(cluster.root)["stopped"] == []  # idempotent
-    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
-    assert network.NETNS_PREFIX not in netns
+    which = Instance(cluster.info["instance"])  # another worker's cluster may be up beside this one
+    nodes = devcluster.nodes_for(4, which)
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout.split()
+    assert not {n.netns for n in nodes} & set(netns), netns
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout
-    assert network.BRIDGE not in links and "se-n0" not in links
+    assert f" {which.bridge}:" not in links and not any(f" {n.veth}@" in links for n in nodes), links
     routes = subprocess.run(["ip", "route"], capture_output=True, text=True, check=True).stdout
-    assert "10.78.0." not in routes
-    assert network.HOSTS_TAG not in network.HOSTS_FILE.read_text()
+    assert f"{which.subnet_prefix}." not in routes
+    assert network.hosts_tag(cluster.root) not in network.HOSTS_FILE.read_text()
     assert _our_processes(cluster.root) == []
     status = devcluster.status(cluster.root)
     assert not status["up"] and status["daemons"] == {} and status["network"]["netns"] == []
     prefix = cluster.info.get("slurm_prefix")  # the same release again (its saved state is that release's)
-    devcluster.up(nodes=4, gpus_per_node=4, root=cluster.root, slurm_prefix=Path(prefix) if prefix else None)
+    devcluster.up(nodes=4, gpus_per_node=4, root=cluster.root, slurm_prefix=Path(prefix) if prefix else None,
+                  instance=which.number)
     assert devcluster.status(cluster.root)["up"]
+
+
+def test_the_files_are_dealt_to_the_clusters_in_balanced_groups_that_keep_shared_state_together() -> None:
+    """No cluster needed: the grouping ``make test`` runs the folder with."""
+    from .conftest import FILE_SECONDS, TOGETHER, cluster_groups
+
+    files = sorted(p.name for p in Path(__file__).parent.glob("test_*.py"))
+    groups = cluster_groups(files, 2)
+    assert cluster_groups(list(reversed(files)), 2) == groups and set(groups) == set(files)
+    for unit in TOGETHER:
+        assert len({groups[f] for f in unit if f in groups}) <= 1, unit
+    load = [sum(FILE_SECONDS.get(f, 30) for f in files if groups[f] == g) for g in (0, 1)]
+    assert abs(load[0] - load[1]) <= max(FILE_SECONDS.values()), load
+    assert set(cluster_groups(files, 1).values()) == {0}
