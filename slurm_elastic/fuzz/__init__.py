@@ -45,7 +45,7 @@ from typing import Any
 from slurm_elastic.core import ones_kernels
 from slurm_elastic.fuzz import daemon_families, tool_families
 from slurm_elastic.fuzz.case import CaseResult, CaseTimeout
-from slurm_elastic.fuzz.cluster import FuzzCluster, profiles
+from slurm_elastic.fuzz.fuzzed_cluster import FuzzCluster, profiles
 from slurm_elastic.fuzz.tool_families import Command
 
 WEIGHTS: dict[str, int] = {

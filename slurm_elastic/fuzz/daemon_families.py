@@ -1,6 +1,6 @@
 """The daemon-level fuzz families: one job's hostile input, one daemon round, one act step.
 
-Each family builds a :class:`~slurm_elastic.fuzz.cluster.FuzzCluster`, puts its hostile input in
+Each family builds a :class:`~slurm_elastic.fuzz.fuzzed_cluster.FuzzCluster`, puts its hostile input in
 job 7 only, and returns the outcome's name; the cluster counts a failed round and any honest job
 the input touched. The input a user controls: the job's report lines and orders file (lines signed
 with the job's own secret included), its files (the secret, orders, reports, join script and satellites' environment: a
@@ -30,7 +30,7 @@ from slurm_elastic.core.actions import ActionKind
 from slurm_elastic.core.model import JobId
 from slurm_elastic.core.trust import fair_shares
 from slurm_elastic.fuzz.case import CaseResult, attempt_any
-from slurm_elastic.fuzz.cluster import (
+from slurm_elastic.fuzz.fuzzed_cluster import (
     HONEST,
     HONEST_ELASTIC,
     HOSTILE,

@@ -24,7 +24,7 @@ from typing import Any
 from slurm_elastic.config import load
 from slurm_elastic.errors import ConfigError, TraceError
 from slurm_elastic.fuzz.case import CaseResult, attempt, attempt_any
-from slurm_elastic.fuzz.cluster import NOW, FuzzCluster, elastic, job_json, profiles, squeue_doc
+from slurm_elastic.fuzz.fuzzed_cluster import NOW, FuzzCluster, elastic, job_json, profiles, squeue_doc
 from slurm_elastic.fuzz.hostile import (
     HOSTILE_STRINGS,
     NON_ASCII_DIGITS,

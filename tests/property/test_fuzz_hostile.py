@@ -32,8 +32,8 @@ from hypothesis import strategies as st
 from slurm_elastic import fuzz
 from slurm_elastic.cli import main
 from slurm_elastic.fuzz.case import CaseResult, attempt_any
-from slurm_elastic.fuzz.cluster import NOW, FuzzCluster, report_body
 from slurm_elastic.fuzz.daemon_families import sign_any
+from slurm_elastic.fuzz.fuzzed_cluster import NOW, FuzzCluster, report_body
 from slurm_elastic.orders import COMMENT_KEY
 from slurm_elastic.slurm.commands import SlurmCommandError, run_command, run_json
 from slurm_elastic.slurm.dialects import SlurmJsonError
