@@ -162,9 +162,9 @@ def bench_fidelity(*, root: Path, policy: str = "dp", jobs: int = 12, seed: int 
         (work / "elastic.toml").write_text(conf_text, encoding="utf-8")
         say(f"bench fidelity: {len(trace)} jobs for real under {policy} on {gpus} GPUs")
         real = _run_real(work, env, trace, timeout_s)
-        # what-if's read (read_accounting's argv), of the trace's jobs only
+        # what-if's read (read_accounting's argv with the steps), of the trace's jobs only
         ids = ",".join(j["job_id"] for j in real["jobs"].values())
-        sacct = run_json(lambda argv: run_command(argv, env=env), ["sacct", "--json", "-a", "-X", "-j", ids])
+        sacct = run_json(lambda argv: run_command(argv, env=env), ["sacct", "--json", "-a", "-j", ids])
     run = {"seed": seed, "gpus": gpus, "gpus_per_node": gpus_per_node, "host_cores": len(os.sched_getaffinity(0)),
            "profile": profile, "trace": [dataclasses.asdict(j) for j in trace], "real": real, "sacct": sacct}
     (work / RUN_FILE).write_text(json.dumps(run, indent=1) + "\n", encoding="utf-8")

@@ -283,11 +283,13 @@ def _sacct_time(when: dt.datetime) -> str:
 
 
 def read_accounting(since: dt.datetime, until: dt.datetime, *, account: str | None = None,
-                    runner: Runner | None = None) -> list[AccountingRecord]:
+                    runner: Runner | None = None, steps: bool = False) -> list[AccountingRecord]:
     """Every job that was pending or running in the window, from ``sacct --json -a -X -S SINCE -E UNTIL [-A A]``.
 
     ``-X`` drops job steps only: every shape of a resized job (the ``RESIZING`` records) is still
     listed (checked on Slurm 22.05.8). ``-a``: all users (root or an operator sees all).
+    ``steps=True`` leaves ``-X`` out: the same jobs, each with its steps (``--json`` nests them in
+    their job; with ``-X`` it lists none), which the site physics are measured from.
 
     Raises:
         ConfigError: ``until`` before ``since``.
@@ -296,7 +298,7 @@ def read_accounting(since: dt.datetime, until: dt.datetime, *, account: str | No
     """
     if until < since:
         raise ConfigError(f"--until {_sacct_time(until)} is before --since {_sacct_time(since)} (rule: since <= until)")
-    argv = ["sacct", "--json", "-a", "-X", "-S", _sacct_time(since), "-E", _sacct_time(until)]
+    argv = ["sacct", "--json", "-a", *(() if steps else ("-X",)), "-S", _sacct_time(since), "-E", _sacct_time(until)]
     if account:
         argv += ["-A", account]
     run = runner or (lambda a: run_command(a, timeout=SACCT_TIMEOUT_S))

@@ -248,7 +248,7 @@ def cmd_what_if(args: argparse.Namespace) -> int:
     pols = policy_specs(args.policy, args.param)
     guards = site_guards(args)
     since, until = window(args)
-    records = read_accounting(since, until, account=args.account)
+    records = read_accounting(since, until, account=args.account, steps=not args.no_site_physics)
     results = what_if(records, pols, seeds, args.gpus, args.gpus_per_node, elastic_range=args.elastic_range,
                       resize_cost=args.resize_cost, guards=guards, site_physics=not args.no_site_physics)
     if args.json:

@@ -3,7 +3,9 @@ item 3): recorded sacct fixtures and constructed records whose latencies are wor
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ from slurm_elastic.sim import cluster as sim_cluster
 from slurm_elastic.sim.cluster import ResizeCost, VirtualCluster, overhead_for
 from slurm_elastic.sim.runner import PolicySpec
 from slurm_elastic.slurm.records import AccountingRecord, parse_sacct
-from slurm_elastic.whatif import MIN_REPLAYED_S, apply_site_physics, history_rows, what_if
+from slurm_elastic.whatif import MIN_REPLAYED_S, apply_site_physics, history_rows, read_accounting, what_if
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm-json"
 
@@ -111,3 +113,20 @@ def test_what_if_applies_the_site_latencies_by_default_and_says_so() -> None:
     assert dp_off < 400.0 and dp_on > dp_off  # dp grows it: 370 s of work shrink, the 30 s do not
     speedup = 400.0 / dp_off
     assert dp_on == pytest.approx(30.0 + 370.0 / speedup, rel=0.02)
+
+
+def test_what_ifs_read_keeps_the_steps_the_site_physics_are_measured_from() -> None:
+    """``sacct --json -X`` lists no step (on the dev cluster's 22.05): the read for the site physics
+    leaves ``-X`` out, the plain read keeps it."""
+    seen: list[list[str]] = []
+    doc = (FIXTURES / "22.05" / "sacct.json").read_text()
+
+    def runner(argv: Sequence[str]) -> str:
+        seen.append(list(argv))
+        return doc
+
+    since, until = dt.datetime(2026, 3, 1), dt.datetime(2026, 3, 2)
+    assert any(r.steps for r in read_accounting(since, until, runner=runner, steps=True))
+    read_accounting(since, until, runner=runner)
+    assert seen == [["sacct", "--json", "-a", "-S", "2026-03-01T00:00:00", "-E", "2026-03-02T00:00:00"],
+                    ["sacct", "--json", "-a", "-X", "-S", "2026-03-01T00:00:00", "-E", "2026-03-02T00:00:00"]]
