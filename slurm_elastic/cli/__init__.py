@@ -36,13 +36,13 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from slurm_elastic import collector, heap
-from slurm_elastic.cli import admins, developers, managers, users
+from slurm_elastic import collector
+from slurm_elastic.cli import admins, developers, heap, managers, users
 from slurm_elastic.cli.parser import build_parser
 from slurm_elastic.errors import ElasticError
 
 SIMULATING = frozenset({"simulate", "reproduce", "what-if", "bench", "train-drl"})
-"""The commands that run simulations or planners in a loop: they keep freed memory (:mod:`slurm_elastic.heap`) and
+"""The commands that run simulations or planners in a loop: they keep freed memory (:mod:`slurm_elastic.cli.heap`) and
 collect garbage seldom (:func:`slurm_elastic.collector.collect_seldom`)."""
 
 

@@ -270,7 +270,7 @@ def cmd_train_drl(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from slurm_elastic.demo import run_demo
+    from slurm_elastic.dev.demo import run_demo
 
     logging.getLogger().setLevel(logging.INFO)
     logging.getLogger("slurm_elastic.daemon").setLevel(logging.WARNING)  # the demo narrates; no round lines

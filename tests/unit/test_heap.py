@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from slurm_elastic import cli, collector, heap, policies
+from slurm_elastic import cli, collector, policies
+from slurm_elastic.cli import heap
 from slurm_elastic.sim.engine import simulate
 from slurm_elastic.sim.workload import philly_like
 

@@ -66,8 +66,8 @@ from pathlib import Path
 from typing import Any
 
 from slurm_elastic.contract import satellite_token
-from slurm_elastic.demo import DemoJob, submit_job
 from slurm_elastic.dev import devcluster
+from slurm_elastic.dev.demo import DemoJob, submit_job
 from slurm_elastic.dev.processes import die_with_parent, worker_processes
 from slurm_elastic.errors import ConfigError
 from slurm_elastic.slurm.actions import SATELLITE_END_GRACE_S
