@@ -133,7 +133,8 @@ def is_initialized() -> bool:
 def get_rank(group: Any = None) -> int:
     """This worker's rank in the current world (an initial worker's before it forms; a joiner: 0 until
     it joins). Read it where it is used: it changes at each resize."""
-    return int(_need("get_rank()").rank if _started() else os.environ.get("RANK", "0"))
+    w = _need("get_rank()")
+    return int(w.rank) if _started() else int(os.environ.get("RANK", "0"))
 
 
 def get_world_size(group: Any = None) -> int:

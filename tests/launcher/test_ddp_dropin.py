@@ -150,3 +150,15 @@ def test_a_tutorial_style_script_ported_through_the_dropin_grows_and_shrinks_in_
     saved = [line for line in job.output("w2").splitlines() if "Training snapshot saved" in line]
     assert saved and saved[-1].startswith(f"Epoch {EPOCHS - 1} |"), job.output("w2")[-2000:]
     assert any(e["ev"] == "step" and e["rank"] == 0 and e["gen"] == f"o{shrink}" for e in job.events("w2"))
+
+
+def test_rank_and_size_are_the_current_worlds_and_need_the_world(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ddp, "_current", None)
+    with pytest.raises(RuntimeError, match="before init_process_group"):
+        ddp.get_rank()
+    monkeypatch.setenv("RANK", "1")
+    before = SimpleNamespace(agent=None, joining=None, rank=-1, size=3)  # the world has not formed yet
+    monkeypatch.setattr(ddp, "_current", before)
+    assert (ddp.get_rank(), ddp.get_world_size(), ddp.is_initialized()) == (1, 3, True)
+    monkeypatch.setattr(ddp, "_current", SimpleNamespace(agent=object(), joining=None, rank=0, size=2))
+    assert (ddp.get_rank(), ddp.get_world_size()) == (0, 2)  # after a resize: the new world's
