@@ -1,4 +1,4 @@
-"""Fuzzing every input a user or Slurm controls, through the real entry points (issue 13).
+"""Fuzzing every input a user or Slurm controls, through the real entry points.
 
 This package owns the hostile-input generators and the runner behind ``slurm-elastic bench fuzz``
 and ``tests/property/test_fuzz_hostile.py``: one family per input, each case a seeded mutation of

@@ -143,7 +143,7 @@ def report_lines(rng: random.Random, c: FuzzCluster, res: CaseResult) -> str:
     return _finish(c, res, rng, acting=rng.random() < 0.3)
 
 
-# -- report claims (issue 37, items 1 and 3) -------------------------------------------------------
+# -- report claims ---------------------------------------------------------------------------------
 
 _CLAIMS: dict[str, tuple[Any, ...]] = {
     "world": (1, 2, 4, 8),
@@ -192,7 +192,7 @@ def _planned_counts(c: FuzzCluster) -> dict[str, int]:
             for j in (rounds[-1]["plan"]["jobs"] if rounds else [])}
 
 
-# -- shared history (issue 37, item 5) -------------------------------------------------------------
+# -- shared history --------------------------------------------------------------------------------
 
 _STATES: tuple[tuple[str, ...], ...] = (
     ("COMPLETED",), ("COMPLETED", "COMPLETING"), ("RUNNING",), ("CANCELLED",), ("FAILED",), ("TIMEOUT",),

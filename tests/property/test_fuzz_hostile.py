@@ -1,4 +1,4 @@
-"""Every input a user or Slurm controls, fuzzed through the real entry points (issue 13, "What proves it").
+"""Every input a user or Slurm controls, fuzzed through the real entry points.
 
 Hypothesis drives the seeded case builders of :mod:`slurm_elastic.fuzz` (the ones ``slurm-elastic
 bench fuzz`` runs at any size) with a CI-sized budget: for every family, a case ends accepted or

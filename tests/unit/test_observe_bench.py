@@ -1,5 +1,5 @@
 """``bench observe``: a large site's JSON built from the recorded 25.11 fixtures, read by the daemon's
-own observer; and the observer pauses the garbage collector while it reads (issue 18, part 5)."""
+own observer; and the observer pauses the garbage collector while it reads."""
 
 from __future__ import annotations
 

@@ -324,7 +324,7 @@ def _satellites_end(env: dict[str, str]) -> float:
     A satellite still running when its job has left the queue is not an orphan yet: the daemon
     lets it end by itself for up to :data:`~slurm_elastic.slurm.actions.SATELLITE_END_GRACE_S`
     after the job's end report (its workers are exiting, slowly on busy cores) and cancels it
-    after that. Counted 3 s after the jobs ended, such a satellite was an orphan (issue 38, item 7).
+    after that. Counted 3 s after the jobs ended, such a satellite was counted an orphan.
     """
     t0 = time.monotonic()
     while any(satellite_token(comment) for _, comment in _queue(env).values()):
