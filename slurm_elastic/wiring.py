@@ -2,9 +2,9 @@
 
 This module owns :func:`slurm_daemon`, which the ``daemon`` command, the demo and the benchmarks
 use to build a :class:`~slurm_elastic.daemon.Daemon` over real Slurm (the view over a record
-source, the Slurm actuator reading that view's records), and :func:`default_profiles`, the
-throughput profiles the real path plans with (the shipped ones scaled to Longhorn, and the site's
-own from ``daemon.profiles`` as measured). It builds; it runs nothing.
+source, the Slurm actor acting through that source's runner on the view's observations), and
+:func:`default_profiles`, the throughput profiles the real path plans with (the shipped ones
+scaled to Longhorn, and the site's own from ``daemon.profiles`` as measured). It builds; it runs nothing.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from slurm_elastic.act.actor import SlurmActor
 from slurm_elastic.config import Config
 from slurm_elastic.daemon import Daemon
 from slurm_elastic.observe.view import ClusterView
-from slurm_elastic.slurm.actions import SlurmActuator
 from slurm_elastic.slurm.cli_backend import SlurmCli
 from slurm_elastic.slurm.pyslurm_backend import PyslurmSource
 from slurm_elastic.store import Store
@@ -47,8 +47,7 @@ def cluster_view(cfg: Config, source: SlurmCli | PyslurmSource, store: Store | N
 def slurm_daemon(cfg: Config, view: ClusterView, store: Store, *,
                  sleep: Callable[[float], None] = time.sleep, client_env: Mapping[str, str] | None = None) -> Daemon:
     """A daemon over real Slurm seen through ``view`` (:func:`cluster_view`): acting through the view's
-    record source's runner on the records the view last read, unless ``cfg`` says dry run.
+    record source's runner on the observations the daemon hands it, unless ``cfg`` says dry run.
     ``client_env``: the environment that runner runs Slurm commands with (``None``: this process's)."""
-    actuator = None if cfg.daemon.dry_run else SlurmActuator(view.source.runner, store, view.clock,
-                                                             records=lambda: view.records, client_env=client_env)
+    actuator = None if cfg.daemon.dry_run else SlurmActor(view.source.runner, store, view.clock, client_env=client_env)
     return Daemon(cfg, view, store, actuator, sleep=sleep, clock=view.clock)

@@ -1,23 +1,36 @@
 """Resizes under way: what the planner must not touch again until Slurm and the job show the result.
 
-This module owns two passive views of work already started. :func:`owed_by_store` reads the
+This module owns the passive views of work already started. :func:`owed_by_store` reads the
 store a (possibly restarted) daemon shares with its predecessors: node releases owed after a
-shrink, satellites submitted but not yet started, and jobs whose training reported its end.
-:func:`settle` drops, from the actions this daemon carried out recently, those whose target the
-snapshot now shows (or that are too old to wait for). Neither changes anything in Slurm.
+shrink, satellites submitted but not yet started, and jobs whose training reported its end
+(:func:`finished_jobs`). :class:`InFlight` is the daemon's own bookkeeping of the actions it
+carried out recently: noted after each round, dropped once the snapshot shows their target (or
+they are too old to wait for, :func:`settle`), added to each round's observation. Nothing here
+changes anything in Slurm.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Iterable, Mapping, MutableMapping
+from dataclasses import dataclass, field, replace
 
+from slurm_elastic.core.actions import ActionKind
 from slurm_elastic.core.model import ClusterSnapshot, InFlightResize, JobId, JobState
+from slurm_elastic.core.rounds import ActionOutcome
 from slurm_elastic.observe.progress import finished_training
 from slurm_elastic.slurm.records import JobRecord, run_start_of
 from slurm_elastic.store import Store
 
 IN_FLIGHT_TIMEOUT_S = 60.0
 """Longest wait for a carried-out action to show in Slurm before the planner may plan the job again."""
+
+
+def finished_jobs(store: Store, records: Mapping[str, JobRecord], now: float) -> frozenset[str]:
+    """The running jobs of ``records`` with a comment (the launcher's channel) whose last report says
+    their training ended, in their current run, by ``now`` (:func:`finished_training`)."""
+    return frozenset(jid for jid, rec in records.items()
+                     if rec.state is JobState.RUNNING and rec.comment
+                     and finished_training(store.progress_of(jid), now, run_start_of(rec)))
 
 
 def owed_by_store(store: Store, records: Mapping[str, JobRecord],
@@ -70,3 +83,25 @@ def settle(in_flight: MutableMapping[JobId, InFlightResize], snapshot: ClusterSn
             and fl.target_local_batch in (0, job.local_batch))
         if arrived or snapshot.now - fl.since > IN_FLIGHT_TIMEOUT_S:
             del in_flight[jid]
+
+
+@dataclass
+class InFlight:
+    """The actions this daemon carried out, until the snapshot shows them (:func:`settle`)."""
+
+    actions: dict[JobId, InFlightResize] = field(default_factory=dict)
+
+    def carried_out(self, outcomes: Iterable[ActionOutcome], now: float) -> None:
+        """Note the actions of a round that were carried out (``now``: the round's snapshot's instant)."""
+        for o in outcomes:
+            if o.ok:
+                rebatch = o.action.kind is ActionKind.REBATCH
+                self.actions[o.action.job_id] = InFlightResize(o.action.job_id, o.action.after.num_gpus, now,
+                                                               o.action.local_batch if rebatch else 0)
+
+    def added_to(self, snapshot: ClusterSnapshot) -> ClusterSnapshot:
+        """``snapshot`` with the actions still on their way added to what it says is under way
+        (one it already names for a job is replaced by this daemon's)."""
+        settle(self.actions, snapshot)
+        under_way = {**{fl.job_id: fl for fl in snapshot.in_flight}, **self.actions}
+        return replace(snapshot, in_flight=tuple(under_way.values())) if under_way else snapshot

@@ -3,8 +3,10 @@
 This module owns :class:`ClusterView`, the :class:`~slurm_elastic.core.rounds.Observer` of the
 daemon, the demo and the real-cluster tests, whichever backend reads Slurm (the CLI or pyslurm,
 both a :class:`RecordSource`). It is passive: it reads Slurm's records and the jobs' new reports
-(stored as progress rows), and it keeps the raw records of its last read for the acting step;
-it never changes anything in Slurm. One job's bad input never fails an observation: a record
+(stored as progress rows), and hands each read over as one
+:class:`~slurm_elastic.observe.observation.Observation` (the records and, for a round, the snapshot
+built from them), which the acting step gets through its port; it never changes anything in Slurm.
+One job's bad input never fails an observation: a record
 Slurm wrote that does not parse, a job that breaks a snapshot rule or a report out of its job's
 bounds leaves that job out or plans it from priors, and puts it in the store's quarantine with
 the reason (:attr:`ClusterView.left_out` names the jobs left out now).
@@ -22,7 +24,8 @@ from slurm_elastic.collector import gc_paused
 from slurm_elastic.core.model import ClusterSnapshot, JobId, JobState
 from slurm_elastic.observe.bounds import limits_of
 from slurm_elastic.observe.history import ProgressLearner
-from slurm_elastic.observe.inflight import owed_by_store
+from slurm_elastic.observe.inflight import finished_jobs, owed_by_store
+from slurm_elastic.observe.observation import Observation
 from slurm_elastic.observe.progress import ingest, join_checked, runtimes
 from slurm_elastic.observe.snapshot import SnapshotMemo, fingerprint, in_partitions, snapshot_of
 from slurm_elastic.slurm.dialects import is_bare_completing
@@ -90,7 +93,8 @@ class ClusterView:
     store: Store | None = None
     writes_store: bool = True
     records: dict[str, JobRecord] = field(default_factory=dict)
-    """The raw job records of the last read, by id (satellites not folded): what the actuator acts on."""
+    """The raw job records of the last read, by id (satellites not folded); the acting step gets
+    them in the read's :class:`~slurm_elastic.observe.observation.Observation`, never here."""
     left_out: dict[str, str] = field(default_factory=dict)
     """Jobs of the last observation left out of the snapshot, by id, with the reason (a record Slurm
     wrote that does not parse, a job that breaks a snapshot rule)."""
@@ -184,22 +188,32 @@ class ClusterView:
             log.info("node %s reads again", name)
         self.nodes_left_out = dict(reasons)
 
-    def poll(self) -> object:
-        """Read the queue and the jobs' new reports; return a key that changes when the queue does
-        (the collector paused, as :meth:`observe`)."""
+    def poll(self) -> Observation:
+        """Read the queue and the jobs' new reports: the observation of the queue alone, whose key
+        changes when the queue does (the collector paused, as :meth:`observe`)."""
         with gc_paused():
             jobs, _ = self._jobs_read(self.source.jobs())
-            return fingerprint(jobs)
+            return self._observation(jobs)
 
-    def observe(self) -> ClusterSnapshot:
-        """The snapshot now: managed nodes, their jobs (satellites folded in), what launchers reported,
-        and the resizes the store says are still under way.
+    def _observation(self, jobs: list[JobRecord], snapshot: ClusterSnapshot | None = None) -> Observation:
+        now = snapshot.now if snapshot is not None else self.clock()
+        finished = finished_jobs(self.store, self.records, now) if self.store is not None else frozenset()
+        return Observation(now, dict(self.records), fingerprint(jobs), snapshot, finished)
+
+    def observation(self) -> Observation:
+        """The observation of a round: the snapshot now (managed nodes, their jobs with satellites
+        folded in, what launchers reported, and the resizes the store says are still under way)
+        and the records it was built from.
 
         Python's cyclic garbage collector is paused while it reads and builds (:func:`gc_paused`)."""
         with gc_paused():
             return self._observe()
 
-    def _observe(self) -> ClusterSnapshot:
+    def observe(self) -> ClusterSnapshot:
+        """The snapshot of a new observation (:meth:`observation`): what a planner plans on."""
+        return self.observation().seen()
+
+    def _observe(self) -> Observation:
         nodes, jobs = self.source.read()
         jobs, managed = self._jobs_read(self._first_submits(jobs))
         self._nodes_left_out(self.source.refused_nodes)
@@ -218,7 +232,12 @@ class ClusterView:
         self._quarantine(refused)
         self.left_out = {**self.source.refused, **refused}
         owed = owed_by_store(store, self.records, snap) if store is not None else ()
-        return replace(snap, in_flight=owed) if owed else snap
+        return self._observation(jobs, replace(snap, in_flight=owed) if owed else snap)
+
+    def learned(self) -> dict[str, object] | None:
+        """What the progress model was learned from (:meth:`ProgressLearner.summary`); ``None``
+        before the first observation or without a store."""
+        return self.learner.summary() if self.learner is not None else None
 
     def quarantined(self) -> dict[str, str]:
         """Jobs of the last read whose own input broke a rule, with the reason: those in the store's

@@ -37,7 +37,7 @@ descriptor given as a number; the path form fails cleanly where the descriptor i
 of opening a file of that number in the user's folder). A FIFO, a link or a bigger file swapped in
 after the check is never opened: sbatch reads the bytes that were checked. ``--job-name`` keeps the
 name sbatch gave a satellite from the script's path. sbatch still runs as the user (they may stop
-it): the actuator bounds it (:data:`~slurm_elastic.slurm.actions.USER_COMMAND_TIMEOUT_S`).
+it): the actuator bounds it (:data:`~slurm_elastic.act.grow.USER_COMMAND_TIMEOUT_S`).
 
 This module owns the pure parts of that: naming new workers, the ``sbatch`` argv of a satellite
 and the AdminComment that marks it as its job's, reading the job's environment file (checked, capped),
@@ -163,7 +163,8 @@ def sbatch_argv(parent: JobRecord, sat: Satellite, inputs: Inputs, *, as_user: S
     submission token, put in the satellite's comment (:func:`~slurm_elastic.contract.satellite_token_comment`)
     so that it is found in Slurm even if the daemon dies before it learns the satellite's id.
 
-    A satellite whose parent ends is cancelled by the daemon (:meth:`SlurmActuator.tend`).
+    A satellite whose parent ends is cancelled by the daemon
+    (:func:`~slurm_elastic.act.satellite_upkeep.tend_satellites`).
 
     Raises:
         NotExpressible: the job's working directory is unknown.

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from slurm_elastic.act.actor import SlurmActor
+from slurm_elastic.act.journal import reconcile
 from slurm_elastic.config import parse
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, Placement
 from slurm_elastic.daemon import Daemon
 from slurm_elastic.observe.view import ClusterView
-from slurm_elastic.slurm.actions import SlurmActuator, reconcile
 from slurm_elastic.slurm.cli_backend import SlurmCli
 from slurm_elastic.slurm.commands import run_command
 from slurm_elastic.store import Store
@@ -33,7 +34,7 @@ def _daemon(cluster: DevCluster, tmp_path: Path) -> Daemon:
                 "poll_interval = 0.5\nmax_idle = 0.5\n")
     store = Store(cfg.daemon.store)
     obs = ClusterView(SlurmCli(runner), shipped_profiles(), time.time, ("gpu",))
-    return Daemon(cfg, obs, store, SlurmActuator(runner, store, time.time, client_env=cluster.env), sleep=time.sleep)
+    return Daemon(cfg, obs, store, SlurmActor(runner, store, time.time, client_env=cluster.env), sleep=time.sleep)
 
 
 def test_daemon_starts_a_held_elastic_job_at_the_planned_size(cluster: DevCluster, tmp_path: Path) -> None:
@@ -88,14 +89,15 @@ def test_a_job_without_the_launcher_is_requeued_at_its_new_size(cluster: DevClus
         return run_command(argv, env=cluster.env)
 
     obs = ClusterView(SlurmCli(runner), shipped_profiles(), time.time, ("gpu",))
-    snap = obs.observe()
+    seen = obs.observation()
+    snap = seen.seen()
     held = snap.job(JobId(str(job))).placement
     node = held.slots[0][0]
     free = next(n for n in snap.nodes if n.name == node)
     grown = Placement.of([(node, g) for g in sorted({*held.slots[0][1], *free.free_gpus})][:2])
     store = Store(tmp_path / "s.db")
-    act = SlurmActuator(runner, store, time.time, records=lambda: obs.records, client_env=cluster.env)
-    (outcome,) = act.apply(snap, (Action(ActionKind.GROW, JobId(str(job)), held, grown, 2, 1, 1, 0.1),))
+    act = SlurmActor(runner, store, time.time, client_env=cluster.env)
+    (outcome,) = act.apply(seen, (Action(ActionKind.GROW, JobId(str(job)), held, grown, 2, 1, 1, 0.1),))
     assert outcome.ok and outcome.message == "requeued at the new size", outcome.message
     deadline = time.monotonic() + 60
     while True:
@@ -121,12 +123,11 @@ def test_a_job_of_one_task_per_node_starts_packed_on_fewer_nodes(cluster: DevClu
         return run_command(argv, env=cluster.env)
 
     obs = ClusterView(SlurmCli(runner), shipped_profiles(), time.time, ("gpu",))
-    snap = obs.observe()
-    node = next(n for n in snap.nodes if len(n.free_gpus) >= 2)
+    seen = obs.observation()
+    node = next(n for n in seen.seen().nodes if len(n.free_gpus) >= 2)
     packed = Placement.of([(node.name, g) for g in sorted(node.free_gpus)[:2]])
-    act = SlurmActuator(runner, Store(tmp_path / "s.db"), time.time, records=lambda: obs.records,
-                        client_env=cluster.env)
-    (outcome,) = act.apply(snap, (Action(ActionKind.START, JobId(str(job)), Placement(), packed, 2, 1, 1, 0.1),))
+    act = SlurmActor(runner, Store(tmp_path / "s.db"), time.time, client_env=cluster.env)
+    (outcome,) = act.apply(seen, (Action(ActionKind.START, JobId(str(job)), Placement(), packed, 2, 1, 1, 0.1),))
     assert outcome.ok, outcome.message
     deadline = time.monotonic() + 30
     while (rec := cluster.job(job))["job_state"] != "RUNNING":
@@ -148,14 +149,15 @@ def test_while_the_daemon_runs_it_alone_starts_elastic_jobs(cluster: DevCluster,
 
     store = Store(tmp_path / "s.db")
     obs = ClusterView(SlurmCli(runner), shipped_profiles(), time.time, ("gpu",), store=store)
-    act = SlurmActuator(runner, store, time.time, records=lambda: obs.records, client_env=cluster.env)
-    act.lease_s = 20
+    act = SlurmActor(runner, store, time.time, client_env=cluster.env)
+    act.leases.lease_s = 20
     jobs = [cluster.sbatch("--elastic=1:4", "--gres=gpu:1", "-N1", "--wrap", "sleep 30") for _ in range(2)]
-    assert act.lease(obs.observe(), ()) == []
+    seen = obs.observation()
+    assert act.lease(seen.seen(), seen.records, ()) == []
+    assert act.tend(seen) == []  # the journal is empty: nothing to settle, nothing owed
     t0 = time.monotonic()
     while time.monotonic() - t0 < 14:  # past the 10 s hold of job_submit.lua, renewed at every poll
-        obs.poll()
-        assert act.tend() == []
+        assert act.tend(obs.poll()) == []
         assert [cluster.job(j)["job_state"] for j in jobs] == ["PENDING", "PENDING"]
         time.sleep(1.0)
     # The daemon is gone: nothing renews the lease, and Slurm starts the jobs itself.

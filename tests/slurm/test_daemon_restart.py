@@ -11,12 +11,13 @@ from typing import Any
 
 import pytest
 
+from slurm_elastic.act.actor import SlurmActor
+from slurm_elastic.act.journal import reconcile
 from slurm_elastic.config import parse
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, Placement
 from slurm_elastic.daemon import Daemon
 from slurm_elastic.observe.view import ClusterView
-from slurm_elastic.slurm.actions import SlurmActuator, reconcile
 from slurm_elastic.slurm.cli_backend import SlurmCli
 from slurm_elastic.slurm.commands import run_command
 from slurm_elastic.store import Store
@@ -52,14 +53,15 @@ def test_daemon_killed_mid_grow_is_settled_without_repeating(cluster: DevCluster
         return ClusterView(SlurmCli(runner), shipped_profiles(), time.time, ("gpu",), store=store)
 
     obs = observer()
-    snap = obs.observe()
+    seen = obs.observation()
+    snap = seen.seen()
     held = snap.job(JobId(job)).placement
     node = held.slots[0][0]
     other = next(n.name for n in snap.nodes if n.name != node and n.free_gpus)
     grow = Action(ActionKind.GROW, JobId(job), held, Placement.of([(node, held.slots[0][1][0]), (other, 0)]),
                   64, 32, 1, 0.1)
     with pytest.raises(Killed):
-        SlurmActuator(dying, store, time.time, records=lambda: obs.records, client_env=cluster.env).apply(snap, (grow,))
+        SlurmActor(dying, store, time.time, client_env=cluster.env).apply(seen, (grow,))
     assert [e.action.kind for e in store.unfinished_actions()] == [ActionKind.GROW]
     assert len(store.satellites()) == 1
 
@@ -67,7 +69,7 @@ def test_daemon_killed_mid_grow_is_settled_without_repeating(cluster: DevCluster
     cfg = parse(f'[daemon]\npartitions = ["gpu"]\npolicy = "dp"\ndry_run = false\nstore = "{store.path}"\n'
                 "poll_interval = 0.5\nmax_idle = 1.0\n")
     obs2 = observer()
-    act2 = SlurmActuator(runner, store, time.time, records=lambda: obs2.records, client_env=cluster.env)
+    act2 = SlurmActor(runner, store, time.time, client_env=cluster.env)
     assert len(reconcile(store, obs2.observe(), time.time)) == 1 and store.unfinished_actions() == []
     daemon = Daemon(cfg, obs2, store, act2)
     deadline = time.monotonic() + 240

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
+from slurm_elastic.act.actor import SlurmActor
 from slurm_elastic.cli import main
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, NodeName, Placement
 from slurm_elastic.observe.view import ClusterView
 from slurm_elastic.resources import EXAMPLE_TRAINER
-from slurm_elastic.slurm.actions import SlurmActuator
 from slurm_elastic.slurm.cli_backend import SlurmCli
 from slurm_elastic.slurm.commands import run_command
 from slurm_elastic.slurm.hostlist import expand_hostlist, parse_gres_detail
@@ -37,15 +37,15 @@ def _wait(what: str, ok: Any, timeout: float = 90.0) -> None:
         time.sleep(0.5)
 
 
-def _actuator(cluster: DevCluster, tmp_path: Path, job: str) -> tuple[Store, ClusterView, SlurmActuator]:
-    """A store, a view of the dev cluster's ``gpu`` partition, and the Slurm actuator over them, once
+def _actuator(cluster: DevCluster, tmp_path: Path, job: str) -> tuple[Store, ClusterView, SlurmActor]:
+    """A store, a view of the dev cluster's ``gpu`` partition, and the Slurm actor over them, once
     ``job`` has sent its first progress report (the tests act by hand, no daemon rounds)."""
     def runner(argv: Sequence[str]) -> str:
         return run_command(argv, env=cluster.env)
 
     store = Store(tmp_path / "s.db")
     obs = ClusterView(SlurmCli(runner), shipped_profiles(), time.time, ("gpu",), store=store)
-    act = SlurmActuator(runner, store, time.time, records=lambda: obs.records, client_env=cluster.env)
+    act = SlurmActor(runner, store, time.time, client_env=cluster.env)
     _wait("the first progress report", lambda: obs.observe() is not None and bool(store.progress_of(job)))
     return store, obs, act
 
@@ -94,12 +94,13 @@ def test_launcher_job_grows_onto_a_satellite_and_shrinks_back(cluster: DevCluste
     cluster.wait_state(int(job), "RUNNING", timeout=40)
     store, obs, act = _actuator(cluster, tmp_path, job)
 
-    snap = obs.observe()
+    seen = obs.observation()
+    snap = seen.seen()
     held = snap.job(JobId(job)).placement
     ((node, _),) = held.slots
     other = next(n.name for n in snap.nodes if n.name != node and n.free_gpus)
     grown = Placement.of([*((n, g) for n, gs in held.slots for g in gs), (other, 0)])
-    (outcome,) = act.apply(snap, (Action(ActionKind.GROW, JobId(job), held, grown, 64, 32, 1, 0.1),))
+    (outcome,) = act.apply(seen, (Action(ActionKind.GROW, JobId(job), held, grown, 64, 32, 1, 0.1),))
     assert outcome.ok, outcome.message
     (sat,) = store.satellites()
     assert cluster.job(int(sat))["admin_comment"] == f"slurm-elastic satellite-of={job}"
@@ -114,7 +115,8 @@ def test_launcher_job_grows_onto_a_satellite_and_shrinks_back(cluster: DevCluste
     # the job's own throughput model (issue 15): its reports name their members, the daemon knows
     # the satellite's worker is on another node, and the windows at 2 workers on 2 nodes are fitted
     _wait("the job's own throughput model", lambda: obs.observe().job(JobId(job)).model_points >= 1)
-    snap = obs.observe()
+    seen = obs.observation()
+    snap = seen.seen()
     assert snap.job(JobId(job)).num_gpus == 2  # the satellite's GPU counts as the job's
     assert snap.job(JobId(job)).model == f"cifar10~job{job}" and snap.job(JobId(job)).model in snap.profiles
     assert {r.nodes for r in store.progress_of(job) if r.kind == "progress" and r.world == 2} == {2}
@@ -131,13 +133,13 @@ def test_launcher_job_grows_onto_a_satellite_and_shrinks_back(cluster: DevCluste
     assert (row["gpus"], row["batch"]) == (2, reported.global_batch), (row, reported)
     assert row["model_points"] >= 1 and row["measured_throughput"] and row["predicted_throughput"], row
 
-    (outcome,) = act.apply(snap, (Action(ActionKind.SHRINK, JobId(job), snap.job(JobId(job)).placement, held,
+    (outcome,) = act.apply(seen, (Action(ActionKind.SHRINK, JobId(job), snap.job(JobId(job)).placement, held,
                                          32, 32, 1, 0.1),))
     assert outcome.ok and "w1 leave" in outcome.message and f"satellites {sat} end" in outcome.message
     _wait("the satellite to end by itself", lambda: cluster.job(int(sat))["job_state"] == "COMPLETED")
     _wait("the job to finish", lambda: cluster.job(int(job))["job_state"] == "COMPLETED", timeout=240)
-    obs.poll()  # the queue the act step reads, and the last reports, written as the job ended
-    assert act.tend() == [f"satellite {sat} of job {job} ended"] and store.satellites() == {}
+    # the queue the act step reads, and the last reports, written as the job ended
+    assert act.tend(obs.poll()) == [f"satellite {sat} of job {job} ended"] and store.satellites() == {}
     rows = store.progress_of(job)
     end = [r for r in rows if r.kind == "end"]
     sizes = [r.world for r in rows if r.kind == "resize"]
@@ -176,11 +178,12 @@ def test_ported_ddp_script_grows_shrinks_and_resumes_after_a_requeue(cluster: De
                              script=[str(script), "--data", str(data), "--epochs", str(epochs), "--workers", "1"]))
     cluster.wait_state(int(job), "RUNNING", timeout=40)
     store, obs, act = _actuator(cluster, tmp_path, job)
-    snap = obs.observe()
+    seen = obs.observation()
+    snap = seen.seen()
     held = snap.job(JobId(job)).placement
     ((node, _),) = held.slots
     grown = Placement.of([(node, g) for g in range(4)])  # the satellite beside the job, on its node
-    (outcome,) = act.apply(snap, (Action(ActionKind.GROW, JobId(job), held, grown, 64, 16, 1, 0.1),))
+    (outcome,) = act.apply(seen, (Action(ActionKind.GROW, JobId(job), held, grown, 64, 16, 1, 0.1),))
     assert outcome.ok, outcome.message
     (sat,) = store.satellites()
     owner = {"w0": job, "w1": job, "w2": sat, "w3": sat}
@@ -193,8 +196,9 @@ def test_ported_ddp_script_grows_shrinks_and_resumes_after_a_requeue(cluster: De
         return any(r.kind == "resize" and r.world == n for r in store.progress_of(job))
 
     _wait("the joined world of 4 workers", lambda: world(4))
-    snap = obs.observe()
-    (outcome,) = act.apply(snap, (Action(ActionKind.SHRINK, JobId(job), snap.job(JobId(job)).placement, held,
+    seen = obs.observation()
+    snap = seen.seen()
+    (outcome,) = act.apply(seen, (Action(ActionKind.SHRINK, JobId(job), snap.job(JobId(job)).placement, held,
                                          32, 16, 1, 0.1),))
     assert outcome.ok and f"satellites {sat} end" in outcome.message, outcome.message
     _wait("the satellite to end by itself", lambda: cluster.job(int(sat))["job_state"] == "COMPLETED")

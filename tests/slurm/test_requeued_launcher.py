@@ -36,13 +36,14 @@ def test_a_requeued_launcher_job_is_not_shrunk_by_its_earlier_run(cluster: DevCl
                              dataset_size=size))
     cluster.wait_state(int(job), "RUNNING", timeout=40)
     store, obs, act = _actuator(cluster, tmp_path, job)
-    snap = obs.observe()
+    seen = obs.observation()
+    snap = seen.seen()
     held = snap.job(JobId(job)).placement
     assert held.num_nodes == 2
     first_host = cluster.job(int(job))["batch_host"]
     (keep,) = [s for s in held.slots if s[0] == first_host]
     (gone,) = [n for n, _ in held.slots if n != first_host]
-    (outcome,) = act.apply(snap, (Action(ActionKind.SHRINK, JobId(job), held, Placement((keep,)), 32, 32, 1, 0.1),))
+    (outcome,) = act.apply(seen, (Action(ActionKind.SHRINK, JobId(job), held, Placement((keep,)), 32, 32, 1, 0.1),))
     assert outcome.ok and f"keeps {first_host}" in outcome.message, outcome.message
     assert [r["nodes"] for r in store.releases()] == [[first_host]]
 
@@ -66,26 +67,25 @@ def test_a_requeued_launcher_job_is_not_shrunk_by_its_earlier_run(cluster: DevCl
     deadline = time.monotonic() + 70  # past RELEASE_TIMEOUT_S after the first run's order
     said: list[str] = []
     while time.monotonic() < deadline and store.releases():
-        obs.observe()
-        said += act.tend()
+        said += act.tend(obs.observation())
         time.sleep(0.5)
     # before: "job J released its other nodes: keeps <first_host>", and the new run lost its other node
     assert store.releases() == [] and all("release of its other nodes dropped" in line for line in said), said
     assert set(expand_hostlist(cluster.job(int(job))["nodes"])) == {first_host, other}
 
     # a shrink of the new run orders out the new run's worker on the node it gives back
-    snap = obs.observe()
+    seen = obs.observation()
+    snap = seen.seen()
     held = snap.job(JobId(job)).placement
     (keep,) = [s for s in held.slots if s[0] == first_host]
-    (outcome,) = act.apply(snap, (Action(ActionKind.SHRINK, JobId(job), held, Placement((keep,)), 32, 32, 1, 0.1),))
+    (outcome,) = act.apply(seen, (Action(ActionKind.SHRINK, JobId(job), held, Placement((keep,)), 32, 32, 1, 0.1),))
     assert outcome.ok and "w1 leave" in outcome.message and f"keeps {first_host}" in outcome.message, outcome.message
     channel = Channel.open(job, record["user_name"], record["comment"], 1)
     assert [(o.run, o.workers) for o in channel.history()] == [(0, ("w0",)), (1, ("w0",))]
     deadline = time.monotonic() + 90
     while cluster.job(int(job))["nodes"] != first_host:  # released once the new run's leaver left
         assert time.monotonic() < deadline, (cluster.job(int(job))["nodes"], store.progress_of(job)[-3:])
-        obs.observe()
-        act.tend()
+        act.tend(obs.observation())
         time.sleep(0.5)
     _wait("the job to finish", lambda: cluster.job(int(job))["job_state"] == "COMPLETED", timeout=300)
     obs.poll()  # the last reports

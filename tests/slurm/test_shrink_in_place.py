@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from slurm_elastic.act.shrink import EXIT_GRACE_S
 from slurm_elastic.config import Config, DaemonConfig
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, Placement
@@ -19,7 +20,6 @@ from slurm_elastic.daemon import Daemon
 from slurm_elastic.dev.processes import worker_processes
 from slurm_elastic.observe.view import ClusterView
 from slurm_elastic.resources import EXAMPLE_TRAINER
-from slurm_elastic.slurm.actions import EXIT_GRACE_S, SlurmActuator
 from slurm_elastic.slurm.cli_backend import SlurmCli
 from slurm_elastic.slurm.commands import run_command
 from slurm_elastic.store import Store
@@ -52,15 +52,15 @@ def test_launcher_job_shrinks_in_place(cluster: DevCluster, tmp_path: Path, subm
     time.sleep(8)  # let both workers import torch, form and train (2 busy cores)
 
     store, obs, daemon = acting_daemon(cluster, tmp_path)
-    snap = obs.observe()
+    seen = obs.observation()
+    snap = seen.seen()
     held = snap.job(JobId(job)).placement
     assert held.num_nodes == 2
     assert snap.job(JobId(job)).shrink_sizes == (1,)  # the batch host stays; the other node can go
     keep = held.slots[0]
     shrink = Action(ActionKind.SHRINK, JobId(job), held, Placement((keep,)), 32, 32, 1, 0.1)
     act = daemon.act
-    assert isinstance(act, SlurmActuator)
-    (outcome,) = act.apply(snap, (shrink,))
+    (outcome,) = act.apply(seen, (shrink,))
     assert outcome.ok, outcome.message
     deadline = time.monotonic() + 60
     while cluster.job(int(job))["nodes"] != keep[0]:  # released once the leaver said it left
@@ -146,12 +146,12 @@ def test_ported_ddp_script_shrinks_in_place_with_exact_accounting(cluster: DevCl
         assert time.monotonic() < deadline, "the ported job did not report at 2 workers"
         daemon.due()
         time.sleep(0.5)
-    snap = obs.observe()
+    seen = obs.observation()
+    snap = seen.seen()
     held = snap.job(JobId(job)).placement
     keep = held.slots[0]
     act = daemon.act
-    assert isinstance(act, SlurmActuator)
-    (outcome,) = act.apply(snap, (Action(ActionKind.SHRINK, JobId(job), held, Placement((keep,)), 16, 16, 1, 0.1),))
+    (outcome,) = act.apply(seen, (Action(ActionKind.SHRINK, JobId(job), held, Placement((keep,)), 16, 16, 1, 0.1),))
     assert outcome.ok, outcome.message
     deadline = time.monotonic() + 60
     while cluster.job(int(job))["nodes"] != keep[0]:  # released once the leaver said it left

@@ -12,6 +12,7 @@ from slurm_elastic.config import Config, DaemonConfig, load, parse
 from slurm_elastic.core.model import ClusterSnapshot
 from slurm_elastic.daemon import Daemon
 from slurm_elastic.errors import ConfigError
+from slurm_elastic.observe.observation import Observation
 from slurm_elastic.resources import SITE_CONFIGS
 from slurm_elastic.store import Store
 from slurm_elastic.testing import make_job, make_nodes, make_snapshot
@@ -59,11 +60,18 @@ class FakeObserver:
             raise RuntimeError("squeue timed out")
         return self.snapshot
 
-    def poll(self) -> int:
-        return self.key
+    def observation(self) -> Observation:
+        snap = self.observe()
+        return Observation(snap.now, {}, self.key, snap)
+
+    def poll(self) -> Observation:
+        return Observation(self.snapshot.now, {}, self.key)
 
     def quarantined(self) -> dict[str, str]:
         return {}
+
+    def learned(self) -> None:
+        return None
 
 
 def _daemon(tmp_path: Path, obs: FakeObserver, sleeps: list[float], now: list[float]) -> Daemon:
@@ -110,19 +118,13 @@ class RecordingActuator:
 
     applied: list[Any]
 
-    def apply(self, snapshot: ClusterSnapshot, actions: tuple[Any, ...]) -> tuple[Any, ...]:
+    def apply(self, seen: Observation, actions: tuple[Any, ...]) -> tuple[Any, ...]:
         from slurm_elastic.core.rounds import ActionOutcome
 
         self.applied.extend(actions)
         return tuple(ActionOutcome(a, True) for a in actions)
 
-    def tend(self) -> list[str]:
-        return []
-
-    def reconcile(self, snapshot: ClusterSnapshot) -> list[str]:
-        return []
-
-    def lease(self, snapshot: object, started: object) -> list[str]:
+    def tend(self, seen: Observation) -> list[str]:
         return []
 
 
@@ -155,16 +157,10 @@ def test_owed_work_is_done_at_every_poll_not_only_in_rounds(tmp_path: Path) -> N
     now = [0.0]
 
     class Act:
-        def apply(self, snapshot: ClusterSnapshot, actions: tuple[Action, ...]) -> tuple[ActionOutcome, ...]:
+        def apply(self, seen: Observation, actions: tuple[Action, ...]) -> tuple[ActionOutcome, ...]:
             return tuple(ActionOutcome(a, True) for a in actions)
 
-        def reconcile(self, snapshot: ClusterSnapshot) -> list[str]:
-            return []
-
-        def lease(self, snapshot: object, started: object) -> list[str]:
-            return []
-
-        def tend(self) -> list[str]:
+        def tend(self, seen: Observation) -> list[str]:
             tended.append(now[0])
             return [f"job 7 released its other nodes at {now[0]}"] if now[0] == 3.0 else []
 
@@ -255,9 +251,9 @@ def test_a_round_observes_and_plans_with_the_collector_paused(tmp_path: Path) ->
     seen: list[bool] = []
 
     class Watching(FakeObserver):
-        def observe(self) -> ClusterSnapshot:
+        def observation(self) -> Observation:
             seen.append(gc.isenabled())
-            return super().observe()
+            return super().observation()
 
     d = _daemon(tmp_path, Watching(make_snapshot(make_nodes(2), [make_job("1", max_gpus=8)])), [], [0.0])
     plan = d.planner.plan

@@ -32,6 +32,7 @@ from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, JobState, NodeName, NodeState, Placement
 from slurm_elastic.core.rounds import RoundRecord
 from slurm_elastic.daemon import Daemon
+from slurm_elastic.observe.observation import Observation
 from slurm_elastic.observe.progress import END_REPORT_TRUST_S
 from slurm_elastic.observe.view import ClusterView
 from slurm_elastic.orders import Channel, ChannelError, NoChannel
@@ -431,33 +432,32 @@ def test_a_failing_first_observation_does_not_stop_the_acting_daemon_from_starti
         fails: int = 2
         nodes_left_out: dict[str, str] = field(default_factory=dict)
 
-        def observe(self):  # type: ignore[no-untyped-def]
+        def observation(self) -> Observation:
             if self.fails:
                 self.fails -= 1
                 raise ValueError("one odd record")
-            return self.snap
+            return Observation(NOW, {}, 0, self.snap)  # type: ignore[arg-type]
 
-        def poll(self) -> int:
-            return 0
+        def poll(self) -> Observation:
+            return Observation(NOW, {}, 0)
 
         def quarantined(self) -> dict[str, str]:
             return {}
 
+        def learned(self) -> None:
+            return None
+
     settled: list[object] = []
 
     class Act:
-        def apply(self, snapshot, actions):  # type: ignore[no-untyped-def]
+        def apply(self, seen, actions):  # type: ignore[no-untyped-def]
             return ()
 
-        def tend(self) -> list[str]:
-            return []
-
-        def reconcile(self, snapshot: object) -> list[str]:
-            settled.append(snapshot)
-            return ["start job 1: found done after a restart"]
-
-        def lease(self, snapshot: object, started: object) -> list[str]:
-            return []
+        def tend(self, seen: Observation) -> list[str]:
+            if seen.snapshot is None:
+                return []
+            settled.append(seen.snapshot)  # the first poll is a whole observation: the journal is settled on it
+            return ["reconciled: start job 1: found done after a restart"]
 
     cfg = Config(DaemonConfig(policy="dp", store=tmp_path / "s.db", dry_run=False))
     d = Daemon(cfg, Flaky(make_snapshot(make_nodes(1), [])), Store(tmp_path / "s.db"), Act(),  # type: ignore[arg-type]

@@ -271,13 +271,13 @@ def test_elastic_and_rigid_jobs_equal_the_cli_backends() -> None:
 def test_change_key_matches_and_moves() -> None:
     api = fake_api()
     obs = pyslurm_observer(api)
-    key = obs.poll()
-    assert key == obs.poll()
+    key = obs.poll().key
+    assert key == obs.poll().key
     assert [k[:1] for k in key] == [("10",), ("11",), ("9",)]
     assert ("9", "RUNNING", "s01,s02") in key
     api.Jobs.items[2].state = "RUNNING"
     api.Jobs.items[2].allocated_nodes = "s[01-04]"
-    assert obs.poll() != key
+    assert obs.poll().key != key
 
 
 def test_one_observe_loads_jobs_and_nodes_once() -> None:

@@ -14,7 +14,8 @@ CHANGING = {"scancel", "sbatch", "scontrol", "runuser", "srun", "salloc"}
 # Modules allowed to build such argv lists: the actuator and its satellites; development and user tools
 # (the dev cluster, `slurm-elastic submit` and its templates, the benchmarks that submit their own jobs,
 # `slurm-elastic profile`, which submits and cancels its own measuring jobs).
-MAY_CHANGE_SLURM = {"slurm/actions.py", "slurm/satellites.py", "dev/devcluster.py", "submit.py", "templates.py",
+MAY_CHANGE_SLURM = {*(f"act/{m}.py" for m in ("context", "commands", "shrink", "satellite_upkeep", "leases")),
+                    "slurm/satellites.py", "dev/devcluster.py", "submit.py", "templates.py",
                     "bench/live/reaction.py", "bench/live/load.py", "bench/live/chaos.py", "fidelity_bench.py",
                     "site_profile.py"}
 
