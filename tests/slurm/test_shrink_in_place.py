@@ -82,6 +82,9 @@ def test_launcher_job_shrinks_in_place(cluster: DevCluster, tmp_path: Path, subm
     assert cluster.job(int(job))["job_state"] == "COMPLETED"
     log = Path(str(out).replace("%j", job)).read_text()
     assert log.count('"state": "done"') == 1 and log.count('"state": "left"') == 1, log[-3000:]
+    # issue 38, bug 8: the leaver was ordered out, not lost (srun may say 137 for its task all the same)
+    assert "worker was lost" not in log and "workers lost" not in log, log[-3000:]
+    assert "srun returned" not in log or "(w1; Slurm ends a task" in log, log[-3000:]
 
 
 def test_a_lost_worker_gives_its_node_back_and_the_job_completes(cluster: DevCluster, tmp_path: Path,
@@ -121,6 +124,7 @@ def test_a_lost_worker_gives_its_node_back_and_the_job_completes(cluster: DevClu
     assert end and end[-1].samples == 3 * 65536, end  # every sample trained once, across the loss
     log = Path(str(out).replace("%j", job)).read_text()
     assert log.count('"state": "done"') == 1, log[-3000:]
+    assert "(workers lost: w1), but the training completed" in log, log[-3000:]  # its task was SIGKILLed
 
 
 def test_ported_ddp_script_shrinks_in_place_with_exact_accounting(cluster: DevCluster, tmp_path: Path,

@@ -165,3 +165,39 @@ def test_a_lost_worker_does_not_fail_a_job_whose_training_completed(tmp_path: Pa
     done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=30)
     assert done.returncode == (0 if trained else 137), done.stderr
     assert ("the training completed" in done.stderr) == trained
+
+
+@pytest.mark.parametrize(("reports", "said"), [
+    # a shrink ordered w1 out: it said it left, then Slurm took its node back and ended its task
+    ('{"job_id":"5","kind":"left","worker":"w1"}\n{"job_id":"5","kind":"end"}\n',
+     "srun returned 137 after workers a resize ordered out had left the job (w1; Slurm ends a task when it "
+     "takes its node back): no worker was lost, and the training completed"),
+    # a recovery went on without w2 (lost), and w1 was ordered out before
+    ('{"job_id":"5","kind":"left","worker":"w1"}\n{"job_id":"5","kind":"resize","lost":["w2"]}\n'
+     '{"job_id":"5","kind":"end"}\n',
+     "srun returned 137 (workers lost: w2; ordered out: w1), but the training completed"),
+    ('{"job_id":"5","kind":"end"}\n', "srun returned 137 (a worker was lost), but the training completed"),
+])
+def test_the_job_log_says_whether_its_workers_were_ordered_out_or_lost(tmp_path: Path, reports: str,
+                                                                        said: str) -> None:
+    """Issue 38, bug 8: after an in-place shrink whose node Slurm released, the job's log said "srun
+    returned 137 (a worker was lost), but the training completed": the leaver had been ordered out
+    and had left; only the node release ended its task. The log says what the reports say."""
+    import dataclasses
+    import os
+    import subprocess
+
+    secret = tmp_path / "job-1"
+    secret.write_text("s" * 32)
+    (tmp_path / "bin").mkdir()
+    srun = tmp_path / "bin" / "srun"
+    srun.write_text("#!/bin/sh\nexit 137\n")
+    srun.chmod(0o755)
+    Path(f"{secret}.reports").write_text(reports)
+    script = tmp_path / "job.sh"
+    script.write_text(render("pytorch", dataclasses.replace(REQ, secret_file=str(secret))))
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "SLURM_JOB_ID": "5",
+           "SLURM_JOB_NUM_NODES": "1"}
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == f"slurm-elastic: {said}", done.stderr
