@@ -198,7 +198,7 @@ class ClusterView:
     def _observation(self, jobs: list[JobRecord], snapshot: ClusterSnapshot | None = None) -> Observation:
         now = snapshot.now if snapshot is not None else self.clock()
         finished = finished_jobs(self.store, self.records, now) if self.store is not None else frozenset()
-        return Observation(now, dict(self.records), fingerprint(jobs), snapshot, finished)
+        return Observation(now, self.records, fingerprint(jobs), snapshot, finished)  # a new dict every read
 
     def observation(self) -> Observation:
         """The observation of a round: the snapshot now (managed nodes, their jobs with satellites
