@@ -17,8 +17,9 @@ This module owns everything a shrink does, from the order to the node release:
 * **Lost workers given back** (:func:`give_back_lost`): workers a running job's recovery report
   names lost are ordered out of its world (the survivors already train without them), and a node
   of the job's own allocation (never the batch host) whose workers were all lost is released like
-  a shrink's, journaled as a SHRINK. A GPU of a node that keeps other workers stays idle until the
-  job ends: Slurm frees none of a node but the whole node.
+  a shrink's, journaled as a SHRINK. A GPU of a node that keeps other workers (or of a satellite
+  that keeps other workers) stays idle until the job ends: Slurm frees none of a node but the
+  whole node, and the snapshot counts the job's GPUs by its allocation (docs/slurm-acting.md).
 """
 
 from __future__ import annotations
