@@ -41,7 +41,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     from slurm_elastic.wiring import slurm_daemon
 
     store = Store(cfg.daemon.store)
-    cluster = view(cfg, store)  # the daemon settles the journal before its first round (Daemon.reconcile)
+    cluster = view(cfg, store)  # the daemon settles the journal before its first round (at its first poll, Actor.tend)
     daemon = slurm_daemon(cfg, cluster, store)
     install_signal_handlers(daemon)
     if cfg.daemon.metrics_address:
