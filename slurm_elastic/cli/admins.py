@@ -258,7 +258,7 @@ def cmd_what_if(args: argparse.Namespace) -> int:
         from slurm_elastic.reports.simulation import write_report
 
         write_report(results, args.report, title=f"What-if: history {since:%Y-%m-%d %H:%M} – {until:%Y-%m-%d %H:%M} "
-                                                 f"on {args.gpus} GPUs")
+                                                 f"on {args.gpus} GPUs ({results[0]['site_physics']['described']})")
     skipped = skipped_jobs(records)
     summary = {"replayed_jobs": results[0]["metrics"]["jobs"], "skipped_jobs_without_gpus": len(skipped),
                "site_physics": results[0].get("site_physics"),

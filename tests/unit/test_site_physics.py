@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from slurm_elastic.cli import main
 from slurm_elastic.core.model import JobId, JobState, NodeName
 from slurm_elastic.errors import ConfigError
 from slurm_elastic.reports.site_physics import NodeCountLatency, measure_site_physics
@@ -130,3 +131,23 @@ def test_what_ifs_read_keeps_the_steps_the_site_physics_are_measured_from() -> N
     read_accounting(since, until, runner=runner)
     assert seen == [["sacct", "--json", "-a", "-S", "2026-03-01T00:00:00", "-E", "2026-03-02T00:00:00"],
                     ["sacct", "--json", "-a", "-X", "-S", "2026-03-01T00:00:00", "-E", "2026-03-02T00:00:00"]]
+
+
+def test_the_what_if_command_says_what_it_applied_in_its_summary_and_report(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    records = [rec(1, gpus=1, start=1000, steps=((1020, 1390),), end=1400)]
+    asked: list[bool] = []
+
+    def read(*args: object, steps: bool = False, **kw: object) -> list[AccountingRecord]:
+        asked.append(steps)
+        return records
+
+    monkeypatch.setattr("slurm_elastic.whatif.read_accounting", read)
+    argv = ["what-if", "--since", "2024-01-01", "--until", "2024-01-02", "--policy", "fifo", "--gpus", "4"]
+    assert main([*argv, "--report", str(tmp_path / "r")]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["site_physics"]["applied"] and summary["site_physics"]["measured_jobs"] == 1
+    assert "start 20 s + end 10 s" in (tmp_path / "r" / "index.html").read_text()
+    assert main([*argv, "--no-site-physics"]) == 0
+    assert json.loads(capsys.readouterr().out)["site_physics"]["applied"] is False
+    assert asked == [True, False]  # the steps are read only for the site physics
