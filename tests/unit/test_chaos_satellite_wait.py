@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
+from slurm_elastic.act.satellite_upkeep import SATELLITE_END_GRACE_S
 from slurm_elastic.bench.live import chaos as chaos_bench
-from slurm_elastic.slurm.actions import SATELLITE_END_GRACE_S
 
 SATELLITE = ("RUNNING", "slurm-elastic-satellite=" + "ab" * 16)
 

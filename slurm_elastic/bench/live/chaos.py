@@ -65,12 +65,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from slurm_elastic.act.satellite_upkeep import SATELLITE_END_GRACE_S
 from slurm_elastic.contract import satellite_token
 from slurm_elastic.dev import devcluster
 from slurm_elastic.dev.demo import DemoJob, submit_job
 from slurm_elastic.dev.processes import die_with_parent, worker_processes
 from slurm_elastic.errors import ConfigError
-from slurm_elastic.slurm.actions import SATELLITE_END_GRACE_S
 from slurm_elastic.slurm.commands import run_command
 from slurm_elastic.slurm.steps import CRASH_ENV, CRASH_POINTS
 from slurm_elastic.store import Store
@@ -322,7 +322,7 @@ def _satellites_end(env: dict[str, str]) -> float:
     :data:`SATELLITE_SETTLE_S`; the seconds waited.
 
     A satellite still running when its job has left the queue is not an orphan yet: the daemon
-    lets it end by itself for up to :data:`~slurm_elastic.slurm.actions.SATELLITE_END_GRACE_S`
+    lets it end by itself for up to :data:`~slurm_elastic.act.satellite_upkeep.SATELLITE_END_GRACE_S`
     after the job's end report (its workers are exiting, slowly on busy cores) and cancels it
     after that. Counted 3 s after the jobs ended, such a satellite was counted an orphan.
     """
