@@ -42,8 +42,8 @@ from slurm_elastic.config import Config
 from slurm_elastic.core.actions import Action
 from slurm_elastic.core.model import ClusterSnapshot
 from slurm_elastic.core.rounds import ActionOutcome, RoundRecord, run_round
+from slurm_elastic.daemon_metrics import Metrics
 from slurm_elastic.errors import ConfigError
-from slurm_elastic.metrics import Metrics
 from slurm_elastic.observe.inflight import InFlight
 from slurm_elastic.observe.observation import Observation
 from slurm_elastic.store import Store

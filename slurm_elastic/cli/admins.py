@@ -45,7 +45,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     daemon = slurm_daemon(cfg, cluster, store)
     install_signal_handlers(daemon)
     if cfg.daemon.metrics_address:
-        from slurm_elastic.metrics import serve
+        from slurm_elastic.daemon_metrics import serve
 
         shown, why = metrics_identities_shown(cluster.source.runner)
         daemon.metrics.show_identities = shown
@@ -66,8 +66,8 @@ def metrics_identities_shown(runner: Runner) -> tuple[bool, str]:
     so job ids and user names are shown only when Slurm shows them to every user: ``PrivateData``
     without ``jobs``, ``users`` (or ``all``). When the configuration cannot be read they are hidden.
     """
+    from slurm_elastic.daemon_metrics import IDENTITY_FLAGS, identities_private, private_data_of
     from slurm_elastic.errors import ElasticError
-    from slurm_elastic.metrics import IDENTITY_FLAGS, identities_private, private_data_of
 
     try:
         flags = private_data_of(runner(SHOW_CONFIG))

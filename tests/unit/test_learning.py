@@ -197,7 +197,7 @@ def test_the_progress_model_is_learned_from_finished_jobs_kept_and_refitted_as_h
 
 def test_status_and_metrics_show_what_is_predicted_beside_what_is_measured() -> None:
     from slurm_elastic.core.remaining import outlook
-    from slurm_elastic.metrics import Metrics
+    from slurm_elastic.daemon_metrics import Metrics
     from slurm_elastic.observe.progress import JobRuntime
 
     profiles = shipped_profiles()

@@ -13,8 +13,8 @@ import pytest
 
 from slurm_elastic import policies
 from slurm_elastic.core.rounds import ActionOutcome, run_round
+from slurm_elastic.daemon_metrics import Metrics, serve
 from slurm_elastic.errors import ConfigError, ElasticError
-from slurm_elastic.metrics import Metrics, serve
 from slurm_elastic.resources import SYSTEMD_UNIT
 from slurm_elastic.testing import make_job, make_nodes, make_snapshot
 
@@ -217,7 +217,7 @@ ProctrackType           = proctrack/linuxproc
     ("Jobs", frozenset({"jobs"})),
 ])
 def test_private_data_is_read_from_scontrol_show_config(value: str, flags: frozenset[str]) -> None:
-    from slurm_elastic.metrics import private_data_of
+    from slurm_elastic.daemon_metrics import private_data_of
 
     assert private_data_of(SHOW_CONFIG.format(value)) == flags
 
@@ -229,7 +229,7 @@ def test_private_data_is_read_from_scontrol_show_config(value: str, flags: froze
     SHOW_CONFIG.format("jobs") + "PrivateData = none\n",  # two answers
 ])
 def test_unreadable_private_data_is_refused(text: str) -> None:
-    from slurm_elastic.metrics import private_data_of
+    from slurm_elastic.daemon_metrics import private_data_of
 
     with pytest.raises(ElasticError, match="PrivateData"):
         private_data_of(text)
@@ -316,7 +316,7 @@ def test_every_sample_is_one_line_whatever_the_labels() -> None:
 def test_accepting_resumes_after_accept_fails() -> None:
     import errno
 
-    from slurm_elastic.metrics import MetricsServer
+    from slurm_elastic.daemon_metrics import MetricsServer
 
     class Flaky(socket.socket):
         fails = 2
