@@ -104,7 +104,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     results = run_comparison(pols, seeds, workload=args.workload, trace=args.trace, gpus=gpus,
                              gpus_per_node=args.gpus_per_node, resize_cost=args.resize_cost,
                              round_gap=args.round_gap, progress=bar.step, guards=guards, loads=args.load,
-                             horizon=args.horizon)
+                             horizon=args.horizon, cadence=site_cadence(args))
     for r in results:
         if r["unfinished"]:
             cut = f"cut at --horizon {r['horizon']:g} s" if r["horizon"] is not None else "stopped"
@@ -122,6 +122,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         write_report(results, args.report, title=f"{results[0]['workload']} on {gpus} GPUs")
     print(json.dumps(summary, indent=2, default=float))
     return 0
+
+
+def site_cadence(args: argparse.Namespace) -> Any:
+    """When the simulated daemon plans: the ``[daemon]`` poll and ``max_idle`` of ``--config``, else the defaults."""
+    from slurm_elastic.config import DaemonConfig, load
+    from slurm_elastic.sim.engine import Cadence
+
+    return Cadence.of(load(args.config).daemon if getattr(args, "config", None) else DaemonConfig())
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:

@@ -108,8 +108,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="comma-separated policies, or all (every registered policy; default ones,tiresias,optimus)")
     sim.add_argument("--seeds", default="1", help="seeds, e.g. 1-5 (workload generation and planner; default 1)")
     sim.add_argument("--resize-cost", default="in-place", help="in-place, checkpoint or seconds (default in-place)")
-    sim.add_argument("--round-gap", type=_round_gap, default=30.0,
-                     help="least seconds between rounds, 0..86400 (default 30)")
+    sim.add_argument("--round-gap", type=_round_gap, default=None, metavar="S",
+                     help="fixed rounds at least S seconds apart, 0..86400, as the papers that planned at an "
+                     "interval (default: the daemon's cadence, a round at the poll after each arrival, completion "
+                     "or epoch end and every max_idle: --config's [daemon] poll_interval and max_idle, else 2 s "
+                     "and 60 s)")
     sim.add_argument("--horizon", type=horizon_s, default=None, metavar="S",
                      help="cut each run at S seconds of virtual time, > 0 and <= 1e9 (about 31.7 "
                      "years); the jobs that did not end by then are named on stderr and in --json's "
@@ -230,8 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
     bs.add_argument("--gpus", type=_gpus, default=1024, help="GPUs of the virtual cluster (default 1024)")
     bs.add_argument("--policy", default="dp", help="the policy simulated (default dp)")
     bs.add_argument("--seed", type=_seed, default=1, help="seed of the trace and the planner (default 1)")
-    bs.add_argument("--round-gap", type=_round_gap, default=30.0,
-                    help="least seconds between rounds, 0..86400 (default 30)")
+    bs.add_argument("--round-gap", type=_round_gap, default=None, metavar="S",
+                    help="fixed rounds at least S seconds apart, 0..86400 (default: the daemon's cadence)")
     bs.add_argument("--json", action="store_true", help="print JSON (the default)")
 
     bf = bsub.add_parser("fuzz", help="hostile inputs of every family through the real entry points "

@@ -13,6 +13,11 @@ and a Philly-like trace. Every table shows each policy's avg JCT over its run's 
 bound ("×LB", :mod:`slurm_elastic.sim.lower_bound`). Results are plain dicts (the report schema);
 no rendering here.
 
+Every run plans at the daemon's cadence (:class:`~slurm_elastic.sim.engine.Cadence`: a round at the
+poll after each arrival, completion or epoch end and every ``max_idle``) unless it is a scheduler
+that plans in fixed time slots by design (:data:`CADENCE_NOTE` says which and why:
+:data:`DRL_ROUND_GAP`).
+
 Planners come from :func:`slurm_elastic.policies.build`: :func:`run_comparison` wraps them in the
 site guards it is given (``simulate`` and ``what-if`` pass the site's or the shipped default
 guards), while :func:`reproduce` runs every policy bare, as the papers did (they had no guards).
@@ -33,7 +38,7 @@ from slurm_elastic import policies as registry
 from slurm_elastic.core.guards import Guards
 from slurm_elastic.drl.weights import DL2_MODEL
 from slurm_elastic.errors import ConfigError, ElasticError
-from slurm_elastic.sim.engine import simulate
+from slurm_elastic.sim.engine import Cadence, simulate
 from slurm_elastic.sim.workload import (
     ARES_GPUS,
     DL2_GPUS,
@@ -51,11 +56,14 @@ Progress = Callable[[str], None]
 
 @dataclass(frozen=True)
 class PolicySpec:
-    """A policy to simulate: its name (:mod:`slurm_elastic.policies`), parameters, and the label shown in results."""
+    """A policy to simulate: its name (:mod:`slurm_elastic.policies`), parameters, the label shown in
+    results, and its fixed round gap (seconds) when it plans in fixed time slots by design (``None``:
+    the run's cadence)."""
 
     name: str
     params: dict[str, Any] = field(default_factory=dict)
     label: str = ""
+    round_gap: float | None = None
 
     @property
     def shown(self) -> str:
@@ -110,14 +118,18 @@ def load_jobs(workload: str | None, trace: Path | None, seed: int, gpus: int) ->
 
 def run_comparison(policies: Sequence[PolicySpec], seeds: Sequence[int], *, workload: str | None = None,
                    trace: Path | None = None, gpus: int = 64, gpus_per_node: int = 4,
-                   resize_cost: str = "in-place", round_gap: float = 30.0,
+                   resize_cost: str = "in-place", round_gap: float | None = None,
                    progress: Progress | None = None, guards: Guards | None = None,
                    loads: Sequence[float] = (), horizon: float | None = None,
+                   cadence: Cadence | None = None,
                    physics: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """Simulate every policy on every seed of the workload; one result dict per run.
 
     Args:
         gpus: the cluster's GPUs (a built-in workload is generated for that cluster too).
+        round_gap: fixed rounds this many seconds apart for every policy (a policy's own
+            ``PolicySpec.round_gap`` first); ``None``: ``cadence``.
+        cadence: when rounds run (a site's daemon: ``Cadence.of``); ``None``: the daemon's defaults.
         physics: the simulator's physics knobs (``simulate``'s ``overhead_s``, ``equal_start``,
             ``host_cores``) for every run: ``what-if``'s site physics.
         guards: the site guards every policy runs inside (as the daemon runs it); ``None``: the
@@ -137,8 +149,9 @@ def run_comparison(policies: Sequence[PolicySpec], seeds: Sequence[int], *, work
                 if progress:
                     at = f" (load {load:g})" if load is not None else ""
                     progress(f"{name} seed {seed}: {pol.shown} on {cluster} GPUs{at} ({len(jobs)} jobs)")
+                gap = pol.round_gap if pol.round_gap is not None else round_gap
                 res = simulate(jobs, planner, gpus=cluster, gpus_per_node=gpus_per_node, resize_cost=resize_cost,
-                               seed=seed, workload=name, round_gap=round_gap, horizon=horizon,
+                               seed=seed, workload=name, round_gap=gap, horizon=horizon, cadence=cadence,
                                **(physics or {}))
                 res["policy"] = pol.shown
                 if load is not None:
@@ -211,6 +224,20 @@ WORKLOAD_NOTE = ("`ones-longhorn` is the appendix's experiment: 400 jobs whose G
                  "The Philly trace itself is not shipped: the draw is `philly-like`'s shape (docs/planners.md, "
                  "\"The appendix's experiment\"). "
                  "`ones-longhorn-50` is the earlier 50-job set (60 s arrivals).")
+DRL_ROUND_GAP = 30.0
+"""Seconds between the fixed rounds of ``drl`` (and of every policy of the DL2 section): DL2 plans in
+time slots by design, and both shipped models learned at rounds this far apart (the ``round_gap`` of
+the training configuration each records, ``slurm-elastic train-drl``)."""
+CADENCE_NOTE = ("Cadence: every run plans when the daemon would (a round at the 2-s poll after each arrival, "
+                "completion or epoch end, and every 60 s: `daemon.poll_interval` and `max_idle`): ONES re-plans on "
+                "its jobs' real-time status instead of at fixed intervals, Ares orders jobs at arrival and "
+                "completion, and IBM's simulator plans at each arrival and completion (its production autoscaler's "
+                "period of minutes guards against checkpoint-restart thrashing; `dp`'s `interval` sets one). "
+                "Optimus keeps its own 10-minute rounds (its `interval`, as in ONES's experiments). Fixed rounds "
+                f"{DRL_ROUND_GAP:g} s apart (`--round-gap`) only where the paper's scheduler plans in time slots: "
+                "`drl` in every table, and every policy of the DL2 section, whose comparison was time-slotted; "
+                f"the slot is the {DRL_ROUND_GAP:g} s both shipped `drl` models were trained at. "
+                "Epoch ends owe a round (to `ones`, which reads them) at most every 30 s.")
 SCALING_GPUS = (16, 32, 64)
 ONES_GPUS = 64
 """The cluster of the ONES Table 4 comparison (and of its ``ones-longhorn`` fairness row)."""
@@ -258,12 +285,13 @@ def reproduce(seeds: Sequence[int], *, quick: bool = False,
     """
     ones_pols = [PolicySpec("ones"), PolicySpec("tiresias"), PolicySpec("optimus"), PolicySpec("dp"),
                  PolicySpec("fifo"), PolicySpec(DEFAULT_POLICY),
-                 *([PolicySpec("drl")] if "drl" in registry.available() else []),
+                 *([PolicySpec("drl", round_gap=DRL_ROUND_GAP)] if "drl" in registry.available() else []),
                  PolicySpec("ones", {"sigma": 0.0, "gate": False}, "ones (sigma=0, no gate)")]
     seeds = list(seeds)[:1] if quick else list(seeds)
     ones_res = run_comparison(ones_pols, seeds, workload="ones-longhorn", gpus=ONES_GPUS, progress=progress)
     lines = ["# Reproducing the seed papers' comparisons", "",
              "Generated by `slurm-elastic reproduce`; every number below comes from this run.", "",
+             CADENCE_NOTE, "",
              f"## ONES (SC'21) Table 4 on `ones-longhorn`: 64 GPUs, seeds {', '.join(map(str, seeds))}", "",
              "| policy | avg JCT (s) | LB avg JCT (s) | ×LB | p50 JCT (s) | p99 JCT (s) | avg queue (s) | "
              "avg exec (s) | ONES vs it | Wilcoxon p (two-sided) | p (ONES < it) |",
@@ -430,10 +458,11 @@ def dl2_section(seeds: Sequence[int], *, quick: bool = False,
     pols = [PolicySpec("drl", {"model": str(DL2_MODEL)}, DL2_LABEL), PolicySpec("drf"), PolicySpec("tetris"),
             PolicySpec("optimus"),
             *(() if quick else (PolicySpec("drl"), PolicySpec("dp"), PolicySpec(DEFAULT_POLICY)))]
-    runs = run_comparison(pols, seeds, workload="dl2-simulation", gpus=DL2_GPUS, progress=progress)
+    runs = run_comparison(pols, seeds, workload="dl2-simulation", gpus=DL2_GPUS, progress=progress,
+                          round_gap=DRL_ROUND_GAP)  # DL2's comparison is time-slotted (CADENCE_NOTE)
     if not quick:
         runs += run_comparison(pols, seeds, workload="dl2-simulation", gpus=DL2_GPUS, loads=(DL2_LOAD,),
-                               progress=progress)
+                               progress=progress, round_gap=DRL_ROUND_GAP)
     lines = [f"## DL2 (arXiv:1909.06040) on `dl2-simulation`: seeds {', '.join(map(str, seeds))}", "",
              "| cluster | policy | avg JCT (s) | LB avg JCT (s) | ×LB | p99 JCT (s) | worst FTF | resizes/job | "
              "DL2 vs it | Wilcoxon p (two-sided) | p (DL2 < it) | paper |",
@@ -520,16 +549,16 @@ def fairness_policies() -> list[PolicySpec]:
             registry.create("drl")  # its default trained model must load
         except ElasticError:
             return pols
-        pols.append(PolicySpec("drl"))
+        pols.append(PolicySpec("drl", round_gap=DRL_ROUND_GAP))
     return pols
 
 
-RunKey = tuple[str, int, int, str, str]
+RunKey = tuple[str, int, int, str, str, float | None]
 
 
 def run_key(workload: str, gpus: int, seed: int, spec: PolicySpec) -> RunKey:
     """What a bare simulation of a built-in workload depends on: the same key, the same run."""
-    return workload, gpus, seed, spec.name, repr(sorted(spec.params.items()))
+    return workload, gpus, seed, spec.name, repr(sorted(spec.params.items())), spec.round_gap
 
 
 def _run_jobs(policies: Sequence[PolicySpec], jobs: list[SimJobSpec], name: str, gpus: int, seed: int,
@@ -542,7 +571,8 @@ def _run_jobs(policies: Sequence[PolicySpec], jobs: list[SimJobSpec], name: str,
             continue
         if progress:
             progress(f"{name} seed {seed}: {pol.shown} on {gpus} GPUs ({len(jobs)} jobs)")
-        res = simulate(jobs, registry.create(pol.name, **pol.params), gpus=gpus, seed=seed, workload=name)
+        res = simulate(jobs, registry.create(pol.name, **pol.params), gpus=gpus, seed=seed, workload=name,
+                       round_gap=pol.round_gap)
         res["policy"] = pol.shown
         out.append(res)
     return out

@@ -4,7 +4,8 @@ The digests below were computed once, before the planner speed work of issue 16 
 the code at commit 15503a8; a change that alters any of them changes planning semantics (or the
 random stream) and must say so (and re-pin: ``python tests/unit/test_plan_pins.py`` prints the
 digests of the code it imports). Each case runs three consecutive plans (the memo carried, as the
-daemon does) on a synthetic snapshot, or a short simulation of a Philly-like trace.
+daemon does) on a synthetic snapshot, or a short simulation of a Philly-like trace, at the
+simulator's default cadence (the daemon's, issue 39) and at fixed 30-s rounds (the default before it).
 """
 
 from __future__ import annotations
@@ -68,11 +69,11 @@ def plan_digest(policy: str, params: dict[str, Any], nodes: int, gpn: int, jobs:
     return hashlib.sha256(json.dumps(out, default=str).encode()).hexdigest()[:16]
 
 
-def sim_digest(policy: str, jobs: int, gpus: int, seed: int) -> str:
+def sim_digest(policy: str, jobs: int, gpus: int, seed: int, round_gap: float | None = None) -> str:
     from slurm_elastic.sim.engine import simulate
     from slurm_elastic.sim.workload import philly_like
 
-    res = simulate(philly_like(jobs, gpus, seed), policies.create(policy), gpus=gpus, seed=seed)
+    res = simulate(philly_like(jobs, gpus, seed), policies.create(policy), gpus=gpus, seed=seed, round_gap=round_gap)
     rows = [[r["job_id"], r["start"], r["end"], r["gpu_seconds"], r["resizes"]] for r in res["jobs"]]
     metrics = {k: res["metrics"][k] for k in SIM_METRICS}
     blob = json.dumps(_rounded([res["rounds"], rows, metrics, res["timeline"]]), default=str, sort_keys=True)
@@ -106,7 +107,7 @@ PLAN_PINS: dict[str, str] = {  # ones re-pinned with the portable arithmetic (sc
     "min-jct/{}/8/4/40/1": "cfb453705b1bac30",  # pinned when min-jct was added, before its speed work
     "min-jct/{}/32/4/200/2": "25bb91499c721e0a",
 }
-SIM_PINS: dict[str, str] = {  # floats to 9 digits (_rounded), re-pinned with the lazy progress accounting
+FIXED_SIM_PINS: dict[str, str] = {  # floats to 9 digits (_rounded), re-pinned with the lazy progress accounting
     # ones moved: its progress reports differ in the last bit, and its fitted model makes another decision.
     # All re-pinned with the fluid lower bound: lower_bound_avg_jct 372.25 -> 381.19, the rest unchanged
     # (the old pins hold with the old bound put back).
@@ -118,6 +119,15 @@ SIM_PINS: dict[str, str] = {  # floats to 9 digits (_rounded), re-pinned with th
     "efq/40/16/1": "e948f438e84e55fe",
     "tiresias/40/16/1": "1e4e2c2ec3927ebf",
     "min-jct/40/16/1": "166d91556efd9404",
+}
+"""At fixed rounds 30 s apart (``round_gap=30``): the pins of the simulator's default before issue 39, which
+did not move when the default became the daemon's cadence."""
+SIM_PINS: dict[str, str] = {  # at the daemon's cadence (the default since issue 39; moved on purpose then)
+    "ones/40/16/1": "5fbc76cb1605ee2e",
+    "dp/40/16/1": "4293934050c9efac",
+    "efq/40/16/1": "3e2de506428e7ed5",
+    "tiresias/40/16/1": "126524985d93d74b",
+    "min-jct/40/16/1": "29ec8a2d653969c0",
 }
 
 
@@ -133,8 +143,18 @@ def test_simulations_unchanged(case: tuple[Any, ...]) -> None:
     assert sim_digest(*case) == SIM_PINS[key]
 
 
+@pytest.mark.parametrize("case", SIM_CASES, ids=lambda c: f"{c[0]}-{c[1]}jobs-{c[2]}gpu")
+def test_fixed_round_simulations_unchanged(case: tuple[Any, ...]) -> None:
+    key = "/".join(str(c) for c in case)
+    policy, jobs, gpus, seed = case
+    assert sim_digest(policy, jobs, gpus, seed, round_gap=30.0) == FIXED_SIM_PINS[key]
+
+
 if __name__ == "__main__":
     for c in PLAN_CASES:
         print(f'    "{"/".join(str(x) for x in c)}": "{plan_digest(*c)}",')
     for s in SIM_CASES:
         print(f'    "{"/".join(str(x) for x in s)}": "{sim_digest(*s)}",')
+    print("fixed 30-s rounds:")
+    for s in SIM_CASES:
+        print(f'    "{"/".join(str(x) for x in s)}": "{sim_digest(*s, round_gap=30.0)}",')
