@@ -7,7 +7,7 @@ interface of the same actor for the tests and ``bench fuzz`` that drive its part
 :meth:`~SlurmActuator.tend`, :meth:`~SlurmActuator.reconcile`): :class:`SlurmActuator` makes the
 observation each call would get from the raw records ``records`` returns, with the jobs whose
 training ended judged as the view judges them, and hands it to a
-:class:`~slurm_elastic.act.actor.SlurmActor`. No production path uses it.
+:class:`~slurm_elastic.act.actor.SlurmActor`. The daemon never uses it (:mod:`slurm_elastic.wiring`).
 """
 
 from __future__ import annotations
