@@ -108,7 +108,7 @@ class FakeJob:
     def output(self, worker: str) -> str:
         return (self.tmp / f"{worker}.out").read_text()
 
-    def wait_until(self, what: str, pred: Callable[[], bool], timeout: float = 45.0) -> None:
+    def wait_until(self, what: str, pred: Callable[[], bool], timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
         while not pred():
             for w, p in self.procs.items():

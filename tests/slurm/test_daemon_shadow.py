@@ -92,7 +92,7 @@ def test_bench_reaction_on_the_real_cluster(cluster: DevCluster) -> None:
 
 def test_a_job_being_requeued_is_seen_waiting_never_ended(cluster: DevCluster) -> None:
     """A requeued job completes before it waits again. Its batch shell and sleep ignore TERM, so it
-    stays completing until KillWait (5 s) ends it. Slurm 22.05 prints it then as a job that ends
+    stays completing until KillWait (15 s) ends it. Slurm 22.05 prints it then as a job that ends
     (25.11 as pending and completing); the observer must see it waiting throughout, never ended."""
     cluster.cancel_all()
     job = cluster.sbatch("--elastic=1:4", "--gres=gpu:1", "-N1", "--output=/dev/null",

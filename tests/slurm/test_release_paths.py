@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
+from slurm_elastic.act.actor import SlurmActor
 from slurm_elastic.config import parse
 from slurm_elastic.core.actions import ActionKind
 from slurm_elastic.core.model import JobState
 from slurm_elastic.daemon import Daemon
 from slurm_elastic.observe.view import ClusterView
-from slurm_elastic.slurm.actions import SlurmActuator
 from slurm_elastic.slurm.cli_backend import SlurmCli
 from slurm_elastic.slurm.commands import run_command
 from slurm_elastic.slurm.pyslurm_backend import PyslurmSource, PyslurmUnavailable, choose_source
@@ -97,7 +97,7 @@ def _acting_daemon(cluster: DevCluster, tmp_path: Path, monkeypatch: pytest.Monk
     if os.environ.get("SLURM_ELASTIC_REQUIRE_PYSLURM") == "1":
         assert isinstance(source, PyslurmSource), "auto must pick pyslurm where it serves"
     view = ClusterView(source, shipped_profiles(), time.time, ("gpu",))
-    return Daemon(cfg, view, store, SlurmActuator(runner, store, time.time, client_env=cluster.env), sleep=time.sleep)
+    return Daemon(cfg, view, store, SlurmActor(runner, store, time.time, client_env=cluster.env), sleep=time.sleep)
 
 
 def test_the_acting_daemon_starts_and_shrinks(cluster: DevCluster, tmp_path: Path,
