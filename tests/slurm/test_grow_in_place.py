@@ -50,6 +50,21 @@ def _actuator(cluster: DevCluster, tmp_path: Path, job: str) -> tuple[Store, Clu
     return store, obs, act
 
 
+def _grow_onto_another_node(store: Store, obs: ClusterView, act: SlurmActor, job: str) -> tuple[Placement, str]:
+    """Grow the one-GPU ``job`` by one GPU on another node through the actor (a satellite); returns
+    the placement it held before and the satellite's id."""
+    seen = obs.observation()
+    snap = seen.seen()
+    held = snap.job(JobId(job)).placement
+    ((node, _),) = held.slots
+    other = next(n.name for n in snap.nodes if n.name != node and n.free_gpus)
+    grown = Placement.of([*((n, g) for n, gs in held.slots for g in gs), (other, 0)])
+    (outcome,) = act.apply(seen, (Action(ActionKind.GROW, JobId(job), held, grown, 64, 32, 1, 0.1),))
+    assert outcome.ok, outcome.message
+    (sat,) = store.satellites()
+    return held, sat
+
+
 def _gpus(cluster: DevCluster, job: str) -> dict[str, set[str]]:
     """The GPUs Slurm allocated to ``job`` (``gres_detail``'s IDX), by node."""
     rec = cluster.job(int(job))
@@ -94,15 +109,7 @@ def test_launcher_job_grows_onto_a_satellite_and_shrinks_back(cluster: DevCluste
     cluster.wait_state(int(job), "RUNNING", timeout=40)
     store, obs, act = _actuator(cluster, tmp_path, job)
 
-    seen = obs.observation()
-    snap = seen.seen()
-    held = snap.job(JobId(job)).placement
-    ((node, _),) = held.slots
-    other = next(n.name for n in snap.nodes if n.name != node and n.free_gpus)
-    grown = Placement.of([*((n, g) for n, gs in held.slots for g in gs), (other, 0)])
-    (outcome,) = act.apply(seen, (Action(ActionKind.GROW, JobId(job), held, grown, 64, 32, 1, 0.1),))
-    assert outcome.ok, outcome.message
-    (sat,) = store.satellites()
+    held, sat = _grow_onto_another_node(store, obs, act, job)
     assert cluster.job(int(sat))["admin_comment"] == f"slurm-elastic satellite-of={job}"
 
     def world(n: int) -> bool:

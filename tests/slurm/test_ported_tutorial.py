@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 
 from slurm_elastic.core.actions import Action, ActionKind
-from slurm_elastic.core.model import JobId, Placement
+from slurm_elastic.core.model import JobId
 from slurm_elastic.rehearse.driver import PROBE
 from slurm_elastic.resources import EXAMPLE_TRAINER
 
 from .conftest import DevCluster
-from .test_grow_in_place import _actuator, _wait
+from .test_grow_in_place import _actuator, _grow_onto_another_node, _wait
 
 pytestmark = pytest.mark.slurm
 
@@ -41,15 +41,7 @@ def test_a_ported_tutorial_style_script_grows_shrinks_and_completes(cluster: Dev
     cluster.wait_state(int(job), "RUNNING", timeout=40)
     store, obs, act = _actuator(cluster, tmp_path, job)
 
-    seen = obs.observation()
-    snap = seen.seen()
-    held = snap.job(JobId(job)).placement
-    ((node, _),) = held.slots
-    other = next(n.name for n in snap.nodes if n.name != node and n.free_gpus)
-    grown = Placement.of([*((n, g) for n, gs in held.slots for g in gs), (other, 0)])
-    (outcome,) = act.apply(seen, (Action(ActionKind.GROW, JobId(job), held, grown, 64, 32, 1, 0.1),))
-    assert outcome.ok, outcome.message
-    (sat,) = store.satellites()
+    held, sat = _grow_onto_another_node(store, obs, act, job)
 
     def world(n: int) -> bool:
         obs.observe()

@@ -40,6 +40,9 @@ def test_every_run_of_a_job_requeued_twice_within_seconds_is_read(cluster: DevCl
     for _ in range(2):  # requeued, started again at once, twice
         cluster.run(["scontrol", "requeue", str(job)], check=True)
         _wait(cluster, job, "PENDING")
+        # slurmd refuses a batch launch whose credential is dated the second its requeue revoked the
+        # last one ("Job credential revoked": the job FAILED); start it again a second later
+        time.sleep(1.1)
         cluster.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True)
         _wait(cluster, job, "RUNNING")
         runs += 1
