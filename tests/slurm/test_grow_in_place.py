@@ -103,7 +103,7 @@ def test_launcher_job_grows_onto_a_satellite_and_shrinks_back(cluster: DevCluste
                                                               submit_example: Any, monkeypatch: pytest.MonkeyPatch,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     out = cluster.root / "jobs" / "grow-%j.out"
-    epochs, size = 3, 32768
+    epochs, size = 5, 32768  # long enough for a throughput at 2 workers before it ends on an idle host
     job = str(submit_example(out, "--elastic", "1:4", "--gpus-per-node", "1", "--epochs", str(epochs),
                              dataset_size=size))
     cluster.wait_state(int(job), "RUNNING", timeout=40)
