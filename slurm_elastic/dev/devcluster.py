@@ -459,11 +459,14 @@ def _start_database(root: Path, starter: Starter, db_password: str, timeout: flo
     datadir = root / "mysql"
     sock = root / "run" / "mysqld.sock"
     db_log = root / "log" / "mariadb.log"
+    tmp = root / "run" / "mysql-tmp"
+    tmp.mkdir(mode=0o700, exist_ok=True)
     if not (datadir / "mysql").exists():
+        # a private tmpdir: two clusters installing at once shared /tmp's temporary table names
         run([_req("mariadb-install-db"), "--no-defaults", f"--datadir={datadir}", "--user=root",
-              "--auth-root-authentication-method=socket", "--skip-test-db"], timeout=timeout)
+              "--auth-root-authentication-method=socket", "--skip-test-db", f"--tmpdir={tmp}"], timeout=timeout)
     db = starter.start("mariadbd", [_req("mariadbd"), "--no-defaults", f"--datadir={datadir}", f"--port={port}",
-                                    "--bind-address=127.0.0.1", f"--socket={sock}", "--user=root",
+                                    "--bind-address=127.0.0.1", f"--socket={sock}", "--user=root", f"--tmpdir={tmp}",
                                     f"--pid-file={root / 'run' / 'mariadbd.pid'}", f"--log-error={db_log}",
                                     "--skip-name-resolve", "--innodb-buffer-pool-size=128M",
                                     "--innodb-lock-wait-timeout=900", "--max-allowed-packet=16M"])
