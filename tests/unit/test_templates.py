@@ -142,6 +142,17 @@ def test_submit_without_an_environment_saves_this_processes_and_cleans_up_a_refu
     assert sorted(p.name for p in other.parent.iterdir() if p.name.startswith("job-2")) == []
 
 
+def _job_whose_srun_returns_137(tmp_path: Path) -> Path:
+    """A job's secret file, and an ``srun`` on ``tmp_path/bin`` that exits 137; returns the secret's path."""
+    secret = tmp_path / "job-1"
+    secret.write_text("s" * 32)
+    (tmp_path / "bin").mkdir()
+    srun = tmp_path / "bin" / "srun"
+    srun.write_text("#!/bin/sh\nexit 137\n")
+    srun.chmod(0o755)
+    return secret
+
+
 @pytest.mark.parametrize("trained", [True, False])
 def test_a_lost_worker_does_not_fail_a_job_whose_training_completed(tmp_path: Path, trained: bool) -> None:
     """Issue 14, finding 3: one worker of four SIGKILLed, the others finished the training, but srun
@@ -150,12 +161,7 @@ def test_a_lost_worker_does_not_fail_a_job_whose_training_completed(tmp_path: Pa
     import os
     import subprocess
 
-    secret = tmp_path / "job-1"
-    secret.write_text("s" * 32)
-    (tmp_path / "bin").mkdir()
-    srun = tmp_path / "bin" / "srun"
-    srun.write_text("#!/bin/sh\nexit 137\n")
-    srun.chmod(0o755)
+    secret = _job_whose_srun_returns_137(tmp_path)
     if trained:
         Path(f"{secret}.reports").write_text('{"job_id":"5","kind":"progress"}\n{"job_id":"5","kind":"end"}\n')
     script = tmp_path / "job.sh"
@@ -187,12 +193,7 @@ def test_the_job_log_says_whether_its_workers_were_ordered_out_or_lost(tmp_path:
     import os
     import subprocess
 
-    secret = tmp_path / "job-1"
-    secret.write_text("s" * 32)
-    (tmp_path / "bin").mkdir()
-    srun = tmp_path / "bin" / "srun"
-    srun.write_text("#!/bin/sh\nexit 137\n")
-    srun.chmod(0o755)
+    secret = _job_whose_srun_returns_137(tmp_path)
     Path(f"{secret}.reports").write_text(reports)
     script = tmp_path / "job.sh"
     script.write_text(render("pytorch", dataclasses.replace(REQ, secret_file=str(secret))))
