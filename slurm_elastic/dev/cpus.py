@@ -9,7 +9,9 @@ stack choose code by CPU at run time, and each can be told to choose as on a les
 * **numpy** its SIMD loops (``np.exp``, ``np.log``, ...): ``NPY_DISABLE_CPU_FEATURES`` names the
   dispatch targets to leave out;
 * **numba** the instructions it compiles for: ``NUMBA_CPU_NAME``;
-* **glibc** its libm variants (with or without FMA): ``GLIBC_TUNABLES=glibc.cpu.hwcaps=-FMA,...``.
+* **glibc** its libm variants (with or without FMA): ``GLIBC_TUNABLES=glibc.cpu.hwcaps=-FMA,...``;
+* **torch** its ATen kernels (``ATEN_CPU_CAPABILITY``: ``avx512``, ``avx2``, ``default``) and
+  oneDNN's (``ONEDNN_MAX_CPU_ISA``): the launcher's training steps, not the planners.
 
 :func:`emulations` lists the CPUs this machine can play (a machine plays only CPUs below it: an
 AVX2 machine cannot run an AVX-512 kernel), each as the environment to run a command in.
@@ -35,6 +37,7 @@ class Emulation:
         numpy_level: the highest numpy dispatch level kept (``"native"``, ``"avx2"``, ``"sse"``).
         numba_cpu: ``NUMBA_CPU_NAME`` (``""``: this machine's).
         glibc_off: the glibc hwcaps turned off (``-FMA`` and so on).
+        torch_isa: ``(ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA)`` (empty: this machine's).
     """
 
     name: str
@@ -43,6 +46,7 @@ class Emulation:
     numpy_level: str
     numba_cpu: str
     glibc_off: tuple[str, ...]
+    torch_isa: tuple[str, str] | tuple[()] = ()
 
     def environment(self, dispatch: list[str]) -> dict[str, str]:
         """The variables that make a process choose as on this CPU, given numpy's dispatch
@@ -55,6 +59,8 @@ class Emulation:
             env["NUMBA_CPU_NAME"] = self.numba_cpu
         if self.glibc_off:
             env["GLIBC_TUNABLES"] = "glibc.cpu.hwcaps=" + ",".join(f"-{f}" for f in self.glibc_off)
+        if self.torch_isa:
+            env["ATEN_CPU_CAPABILITY"], env["ONEDNN_MAX_CPU_ISA"] = self.torch_isa
         return env
 
 
@@ -76,12 +82,14 @@ def _dispatch_level(target: str) -> int:
 EMULATIONS = (
     Emulation("SkylakeX (AVX-512)", frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq"}), "SkylakeX",
               "native", "", ()),
-    Emulation("Haswell (AVX2, FMA)", frozenset({"avx2", "fma"}), "Haswell", "avx2", "haswell", ("AVX512F",)),
-    Emulation("Zen (AVX2, FMA)", frozenset({"avx2", "fma"}), "Zen", "avx2", "znver1", ("AVX512F",)),
+    Emulation("Haswell (AVX2, FMA)", frozenset({"avx2", "fma"}), "Haswell", "avx2", "haswell", ("AVX512F",),
+              ("avx2", "AVX2")),
+    Emulation("Zen (AVX2, FMA)", frozenset({"avx2", "fma"}), "Zen", "avx2", "znver1", ("AVX512F",),
+              ("avx2", "AVX2")),
     Emulation("Sandy Bridge (AVX, no FMA)", frozenset({"avx"}), "Sandybridge", "avx", "sandybridge",
-              ("AVX512F", "AVX2", "FMA")),
+              ("AVX512F", "AVX2", "FMA"), ("default", "AVX")),
     Emulation("Prescott (SSE only)", frozenset(), "Prescott", "sse", "nehalem",
-              ("AVX512F", "AVX2", "FMA", "AVX")),
+              ("AVX512F", "AVX2", "FMA", "AVX"), ("default", "SSE41")),
 )
 
 

@@ -148,6 +148,22 @@ def test_emulations_follow_the_cpu_flags_and_numpys_targets() -> None:
     env = avx2[2].environment(["X86_V3", "X86_V4", "AVX512_ICL", "AVX512_SPR"])
     assert env == {"OPENBLAS_CORETYPE": "Sandybridge",
                    "NPY_DISABLE_CPU_FEATURES": "X86_V3 X86_V4 AVX512_ICL AVX512_SPR",
-                   "NUMBA_CPU_NAME": "sandybridge", "GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX512F,-AVX2,-FMA"}
+                   "NUMBA_CPU_NAME": "sandybridge", "GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX512F,-AVX2,-FMA",
+                   "ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "AVX"}
     old_numpy = avx2[0].environment(["SSE42", "AVX2", "FMA3", "AVX512F", "AVX512_SKX"])
     assert old_numpy["NPY_DISABLE_CPU_FEATURES"] == "AVX512F AVX512_SKX"
+
+
+def test_a_played_cpu_reaches_torchs_kernels_too() -> None:
+    """The launcher trains with torch, which picks its ATen kernels by CPU: a played AVX2 or SSE
+    CPU makes torch report that capability, not this machine's."""
+    pytest.importorskip("torch")
+    played = {e.blas: e for e in cpus.emulations() if e.torch_isa}
+    if not played:
+        pytest.skip("this machine plays no CPU below its own")
+    for blas, cpu in played.items():
+        env = {**os.environ, **cpu.environment(cpus.numpy_dispatch())}
+        out = subprocess.run([sys.executable, "-c", "import torch; print(torch.backends.cpu.get_cpu_capability())"],
+                             env=env, capture_output=True, text=True, timeout=120, check=True)
+        wanted = {"avx2": "AVX2", "default": "DEFAULT"}[cpu.torch_isa[0]]
+        assert out.stdout.strip().upper() == wanted, (blas, out.stdout)
