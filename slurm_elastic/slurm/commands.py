@@ -11,7 +11,7 @@ command ever waits on the daemon's. It inherits no descriptor of the daemon but 
 :class:`Command` names (``pass_fds``): what a command must read of a user's file is handed to it as
 a :func:`sealed_copy` the daemon made of the bytes it checked, named ``/proc/self/fd/N`` in the argv,
 never by the user's path (issue 37, item 2). Which commands change Slurm is
-:mod:`slurm_elastic.slurm.actions`' business alone; the readers are
+:mod:`slurm_elastic.act`'s business alone; the readers are
 :mod:`slurm_elastic.slurm.cli_backend` and :mod:`slurm_elastic.slurm.pyslurm_backend`.
 
 Supported: Slurm 22.05 (JSON openapi/v0.0.38) and 23.02 to 25.11 (data_parser/v0.0.39 to v0.0.44).

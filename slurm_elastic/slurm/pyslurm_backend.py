@@ -28,7 +28,7 @@ without importing it, checks it against ``sinfo --version``, imports with
 
 What this module must not do: import pyslurm at module import (only :func:`load_pyslurm` does), build
 a snapshot, or act on jobs (that is
-:mod:`slurm_elastic.slurm.actions`).
+:mod:`slurm_elastic.act`).
 """
 
 from __future__ import annotations
