@@ -193,20 +193,37 @@ class Daemon:
         changed = seen.key != self._last_key
         self._last_key = seen.key
         return changed or self.clock() - self._last_round >= self.config.daemon.max_idle
+
     def run(self, max_rounds: int | None = None) -> int:
-        """The loop; returns the number of rounds run. ``max_rounds`` ends it early (tests, ``--once``)."""
+        """The loop; returns the number of rounds run (all of this daemon's, failed ones not counted).
+
+        Unbounded (``max_rounds`` None), a failed round is logged and retried after a backoff that
+        doubles up to :data:`MAX_BACKOFF_S`: a daemon outlives a slurmctld outage. ``max_rounds``
+        (tests, ``--once``) ends the loop once this daemon has run that many rounds, or after as many
+        tries in this call as it had rounds left to run, failed tries included: a bounded run never
+        retries a failing round forever.
+        """
         backoff = self.config.daemon.poll_interval
-        while not self.stopping and (max_rounds is None or self.rounds < max_rounds):
+        tries_left = None if max_rounds is None else max_rounds - self.rounds
+        while not self.stopping and (tries_left is None or tries_left > 0):
             try:
-                if self.due():
+                ran = self.due()
+                if ran:
                     self.round()
                 backoff = self.config.daemon.poll_interval
             except Exception:  # the loop boundary: log with traceback, back off, go on
+                if tries_left is not None:
+                    tries_left -= 1
+                    if tries_left <= 0:
+                        log.exception("round failed")
+                        break
                 log.exception("round failed; retrying in %.0f s", backoff)
                 self.sleep(backoff)
                 backoff = min(MAX_BACKOFF_S, backoff * 2)
                 continue
-            if max_rounds is None or self.rounds < max_rounds:
+            if ran and tries_left is not None:
+                tries_left -= 1
+            if tries_left is None or tries_left > 0:
                 self.sleep(self.config.daemon.poll_interval)
         return self.rounds
 

@@ -55,7 +55,13 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     log.info("slurm-elastic %s: policy %s, partitions %s, %s, store %s", __version__, cfg.daemon.policy,
              ",".join(cfg.daemon.partitions) or "all", "shadow mode" if cfg.daemon.dry_run else "acting",
              cfg.daemon.store)
-    daemon.run(max_rounds=1 if args.once else None)
+    if args.once:
+        ran = daemon.run(max_rounds=1)
+        if ran < 1:
+            print("slurm-elastic daemon --once: the round failed (the log says why)", file=sys.stderr)
+            return 1
+        return 0
+    daemon.run()
     return 0
 
 
@@ -241,7 +247,7 @@ def _write_site_files(folder: Path) -> list[Path]:
 
 
 def cmd_what_if(args: argparse.Namespace) -> int:
-    from slurm_elastic.sim.runner import parse_seeds
+    from slurm_elastic.experiments.comparison import parse_seeds
     from slurm_elastic.whatif import read_accounting, skipped_jobs, what_if
 
     seeds = parse_seeds(args.seeds)

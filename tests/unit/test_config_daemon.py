@@ -86,15 +86,28 @@ def test_daemon_plans_on_change_backs_off_on_failure_and_records_rounds(tmp_path
     sleeps: list[float] = []
     now = [0.0]
     d = _daemon(tmp_path, obs, sleeps, now)
-    assert d.run(max_rounds=1) == 1
+    assert d.run(max_rounds=3) == 1  # three tries: two failed, then a round
     assert sleeps[:2] == [1.0, 2.0]  # two failed rounds: exponential backoff
     rounds = d.store.rounds()
-    assert len(rounds) == 1 and rounds[0]["plan"]["jobs"][0]["job_id"] == "1"
+    assert len(rounds) == 1 and rounds[0].plan.jobs[0].job_id == "1"
     assert not d.due()  # nothing changed, not idle for long
     obs.key = 1
     assert d.due()
     now[0] = 500.0
     assert d.due()  # idle for longer than max_idle
+
+
+def test_a_bounded_run_whose_every_round_fails_ends(tmp_path: Path) -> None:
+    """``--once`` with slurmctld down, or a test's ``run(max_rounds=...)``, tried forever before."""
+    snap = make_snapshot(make_nodes(2), [make_job("1", max_gpus=8)])
+    obs = FakeObserver(snap, fail=10**9)
+    sleeps: list[float] = []
+    d = _daemon(tmp_path, obs, sleeps, [0.0])
+    assert d.run(max_rounds=2) == 0
+    assert sleeps == [1.0]  # backed off after the first failed try, not after the last
+    assert d.store.rounds() == []
+    obs.fail = 0
+    assert d.run(max_rounds=1) == 1  # the bound counts from this daemon's rounds, not its failed tries
 
 
 def test_daemon_needs_an_actuator_to_act(tmp_path: Path) -> None:
