@@ -24,6 +24,10 @@ This module owns the database file and its schema. Its contract with the daemon:
 * the jobs in quarantine: a job whose own input (a report line, its Slurm record) broke a rule,
   with the first reason, so that ``status``, ``/metrics`` and a restarted daemon name it.
 
+Every row comes back typed (:class:`ProgressRow`, :class:`JournalEntry`, :class:`RoundRecord`
+with its :class:`~slurm_elastic.core.model.Plan`, :class:`Release`, :class:`Step`); only a step's
+own detail and the daemon's ``meta`` values are free-form JSON.
+
 A file that is not a database, or one another process keeps locked for ``LOCK_WAIT_S``, is a
 :class:`StoreError` naming the file and the rule, never a traceback or a hang.
 
@@ -42,11 +46,11 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import quote
 
 from slurm_elastic.core.actions import Action, ActionKind
-from slurm_elastic.core.model import JobId, NodeName, Placement, Plan
+from slurm_elastic.core.model import JobId, JobPlan, NodeName, Placement, Plan, Unplaced
 from slurm_elastic.errors import ElasticError
 
 SCHEMA_VERSION = 9
@@ -272,9 +276,82 @@ def plan_to_json(plan: Plan) -> str:
     }, sort_keys=True)
 
 
-def _round_of(r: tuple[Any, ...]) -> dict[str, Any]:
-    return {"id": r[0], "t": r[1], "policy": r[2], "summary": r[3], "plan": json.loads(r[4]),
-            "violations": json.loads(r[5])}
+def plan_from_json(text: str) -> Plan:
+    """Inverse of :func:`plan_to_json`.
+
+    Raises:
+        StoreError: the text is not a recorded plan.
+    """
+    try:
+        d = json.loads(text)
+        jobs = tuple(JobPlan(JobId(str(j["job_id"])), _placement_from(j["placement"]), int(j["global_batch"]),
+                             int(j["local_batch"]), int(j["accumulation"]), float(j["lr"])) for j in d["jobs"])
+        unplaced = tuple(Unplaced(JobId(str(u["job_id"])), str(u["reason"]), bool(u["dropped"]))
+                         for u in d["unplaced"])
+        score = d["score"]
+        return Plan(str(d["policy"]), jobs, unplaced, None if score is None else float(score),
+                    tuple(str(n) for n in d["notes"]))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StoreError(f"recorded plan is malformed: {exc}: {text[:200]!r}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class RoundRecord:
+    """One planning round as recorded (:meth:`Store.record_round`).
+
+    Attributes:
+        id: its row id (rounds are numbered in the order they were recorded).
+        t: when it ran (seconds since the epoch).
+        policy: the name of the policy that planned it.
+        summary: the round's one-line summary.
+        plan: the plan it made.
+        violations: the plan's rule violations the round found (empty for a valid plan).
+    """
+
+    id: int
+    t: float
+    policy: str
+    summary: str
+    plan: Plan
+    violations: tuple[str, ...]
+
+
+def _round_of(r: tuple[Any, ...]) -> RoundRecord:
+    try:
+        violations = tuple(str(v) for v in json.loads(r[5]))
+    except (ValueError, TypeError) as exc:
+        raise StoreError(f"round {r[0]}: recorded violations are malformed: {exc}") from exc
+    return RoundRecord(int(r[0]), float(r[1]), str(r[2]), str(r[3]), plan_from_json(r[4]), violations)
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """A node release a shrink ordered and the daemon still owes (:meth:`Store.add_release`).
+
+    Attributes:
+        job_id: the launcher job shrunk.
+        nodes: the nodes it keeps once its leavers have left (the others are given back).
+        world: the workers of its group after the shrink.
+        leaving: how many workers the shrink ordered out.
+        ordered: when the shrink's order was written (seconds since the epoch).
+    """
+
+    job_id: str
+    nodes: tuple[str, ...]
+    world: int
+    leaving: int
+    ordered: float
+
+
+class Step(NamedTuple):
+    """One journaled step of an action (:meth:`Store.add_step`)."""
+
+    name: str
+    """The step's name (``sbatch``, ``order``, ...; :mod:`slurm_elastic.slurm.steps`)."""
+    detail: dict[str, Any]
+    """What it did or looked for (its own JSON object: the Slurm ids it produced, the argv, ...)."""
+    t: float
+    """When it was journaled (seconds since the epoch)."""
 
 
 class Store:
@@ -411,14 +488,14 @@ class Store:
             )
         return int(cur.lastrowid or 0)
 
-    def rounds(self, since: float = 0.0) -> list[dict[str, Any]]:
+    def rounds(self, since: float = 0.0) -> list[RoundRecord]:
         """Rounds at or after ``since``, oldest first."""
         rows = self._db.execute(
             "SELECT id, t, policy, summary, plan, violations FROM rounds WHERE t >= ? ORDER BY id", (since,)
         ).fetchall()
         return [_round_of(r) for r in rows]
 
-    def last_round(self) -> dict[str, Any] | None:
+    def last_round(self) -> RoundRecord | None:
         """The latest round (one row read, however long the daemon has run)."""
         row = self._db.execute(
             "SELECT id, t, policy, summary, plan, violations FROM rounds ORDER BY id DESC LIMIT 1").fetchone()
@@ -464,9 +541,9 @@ class Store:
                              "MAX(seq), 0) + 1 FROM steps WHERE action_id = ?), ?, ?, ?)",
                              (action_id, action_id, name, json.dumps(dict(detail), sort_keys=True), t))
 
-    def steps_of(self, action_id: int) -> list[tuple[str, dict[str, Any], float]]:
-        """The steps of an action, in order: ``(name, detail, t)``."""
-        return [(str(n), json.loads(d), float(t)) for n, d, t in self._db.execute(
+    def steps_of(self, action_id: int) -> list[Step]:
+        """The steps of an action, in order."""
+        return [Step(str(n), json.loads(d), float(t)) for n, d, t in self._db.execute(
             "SELECT name, detail, t FROM steps WHERE action_id = ? ORDER BY seq", (action_id,))]
 
     def step_details(self, name: str) -> list[dict[str, Any]]:
@@ -638,11 +715,11 @@ class Store:
                              "leaving=excluded.leaving, ordered=excluded.ordered",
                              (job_id, json.dumps(nodes), world, leaving, t))
 
-    def releases(self) -> list[dict[str, Any]]:
-        """Node releases ordered and not yet done: ``job_id``, ``nodes``, ``world``, ``leaving``, ``ordered``."""
+    def releases(self) -> list[Release]:
+        """Node releases ordered and not yet done, oldest order first."""
         rows = self._db.execute(
             "SELECT job_id, nodes, world, leaving, ordered FROM releases ORDER BY ordered").fetchall()
-        return [{"job_id": r[0], "nodes": json.loads(r[1]), "world": r[2], "leaving": r[3], "ordered": r[4]}
+        return [Release(str(r[0]), tuple(str(n) for n in json.loads(r[1])), int(r[2]), int(r[3]), float(r[4]))
                 for r in rows]
 
     def drop_release(self, job_id: str) -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from typing import Any
 
 from slurm_elastic.act import commands
 from slurm_elastic.act.context import Hands
@@ -29,11 +28,11 @@ from slurm_elastic.errors import ElasticError
 from slurm_elastic.slurm.records import JobRecord
 from slurm_elastic.slurm.satellites import mark_argv
 from slurm_elastic.slurm.steps import Steps, step_of
-from slurm_elastic.store import JournalEntry, Store
+from slurm_elastic.store import JournalEntry, Step, Store
 
 log = logging.getLogger(__name__)
 
-Journaled = list[tuple[str, dict[str, Any], float]]
+Journaled = list[Step]
 
 
 def reconcile_journal(hands: Hands, snapshot: ClusterSnapshot, records: Mapping[str, JobRecord]) -> list[str]:
@@ -140,7 +139,7 @@ def _settle_order(hands: Hands, a: Action, steps: Journaled, records: Mapping[st
     if not history or list(history[-1].workers) != workers:
         return False, "not done after a restart: the job never got the order"
     keep: list[str] | None = order.get("keep")
-    if keep and a.job_id not in {r["job_id"] for r in store.releases()}:
+    if keep and a.job_id not in {r.job_id for r in store.releases()}:
         store.add_release(a.job_id, list(keep), len(workers), len(order["leaving"]),
                           next(t for n, _, t in steps if n == "order"))
         return True, (f"done after a restart: the job holds order {history[-1].seq}; it keeps "

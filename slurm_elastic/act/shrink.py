@@ -71,28 +71,28 @@ def release_due_nodes(hands: Hands, records: Mapping[str, JobRecord], now: float
     store = hands.store
     lines = []
     for r in store.releases():
-        jid = r["job_id"]
+        jid = r.job_id
         rec = records.get(jid)
         if rec is None or rec.state is not JobState.RUNNING:
             store.drop_release(jid)
             continue
         start = run_start_of(rec)
-        if start is not None and start > r["ordered"]:  # requeued and started again since the order
+        if start is not None and start > r.ordered:  # requeued and started again since the order
             store.drop_release(jid)
             lines.append(f"job {jid}: release of its other nodes dropped: it was requeued and started again "
-                         f"since (keeping {','.join(r['nodes'])} would shrink its new run)")
+                         f"since (keeping {','.join(r.nodes)} would shrink its new run)")
             continue
-        rows = [p for p in store.progress_of(jid) if p.t >= r["ordered"]]
+        rows = [p for p in store.progress_of(jid) if p.t >= r.ordered]
         left = [p.t for p in rows if p.kind == "left"]
-        switched = [p.t for p in rows if p.kind in ("resize", "progress") and p.world == r["world"]]
-        due = ((len(left) >= r["leaving"] and now >= max(left, default=r["ordered"]) + EXIT_GRACE_S)
+        switched = [p.t for p in rows if p.kind in ("resize", "progress") and p.world == r.world]
+        due = ((len(left) >= r.leaving and now >= max(left, default=r.ordered) + EXIT_GRACE_S)
                or (switched and now >= switched[0] + SWITCH_GRACE_S)
-               or now - r["ordered"] >= RELEASE_TIMEOUT_S)
+               or now - r.ordered >= RELEASE_TIMEOUT_S)
         if not due:
             continue
         try:
-            hands.runner(["scontrol", "update", f"JobId={jid}", f"NodeList={','.join(r['nodes'])}"])
-            lines.append(f"job {jid} released its other nodes: keeps {','.join(r['nodes'])}")
+            hands.runner(["scontrol", "update", f"JobId={jid}", f"NodeList={','.join(r.nodes)}"])
+            lines.append(f"job {jid} released its other nodes: keeps {','.join(r.nodes)}")
         except ElasticError as exc:
             lines.append(f"job {jid}: releasing nodes failed: {exc}")
         store.drop_release(jid)

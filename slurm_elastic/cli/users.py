@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_elastic.cli.common import view, with_backend
+from slurm_elastic.core.model import JobId, JobPlan
 from slurm_elastic.core.remaining import outlook
 from slurm_elastic.errors import ConfigError
 
@@ -31,19 +32,19 @@ def cmd_status(args: argparse.Namespace) -> int:
     cluster.writes_store = False
     snap = cluster.observe()
     learned = cluster.learner.summary() if cluster.learner is not None else None
-    planned: dict[str, Any] = {}
+    planned: dict[JobId, JobPlan] = {}
     quarantined: dict[str, str] = {}
     if store is not None:
         last = store.last_round()
         if last is not None:
-            planned = {j["job_id"]: j for j in last["plan"]["jobs"]}
+            planned = last.plan.by_job()
         quarantined = {j: r for j, r in store.quarantined().items() if j in cluster.records}
         store.close()
     quarantined.update(cluster.left_out)
     rows = [{"job_id": j.job_id, "user": j.user, "state": j.state.value, "gpus": j.num_gpus,
-             "planned_gpus": sum(len(g) for _, g in planned[j.job_id]["placement"]) if j.job_id in planned else 0,
+             "planned_gpus": planned[j.job_id].num_gpus if j.job_id in planned else 0,
              "range": f"{j.min_gpus}:{j.max_gpus}", "batch": j.global_batch,
-             "planned_batch": planned[j.job_id]["global_batch"] if j.job_id in planned else 0,
+             "planned_batch": planned[j.job_id].global_batch if j.job_id in planned else 0,
              "mode": j.mode.value, "quarantine": quarantined.get(j.job_id, ""), **outlook(snap, j)}
             for j in snap.elastic_jobs()]
     shown = {r["job_id"] for r in rows}

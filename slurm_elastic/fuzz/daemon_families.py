@@ -188,8 +188,7 @@ def report_claims(rng: random.Random, c: FuzzCluster, res: CaseResult) -> str:
 def _planned_counts(c: FuzzCluster) -> dict[str, int]:
     """GPUs per job in the cluster's last recorded round."""
     rounds = c.view.store.rounds() if c.view is not None and c.view.store is not None else []
-    return {str(j["job_id"]): sum(len(gpus) for _, gpus in j["placement"])
-            for j in (rounds[-1]["plan"]["jobs"] if rounds else [])}
+    return {str(j.job_id): j.num_gpus for j in (rounds[-1].plan.jobs if rounds else ())}
 
 
 # -- shared history --------------------------------------------------------------------------------

@@ -266,7 +266,7 @@ class FuzzCluster:
             res.rounds_failed += 1
             res.note_failure("the round recorded nothing", "round failed: nothing recorded")
             return "round_failed"
-        planned = {str(j["job_id"]) for j in rounds[-1]["plan"]["jobs"]}
+        planned = {str(j.job_id) for j in rounds[-1].plan.jobs}
         seen = {j.job_id for j in rec.snapshot.jobs}
         why = view.quarantined()
         # a config that watches other partitions than the jobs' ("gpu") sees none of them, rightly

@@ -47,8 +47,7 @@ def owed_by_store(store: Store, records: Mapping[str, JobRecord],
         records: the raw job records of the same observation (satellites not folded).
         snapshot: the snapshot built from them.
     """
-    out = {r["job_id"]: InFlightResize(JobId(r["job_id"]), int(r["world"]), float(r["ordered"]))
-           for r in store.releases()}
+    out = {r.job_id: InFlightResize(JobId(r.job_id), r.world, r.ordered) for r in store.releases()}
     jobs = {j.job_id: j for j in snapshot.jobs}
     times = store.satellite_times()
     waiting: dict[str, tuple[int, float]] = {}

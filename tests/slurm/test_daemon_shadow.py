@@ -44,12 +44,12 @@ def test_shadow_daemon_plans_the_real_queue(cluster: DevCluster, tmp_path: Path)
     daemon = Daemon(cfg, _observer(cluster), store, sleep=lambda s: None)
     assert daemon.run(max_rounds=2) == 2
     rounds = store.rounds()
-    assert len(rounds) == 2 and all(r["violations"] == [] for r in rounds)
-    planned = {j["job_id"]: j for j in rounds[-1]["plan"]["jobs"]}
+    assert len(rounds) == 2 and all(r.violations == () for r in rounds)
+    planned = rounds[-1].plan.by_job()
     assert str(elastic) in planned and str(rigid) not in planned
     # 16 GPUs, 2 held by the rigid job: the DP grows the elastic job (it may use up to 8).
-    assert sum(len(g) for _, g in planned[str(elastic)]["placement"]) > 1
-    assert "policy=dp" in rounds[-1]["summary"]
+    assert planned[JobId(str(elastic))].num_gpus > 1
+    assert "policy=dp" in rounds[-1].summary
     # Shadow mode: nothing was done to the job.
     assert cluster.job(elastic)["nodes"] and cluster.job(elastic)["job_state"] == "RUNNING"
     cluster.cancel_all()

@@ -45,7 +45,7 @@ def test_a_requeued_launcher_job_is_not_shrunk_by_its_earlier_run(cluster: DevCl
     (gone,) = [n for n, _ in held.slots if n != first_host]
     (outcome,) = act.apply(seen, (Action(ActionKind.SHRINK, JobId(job), held, Placement((keep,)), 32, 32, 1, 0.1),))
     assert outcome.ok and f"keeps {first_host}" in outcome.message, outcome.message
-    assert [r["nodes"] for r in store.releases()] == [[first_host]]
+    assert [r.nodes for r in store.releases()] == [(first_host,)]
 
     # Slurm requeues the job before the release is done; it starts again on the batch host and a node
     # the first run never had

@@ -176,7 +176,7 @@ def test_a_shrink_killed_at_any_step_still_gives_its_node_back(tmp_path: Path, p
     sent = point not in ("shrink:order",)
     (entry,) = store.actions_of("7")
     assert (entry.state == "done") == sent, lines
-    assert [r["nodes"] for r in store.releases()] == ([["n000"]] if sent else []), lines
+    assert [r.nodes for r in store.releases()] == ([("n000",)] if sent else []), lines
     if sent:
         assert "done after a restart" in entry.message  # judged by the order the job holds, not by GPUs
 

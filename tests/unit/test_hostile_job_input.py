@@ -152,7 +152,7 @@ def test_one_bad_report_line_quarantines_its_job_and_every_other_job_is_planned(
     cfg = Config(DaemonConfig(policy="dp", store=tmp_path / "s.db", dry_run=True))
     d = Daemon(cfg, v, v.store, sleep=lambda s: None, clock=lambda: NOW)  # type: ignore[arg-type]
     assert d.run(max_rounds=1) == 1 and d.store.rounds(), "the round failed"
-    planned = {j["job_id"] for j in d.store.rounds()[-1]["plan"]["jobs"]}
+    planned = {j.job_id for j in d.store.rounds()[-1].plan.jobs}
     assert planned == {"7", "8", "9"}
     assert set(v.quarantined()) == {"7"} and "refused" in v.quarantined()["7"]
     assert v.store.report_offset("7") == path.stat().st_size  # moved past the bad line

@@ -95,7 +95,7 @@ def test_the_round_runs_without_the_odd_node_and_its_elastic_job(tmp_path: Path,
     with caplog.at_level(logging.WARNING):
         assert d.run(max_rounds=1) == 1 and d.store.rounds(), "the round failed"
     snap = d.store.rounds()[-1]
-    planned = {j["job_id"] for j in snap["plan"]["jobs"]}
+    planned = {j.job_id for j in snap.plan.jobs}
     assert planned == {"8", "10"}
     assert "n001" in v.quarantined()["7"] and "printed oddly" in v.quarantined()["7"]
     assert v.nodes_left_out == {"n001": reason}

@@ -40,7 +40,7 @@ def test_a_requeued_job_is_shrunk_from_its_new_workers_on_its_new_nodes(tmp_path
     assert out.ok, out.message
     order = Channel.open("7", second.user, comment, 1).history()[-1]
     assert order.run == 1 and order.workers == ("w0", "w1"), order
-    assert [r["nodes"] for r in store.releases()] == [["n002"]]
+    assert [r.nodes for r in store.releases()] == [("n002",)]
     assert store.workers_run("7") == 1
     assert {w: n for w, (n, _) in store.workers_of("7").items()} == {"w0": "n002", "w1": "n002", "w2": "n001",
                                                                       "w3": "n001"}

@@ -37,7 +37,9 @@ def test_action_survives_a_crash_between_begin_and_finish(tmp_path: Path) -> Non
     states = [(e.state, e.message) for e in reopened.actions_of("7")]
     assert states == [("done", ""), ("failed", "job left the queue")]
     (rnd,) = reopened.rounds()
-    assert rnd["plan"]["unplaced"] == [{"job_id": "8", "reason": "waiting", "dropped": False}]
+    assert rnd.plan == Plan("ones", (JobPlan(JobId("7"), GROW.after, 256, 128, 1, 0.2),),
+                            (Unplaced(JobId("8"), "waiting"),))
+    assert (rnd.id, rnd.t, rnd.policy, rnd.summary, rnd.violations) == (rid, 10.0, "ones", "round ok", ())
 
 
 def test_outcome_cannot_be_recorded_twice(tmp_path: Path) -> None:

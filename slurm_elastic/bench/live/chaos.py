@@ -413,7 +413,7 @@ def _judge(env: dict[str, str], tmp: Path, workload: Workload, submitted: dict[s
             duplicates += len(workers) - len(set(workers))
             lost |= store.lost_workers(jid)
         actions = store.actions_between(*fault.ctld_down) if fault.ctld_down else []
-        after = [r["t"] for r in store.rounds(since=fault.ctld_down[1])] if fault.ctld_down else []
+        after = [r.t for r in store.rounds(since=fault.ctld_down[1])] if fault.ctld_down else []
     finally:
         store.close()
     busy = _busy_nodes(env) if not queue else set()
