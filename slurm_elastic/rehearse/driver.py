@@ -192,10 +192,15 @@ class Job:
             self._gpus = torch.cuda.device_count()
 
     # -- processes ------------------------------------------------------------------------------
-    def environ(self, worker: str, workers: list[str] | None, slot: int, most: int) -> dict[str, str]:
+    def environ(self, worker: str, workers: list[str] | None, slot: int, most: int,
+                task: tuple[int, int] = (0, 1)) -> dict[str, str]:
         """A worker's environment: this one's, less Slurm's own variables (a rehearsal runs outside
-        Slurm, even from inside an allocation), plus the launcher's."""
+        Slurm, even from inside an allocation), plus srun's task variables as in a job of
+        ``slurm-elastic submit`` (:func:`srun_task_variables`; ``task`` is the worker's task index and
+        the task count of its srun) and the launcher's."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+        gpus = 0 if self.options.device == "cpu" else self._gpus
+        env.update(srun_task_variables(task[0], task[1], gpus))
         env.update(
             SLURM_ELASTIC_JOB_ID=JOB_ID,
             SLURM_ELASTIC_SECRET=self.secret,
@@ -228,11 +233,15 @@ class Job:
                 env["SLURM_ELASTIC_DIST_BACKEND"] = "gloo"
         return env
 
-    def spawn(self, worker: str, workers: list[str] | None, slot: int, most: int) -> Worker:
-        """Start one worker (an initial one if ``workers`` lists the world, else a joiner)."""
+    def spawn(self, worker: str, workers: list[str] | None, slot: int, most: int,
+              task: tuple[int, int] | None = None) -> Worker:
+        """Start one worker (an initial one if ``workers`` lists the world, else a joiner); ``task``:
+        its srun task index and count (an initial worker's default: its rank in ``workers``)."""
+        if task is None:
+            task = (workers.index(worker), len(workers)) if workers else (0, 1)
         out = self.work / f"r{self.run}.{worker}.out"
         with open(out, "ab") as sink:
-            proc = subprocess.Popen(self.command, env=self.environ(worker, workers, slot, most), stdout=sink,
+            proc = subprocess.Popen(self.command, env=self.environ(worker, workers, slot, most, task), stdout=sink,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         rec = Worker(worker, self.run, proc, self.work / f"r{self.run}.{worker}.jsonl", out,
                      self.work / f"r{self.run}.{worker}.probe", joiner=workers is None)
@@ -335,15 +344,27 @@ def rehearse(command: list[str], sequence: Sequence, work: Path, options: Option
     return job.record
 
 
-def _joiners_needed(actions: tuple[Action, ...]) -> int:
-    """Joiners the grows before the next requeue will name."""
-    n = 0
+def _joiner_tasks(actions: tuple[Action, ...]) -> list[tuple[int, int]]:
+    """The joiners the grows before the next requeue will name, in order, each as its srun task
+    index and count: the joiners of one grow are the tasks of one satellite's srun."""
+    tasks: list[tuple[int, int]] = []
     for a in actions:
         if a.kind == "requeue":
             break
         if a.kind == "grow":
-            n += a.count
-    return n
+            tasks += [(k, a.count) for k in range(a.count)]
+    return tasks
+
+
+def srun_task_variables(task: int, tasks: int, gpus: int) -> dict[str, str]:
+    """What ``srun`` sets for each task of a job that ``slurm-elastic submit`` made, on one node:
+    the task's index (``SLURM_PROCID``, ``SLURM_LOCALID``), the step's task and node counts, and the
+    node's GPUs (``SLURM_GPUS_ON_NODE``: those the rehearsal gives the workers, 0 on the CPU).
+    An initial worker is task k of the job's srun; the joiners of one grow are the tasks of one
+    satellite's. ``SLURM_CPUS_PER_TASK`` is not set: the job asks for no ``--cpus-per-task``."""
+    return {"SLURM_PROCID": str(task), "SLURM_LOCALID": str(task), "SLURM_NODEID": "0",
+            "SLURM_NTASKS": str(tasks), "SLURM_NPROCS": str(tasks), "SLURM_NNODES": "1",
+            "SLURM_JOB_NUM_NODES": "1", "SLURM_GPUS_ON_NODE": str(gpus)}
 
 
 def _exited(workers: list[Worker]) -> Callable[[], bool]:
@@ -361,7 +382,8 @@ def _drive(job: Job, sequence: Sequence, most: int) -> None:
     members = [job.spawn(w, workers, k, most) for k, w in enumerate(workers)]
     # Joiners are started ahead (they wait for the order that names them), so a grow costs the
     # script's steps no start-up time; the pause the verdicts give is the switch's, as in a real grow.
-    waiting = [job.spawn(next(names), None, sequence.start + k, most) for k in range(_joiners_needed(sequence.actions))]
+    waiting = [job.spawn(next(names), None, sequence.start + k, most, task)
+               for k, task in enumerate(_joiner_tasks(sequence.actions))]
     gen = "o0"
     job.wait_until(f"{len(members)} workers to train {opts.settle_steps} steps",
                    lambda: all(job.steps_in(w, gen) >= opts.settle_steps for w in members), members)
@@ -400,8 +422,8 @@ def _drive(job: Job, sequence: Sequence, most: int) -> None:
             workers = [f"w{k}" for k in range(action.after)]
             names = iter(f"w{k}" for k in range(action.after, 10_000))
             members = [job.spawn(w, workers, k, most) for k, w in enumerate(workers)]
-            waiting = [job.spawn(next(names), None, action.after + k, most)
-                       for k in range(_joiners_needed(sequence.actions[i + 1:]))]
+            waiting = [job.spawn(next(names), None, action.after + k, most, task)
+                       for k, task in enumerate(_joiner_tasks(sequence.actions[i + 1:]))]
             gen = ""
         rec.after = tuple(w.id for w in members)
         current = list(members)
