@@ -3,12 +3,22 @@
 Development tooling only (root). Everything created is recorded in the cluster's state the moment
 it exists (:func:`setup_network`), and :func:`teardown_network` removes exactly what was recorded.
 Commands are ``ip`` argv lists.
+
+``/etc/hosts`` is shared with every other process on the host, and two dev clusters (the test
+suite's two instances, or a developer's next to CI's) edit it at once. Each edit is a
+read-modify-write under an exclusive lock (:data:`HOSTS_LOCK`), and the file is rewritten in
+place without ever being empty (appended to, or overwritten then cut to length): a reader never
+finds the host's own lines gone. Two unlocked ``write_text`` calls once left it empty, and with it
+``localhost`` (MariaDB's install then failed on every later cluster).
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +29,8 @@ from slurm_elastic.dev.plumbing import DevClusterError, run, save_state
 
 HOSTS_FILE = Path("/etc/hosts")
 HOSTS_TAG = "# slurm-elastic-dev"
+HOSTS_LOCK = Path("/run/slurm-elastic-hosts.lock")
+"""Held (``flock``) by every edit of the hosts file, by every dev cluster on the host."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,25 +95,52 @@ def hosts_tag(root: Path) -> str:
     return f"{HOSTS_TAG} {root}"
 
 
-def add_hosts_lines(root: Path, state: dict[str, Any], nodes: Sequence[DevNode]) -> None:
+def add_hosts_lines(root: Path, state: dict[str, Any], nodes: Sequence[DevNode], hosts: Path = HOSTS_FILE) -> None:
     tag = hosts_tag(root)
     state["network"]["hosts_tag"] = tag
     save_state(root, state)
-    text = HOSTS_FILE.read_text()
-    if text and not text.endswith("\n"):
-        text += "\n"
-    text += "".join(f"{n.addr} {n.name} {tag}\n" for n in nodes)
-    HOSTS_FILE.write_text(text)  # in place: /etc/hosts is often a bind mount
+    added = "".join(f"{n.addr} {n.name} {tag}\n" for n in nodes)
+    edit_hosts(lambda text: (text if not text or text.endswith("\n") else text + "\n") + added, hosts)
 
 
-def remove_hosts_lines(tag: str) -> None:
+def remove_hosts_lines(tag: str, hosts: Path = HOSTS_FILE) -> None:
+    def without(text: str) -> str:
+        return "".join(line for line in text.splitlines(keepends=True) if not line.rstrip("\n").endswith(tag))
+
     try:
-        lines = HOSTS_FILE.read_text().splitlines(keepends=True)
+        edit_hosts(without, hosts)
     except OSError:
         return
-    kept = [line for line in lines if not line.rstrip("\n").endswith(tag)]
-    if len(kept) != len(lines):
-        HOSTS_FILE.write_text("".join(kept))
+
+
+@contextmanager
+def _locked(lock: Path) -> Iterator[None]:
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def edit_hosts(edit: Callable[[str], str], hosts: Path = HOSTS_FILE) -> None:
+    """Replace the hosts file's text ``t`` by ``edit(t)``, in place (``/etc/hosts`` is often a bind
+    mount, which a rename would not reach), under :data:`HOSTS_LOCK` (a lock file next to
+    ``hosts`` when it is not ``/etc/hosts``: tests), never leaving it empty or cut short."""
+    lock = HOSTS_LOCK if hosts == HOSTS_FILE else hosts.with_name(hosts.name + ".lock")
+    with _locked(lock), open(hosts, "r+", encoding="utf-8") as f:
+        old = f.read()
+        new = edit(old)
+        if new == old:
+            return
+        if new.startswith(old):
+            f.write(new[len(old):])  # after the read: at the end
+        else:
+            f.seek(0)
+            f.write(new)
+            f.truncate()
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def teardown_network(state: dict[str, Any]) -> None:
