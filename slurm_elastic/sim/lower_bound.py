@@ -224,7 +224,7 @@ def _shapes_of_length(k: int, n: int, biggest: int) -> Iterator[Shape]:
 
 class _Epochs:
     """``g(B) = epoch_size * epochs_needed(B) / B`` (seconds of work per second of sample rate) of one
-    job with ``work_scale`` 1, and its least value over ``lo..h`` for many ``h`` at once.
+    job, its ``work_scale`` included, and its least value over ``lo..h`` for many ``h`` at once.
 
     ``epochs_needed`` is constant (a set epoch count) or piecewise linear in ``log2 B`` between the
     measured batches and flat outside them. On a piece, ``(alpha + beta log2 B) / B`` has derivative
@@ -236,6 +236,7 @@ class _Epochs:
     def __init__(self, spec: SimJobSpec, lo: int, hi: int) -> None:
         self.spec = spec
         self.lo = lo
+        self.scale = spec.work_scale  # a factor of every epochs_needed (a set epoch count's too)
         conv = spec.model_truth.convergence if spec.epochs is None else None
         self._log_batches = conv.batches if conv is not None else None
         self._epochs_at = conv.epochs_at if conv is not None else None
@@ -246,10 +247,12 @@ class _Epochs:
         self.at_lo = float(self.g(np.array([float(lo)]))[0])
 
     def epochs(self, batch: NDArray[np.float64]) -> NDArray[np.float64]:
-        """Epochs to the target at each global batch (``work_scale`` 1), as the simulator's truth."""
+        """Epochs to the target at each global batch, ``work_scale`` included, as the simulator's truth
+        (:meth:`~slurm_elastic.sim.workload.SimJobSpec.epochs_needed`)."""
         if self._log_batches is None or self._epochs_at is None:
             return np.full(batch.shape, float(self.spec.epochs_needed(1.0)))
-        out: NDArray[np.float64] = np.interp(portable.log2(np.maximum(batch, 1.0)), self._log_batches, self._epochs_at)
+        out: NDArray[np.float64] = self.scale * np.interp(portable.log2(np.maximum(batch, 1.0)), self._log_batches,
+                                                          self._epochs_at)
         return out
 
     def g(self, batch: NDArray[np.float64]) -> NDArray[np.float64]:
