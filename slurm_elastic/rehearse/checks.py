@@ -217,8 +217,10 @@ def sample_verdict(record: RunRecord, seed: int) -> Verdict:
         completed += len(logged) < world
         position[epoch] = consumed + n
     epochs = sorted(seen)
-    if epochs != list(range(epochs[-1] + 1)):
-        return Verdict("samples", FAIL, f"epochs {epochs} were trained: not one after another from 0")
+    # From the job's first epoch: a script's own numbering may start at 1 (world.epochs(n + 1, start=1)),
+    # and that epoch's first step must still start at its sample 0 (the position check above).
+    if epochs != list(range(epochs[0], epochs[-1] + 1)):
+        return Verdict("samples", FAIL, f"epochs {epochs} were trained: not one after another from {epochs[0]}")
     for epoch in epochs:
         ids = seen[epoch]
         if len(ids) != len(set(ids)):
@@ -226,7 +228,8 @@ def sample_verdict(record: RunRecord, seed: int) -> Verdict:
         whole = epoch < epochs[-1] or record.ended
         if whole and sorted(ids) != list(range(size)):
             return Verdict("samples", FAIL, f"epoch {epoch}: {size - len(set(ids))} of {size} samples never trained")
-    return Verdict("samples", PASS, f"{len(epochs)} epochs of {size} samples: each sample trained exactly once "
+    return Verdict("samples", PASS, f"{len(epochs)} epochs ({epochs[0]}..{epochs[-1]}) of {size} samples: each "
+                   "sample trained exactly once "
                    f"per epoch, over {len(by_step)} steps" + (f" ({completed} steps completed from the sampler "
                                                              "for ranks lost before they logged)" if completed
                                                              else ""),
