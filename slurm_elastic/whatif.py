@@ -52,10 +52,10 @@ from typing import Any
 from slurm_elastic.contract import ContractError, parse_elastic_request
 from slurm_elastic.core.guards import Guards
 from slurm_elastic.errors import ConfigError
+from slurm_elastic.experiments.comparison import PolicySpec, Progress, run_comparison
 from slurm_elastic.reports.allocation import JobUsage, group_jobs
 from slurm_elastic.reports.site_physics import SitePhysics, measure_site_physics
 from slurm_elastic.sim.cluster import Overhead, overhead_for
-from slurm_elastic.sim.runner import PolicySpec, Progress, run_comparison
 from slurm_elastic.sim.workload import SimJobSpec, _trace_job
 from slurm_elastic.slurm.commands import Runner, run_command, run_json, slurm_release
 from slurm_elastic.slurm.records import AccountingRecord, parse_nodes, parse_sacct

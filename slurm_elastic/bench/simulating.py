@@ -21,7 +21,7 @@ def bench_simulate(*, jobs: int, gpus: int, policy: str, seed: int = 1, round_ga
     ``peak_rss_mib`` is the process's (the trace, the run and its result together).
     """
     from slurm_elastic.sim.engine import simulate
-    from slurm_elastic.sim.workload import philly_like
+    from slurm_elastic.workloads.philly import philly_like
 
     t0 = time.perf_counter()
     trace = philly_like(jobs, gpus, seed)

@@ -58,7 +58,7 @@ def with_backend(cfg: Any, backend: str | None) -> Any:
 
 def policy_specs(names: str, params: list[tuple[str, Any]]) -> list[Any]:
     """``--policy a,b`` and ``--param POLICY.KEY=VALUE`` as the simulator's policy specs."""
-    from slurm_elastic.sim.runner import PolicySpec
+    from slurm_elastic.experiments.comparison import PolicySpec
 
     pols = comma_words(names)
     if not pols:

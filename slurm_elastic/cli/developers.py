@@ -88,8 +88,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     from slurm_elastic import policies
+    from slurm_elastic.experiments.comparison import parse_seeds, run_comparison
     from slurm_elastic.sim.engine import unfinished_names
-    from slurm_elastic.sim.runner import parse_seeds, run_comparison
 
     seeds = parse_seeds(args.seeds)
     names = ",".join(policies.available()) if args.policy.strip() == "all" else args.policy
@@ -133,8 +133,9 @@ def site_cadence(args: argparse.Namespace) -> Any:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
+    from slurm_elastic.experiments.comparison import parse_seeds
+    from slurm_elastic.experiments.papers import report_groups, reproduce
     from slurm_elastic.reports.simulation import write_report
-    from slurm_elastic.sim.runner import parse_seeds, report_groups, reproduce
 
     seeds = parse_seeds(args.seeds)
     bar = ProgressBar(0, enabled=not args.quiet and sys.stderr.isatty())
@@ -213,7 +214,7 @@ def cmd_bench(args: argparse.Namespace, *, command: Callable[[Sequence[str]], in
         print(json.dumps(bench_chaos(root=args.root, points=points), indent=2))
         return 0
     if args.bench == "fidelity":
-        from slurm_elastic.fidelity_bench import bench_fidelity, replay_fidelity
+        from slurm_elastic.bench.live.fidelity import bench_fidelity, replay_fidelity
 
         out = (replay_fidelity(args.replay) if args.replay else
                bench_fidelity(root=args.root, policy=args.policy, jobs=args.jobs, seed=args.seed))

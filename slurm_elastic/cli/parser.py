@@ -459,6 +459,6 @@ def _guard_options(p: argparse.ArgumentParser) -> None:
 
 
 def workloads() -> tuple[str, ...]:
-    from slurm_elastic.sim.workload import BUILTIN
+    from slurm_elastic.workloads.catalog import BUILTIN
 
     return BUILTIN

@@ -77,7 +77,8 @@ from slurm_elastic.core.planner import Planner, PlanResult, build_plan
 from slurm_elastic.core.sizing import Sizing
 from slurm_elastic.errors import ConfigError
 from slurm_elastic.sim.engine import simulate
-from slurm_elastic.sim.workload import BUILTIN, SimJobSpec, builtin
+from slurm_elastic.sim.workload import SimJobSpec
+from slurm_elastic.workloads.catalog import BUILTIN, builtin
 from slurm_elastic_predictor.profiles import MODEL_DEFAULTS
 
 FloatArr = NDArray[np.float64]

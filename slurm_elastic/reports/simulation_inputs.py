@@ -2,7 +2,7 @@
 
 This module owns :data:`METRIC_KEYS`, :data:`OPTIONAL_METRIC_KEYS`, :data:`JOB_FIELDS`,
 :class:`ReportInputError` and turning the result dicts of
-:func:`slurm_elastic.sim.runner.run_comparison` into validated runs grouped by (workload, policy)
+:func:`slurm_elastic.experiments.comparison.run_comparison` into validated runs grouped by (workload, policy)
 series; every refusal names the run index and the key. Pure: no file, no plot.
 """
 

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from slurm_elastic.errors import TraceError
-from slurm_elastic.sim.workload import ARES_GPUS, _philly_draw, ares_philly, builtin, philly_like
+from slurm_elastic.workloads.catalog import builtin
+from slurm_elastic.workloads.philly import ARES_GPUS, ares_philly, philly_draw, philly_like
 
 
 def test_ares_philly_is_160_jobs_over_8_hours_mapped_by_gpu_time_class() -> None:
@@ -16,7 +17,7 @@ def test_ares_philly_is_160_jobs_over_8_hours_mapped_by_gpu_time_class() -> None
     submits = [j.submit_time for j in jobs]
     assert submits == sorted(submits) and submits[0] >= 0 and submits[-1] <= 8 * 3600
     assert submits[-1] > 7 * 3600 and submits[0] < 3600  # spread over the whole window
-    ks, durations = _philly_draw(np.random.default_rng(4), 160)
+    ks, durations = philly_draw(np.random.default_rng(4), 160)
     classes = {"cifar10": 0, "ncf": 0, "deepspeech2": 1, "bert": 1, "yolov3": 2, "imagenet": 3}
     for job, k, d in zip(jobs, ks, durations, strict=True):
         hours = k * d / 3600  # Small < 1 h, Medium < 10 h, Large < 100 h, X-Large above

@@ -18,9 +18,11 @@ from slurm_elastic.core.model import ClusterSnapshot
 from slurm_elastic.core.planner import Planner, PlannerWrapper, PlanResult
 from slurm_elastic.drl.weights import DEFAULT_MODEL, DL2_MODEL, load
 from slurm_elastic.errors import ConfigError
+from slurm_elastic.experiments.comparison import PolicySpec, run_comparison
+from slurm_elastic.experiments.papers import DRL_ROUND_GAP, fairness_policies
 from slurm_elastic.sim.engine import EPOCH_GROUP_S, Cadence, simulate
-from slurm_elastic.sim.runner import DRL_ROUND_GAP, PolicySpec, fairness_policies, run_comparison
-from slurm_elastic.sim.workload import load_trace, philly_like
+from slurm_elastic.sim.workload import load_trace
+from slurm_elastic.workloads.philly import philly_like
 
 
 class Recorder(PlannerWrapper):

@@ -8,19 +8,13 @@ from typing import Any
 import pytest
 
 from slurm_elastic import policies
-from slurm_elastic.sim import runner
+from slurm_elastic.experiments import papers
 from slurm_elastic.sim.engine import simulate
-from slurm_elastic.sim.workload import (
-    DL2_GPUS,
-    DL2_MAX_GPUS,
-    DL2_MODELS,
-    DL2_SLOT_S,
-    PHILLY_GPUS,
-    builtin,
-    dl2_simulation,
-    offered_gpus,
-    requested_time,
-)
+from slurm_elastic.sim.workload import requested_time
+from slurm_elastic.workloads.catalog import builtin
+from slurm_elastic.workloads.dl2 import DL2_GPUS, DL2_MAX_GPUS, DL2_MODELS, DL2_SLOT_S, dl2_simulation
+from slurm_elastic.workloads.load import offered_gpus
+from slurm_elastic.workloads.philly import PHILLY_GPUS
 
 
 def test_dl2_simulation_is_200_table_1_jobs_of_147_minutes_on_average() -> None:
@@ -56,7 +50,7 @@ def test_reproduce_shows_dl2_against_drf_tetris_and_optimus_next_to_the_paper(mo
 
     def fake(pols: Any, seeds: Any, **kw: Any) -> list[dict[str, Any]]:
         calls.append((kw["workload"], kw["gpus"], tuple(kw.get("loads", ()))))
-        jct = {runner.DL2_LABEL: 60.0, "drl": 90.0, "drf": 100.0, "tetris": 80.0, "optimus": 75.0}
+        jct = {papers.DL2_LABEL: 60.0, "drl": 90.0, "drf": 100.0, "tetris": 80.0, "optimus": 75.0}
         out = []
         for s in seeds:
             for p in pols:
@@ -70,17 +64,17 @@ def test_reproduce_shows_dl2_against_drf_tetris_and_optimus_next_to_the_paper(mo
                     out.append(r)
         return out
 
-    monkeypatch.setattr(runner, "run_comparison", fake)
-    lines, results = runner.dl2_section([1, 2])
+    monkeypatch.setattr(papers, "run_comparison", fake)
+    lines, results = papers.dl2_section([1, 2])
     text = "\n".join(lines)
-    assert calls == [("dl2-simulation", 1000, ()), ("dl2-simulation", 1000, (runner.DL2_LOAD,))]
+    assert calls == [("dl2-simulation", 1000, ()), ("dl2-simulation", 1000, (papers.DL2_LOAD,))]
     assert "| 1,000 GPUs | drf | 100 | 10 | 2.00x | 10 | 10.00 | 10.00 | -40.0% |  |  | -44.1% |" in text
     assert "| 1,000 GPUs | optimus | 75 | 10 | 2.00x | 10 | 10.00 | 10.00 | -20.0% |  |  | -17.5% |" in text
     assert "| 1,000 GPUs | tetris | 80 | 10 | 2.00x | 10 | 10.00 | 10.00 | -25.0% |  |  |  |" in text
     assert "| 1,000 GPUs | drl | 90 | 10 | 2.00x | 10 | 10.00 | 10.00 | -33.3% |  |  |  |" in text
-    assert f"| 1,000 GPUs | {runner.DL2_LABEL} | 60 | 10 | 2.00x | 10 | 10.00 | 10.00 |  |  |  |  |" in text
+    assert f"| 1,000 GPUs | {papers.DL2_LABEL} | 60 | 10 | 2.00x | 10 | 10.00 | 10.00 |  |  |  |  |" in text
     assert "| load 1 (80, 80 GPUs) | drf | 100 |" in text
-    assert {r["policy"] for r in results} == {runner.DL2_LABEL, "drl", "drf", "tetris", "optimus", "dp", "min-jct"}
+    assert {r["policy"] for r in results} == {papers.DL2_LABEL, "drl", "drf", "tetris", "optimus", "dp", "min-jct"}
     calls.clear()
-    lines, _ = runner.dl2_section([1, 2], quick=True)
+    lines, _ = papers.dl2_section([1, 2], quick=True)
     assert calls == [("dl2-simulation", 1000, ())] and not any("load 1" in line for line in lines)

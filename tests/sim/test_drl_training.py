@@ -17,7 +17,7 @@ from slurm_elastic.drl import weights as files
 from slurm_elastic.drl.train import TrainConfig, train, validation_avg_jct
 from slurm_elastic.errors import ConfigError
 from slurm_elastic.sim.engine import simulate
-from slurm_elastic.sim.workload import ones_longhorn_50
+from slurm_elastic.workloads.ones import ones_longhorn_50
 
 TINY = TrainConfig(jobs=10, warmup_traces=2, warmup_epochs=30, episodes=2, updates=4, slots=8, hidden=(32,),
                    batch_size=32, replay=1024, eval_seeds=(9001,), eval_every=0, lr_warmup=1e-2)

@@ -8,7 +8,8 @@ import pytest
 
 from slurm_elastic import policies
 from slurm_elastic.core.model import Job
-from slurm_elastic.sim import engine, runner
+from slurm_elastic.experiments import papers
+from slurm_elastic.sim import engine
 from slurm_elastic.sim.cluster import SimJob, VirtualCluster
 from slurm_elastic.sim.workload import SimJobSpec, scaled_to
 from slurm_elastic_predictor.profiles import MODEL_DEFAULTS
@@ -37,16 +38,16 @@ def test_efq_serves_short_late_jobs_before_a_long_early_one(monkeypatch: pytest.
 
 def test_drl_rows_only_when_drl_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(policies, "available", lambda: ("dp", "efq", "ones"))
-    assert "drl" not in [p.name for p in runner.fairness_policies()]
+    assert "drl" not in [p.name for p in papers.fairness_policies()]
     monkeypatch.setattr(policies, "available", lambda: ("dp", "drl", "efq", "ones"))
     monkeypatch.setitem(policies._FACTORIES, "drl", lambda: policies.create("fifo"))
-    names = [p.shown for p in runner.fairness_policies()]
+    names = [p.shown for p in papers.fairness_policies()]
     assert names == ["efq", "ones", "ones+guard", "dp", "dp+guard", "tiresias", "optimus", "min-jct", "drl"]
-    assert runner.fairness_policies()[-1].params == {}
+    assert papers.fairness_policies()[-1].params == {}
 
 
 def test_quick_fairness_section() -> None:
-    lines, runs = runner.fairness_section([1], quick=True)
+    lines, runs = papers.fairness_section([1], quick=True)
     text = "\n".join(lines)
     for pol in ("efq", "ones", "ones+guard", "dp", "dp+guard", "tiresias", "optimus"):
         assert f"| {pol} |" in text

@@ -10,7 +10,8 @@ import pytest
 
 from slurm_elastic.cli import main
 from slurm_elastic.core.guards import Guards
-from slurm_elastic.sim.runner import PolicySpec, reproduce, run_comparison
+from slurm_elastic.experiments.comparison import PolicySpec, run_comparison
+from slurm_elastic.experiments.papers import reproduce
 
 TRACE = "job_id,submit_time,num_gpus,duration,min_gpus,max_gpus\na,0,1,3600,1,4\nb,0,1,3600,1,4\n"
 
@@ -71,8 +72,8 @@ def test_reproduce_runs_bare_policies(monkeypatch: pytest.MonkeyPatch) -> None:
         seen.append(guards)
         return []
 
-    monkeypatch.setattr("slurm_elastic.sim.runner.run_comparison", fake)
-    monkeypatch.setattr("slurm_elastic.sim.runner.fairness_section", lambda *a, **k: ([], []))
+    monkeypatch.setattr("slurm_elastic.experiments.papers.run_comparison", fake)
+    monkeypatch.setattr("slurm_elastic.experiments.papers.fairness_section", lambda *a, **k: ([], []))
     reproduce([1], quick=True)
     assert seen and all(g is None for g in seen)
 

@@ -12,20 +12,19 @@ import pytest
 
 from slurm_elastic import policies
 from slurm_elastic.errors import TraceError
-from slurm_elastic.sim import runner
+from slurm_elastic.experiments import papers
 from slurm_elastic.sim.engine import simulate
-from slurm_elastic.sim.workload import (
+from slurm_elastic.sim.workload import requested_time
+from slurm_elastic.workloads.catalog import BUILTIN, builtin
+from slurm_elastic.workloads.ibm import (
     _IBM_CATEGORIES,
-    BUILTIN,
     IBM_CATEGORY_MINUTES,
     IBM_KMAX,
     IBM_OVERLOAD,
-    builtin,
     ibm_category,
     largest_batch_time,
-    offered_gpus,
-    requested_time,
 )
+from slurm_elastic.workloads.load import offered_gpus
 
 
 @pytest.mark.parametrize("category", [1, 2, 3, 4])
@@ -89,8 +88,8 @@ def test_reproduce_shows_each_category_next_to_the_papers_gain(monkeypatch: pyte
                  "metrics": {"jobs": 200.0, "jobs_completed": done[p.name], "jobs_dropped": 200.0 - done[p.name],
                              "avg_jct": 900.0}} for s in seeds for p in pols]
 
-    monkeypatch.setattr(runner, "run_comparison", fake)
-    lines, results = runner.ibm_category_section([1, 2])
+    monkeypatch.setattr(papers, "run_comparison", fake)
+    lines, results = papers.ibm_category_section([1, 2])
     assert calls == [f"ibm-category-{c}{t}" for c in range(1, 5) for t in ("", "-overload")]
     text = "\n".join(lines)
     assert "| ibm-category-2 | 1,2 | dp | 200 | 150 | 50 | 900 | +50% | +64.4% |" in text
@@ -98,5 +97,5 @@ def test_reproduce_shows_each_category_next_to_the_papers_gain(monkeypatch: pyte
     assert "| ibm-category-4 | 1,2 | dp-fixed | 200 | 100 | 100 | 900 |  |  |" in text
     assert {r["policy"] for r in results} == {"dp (drop)", "dp-fixed (drop)"}
     calls.clear()
-    runner.ibm_category_section([1, 2], quick=True)
+    papers.ibm_category_section([1, 2], quick=True)
     assert calls == ["ibm-category-1", "ibm-category-1-overload"]

@@ -11,15 +11,10 @@ import pytest
 from slurm_elastic import policies
 from slurm_elastic.errors import TraceError
 from slurm_elastic.sim.engine import simulate
-from slurm_elastic.sim.workload import (
-    _IBM_CATEGORIES,
-    IBM_OVERLOAD,
-    builtin,
-    ibm_categories,
-    ibm_mean_request_s,
-    offered_gpus,
-    requested_time,
-)
+from slurm_elastic.sim.workload import requested_time
+from slurm_elastic.workloads.catalog import builtin
+from slurm_elastic.workloads.ibm import _IBM_CATEGORIES, IBM_OVERLOAD, ibm_categories, ibm_mean_request_s
+from slurm_elastic.workloads.load import offered_gpus
 
 
 def test_the_overload_rate_brings_load_times_the_clusters_gpu_time() -> None:

@@ -13,7 +13,7 @@ from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, JobState, NodeName, Placement
 from slurm_elastic.sim import engine
 from slurm_elastic.sim.cluster import DONE_EPS, ResizeCost, SimJob, VirtualCluster
-from slurm_elastic.sim.workload import philly_like
+from slurm_elastic.workloads.philly import philly_like
 
 
 class EagerCluster(VirtualCluster):

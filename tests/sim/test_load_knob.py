@@ -11,8 +11,10 @@ import pytest
 
 from slurm_elastic import policies
 from slurm_elastic.cli import main
-from slurm_elastic.sim.runner import PolicySpec, run_comparison
-from slurm_elastic.sim.workload import TraceError, gpus_for_load, offered_gpus, philly_like, requested_time
+from slurm_elastic.experiments.comparison import PolicySpec, run_comparison
+from slurm_elastic.sim.workload import TraceError, requested_time
+from slurm_elastic.workloads.load import gpus_for_load, offered_gpus
+from slurm_elastic.workloads.philly import philly_like
 
 
 def test_offered_gpus_is_gpu_time_over_the_arrival_span() -> None:

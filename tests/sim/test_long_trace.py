@@ -18,7 +18,8 @@ import pytest
 from slurm_elastic import policies
 from slurm_elastic.errors import ConfigError, TraceError
 from slurm_elastic.sim.engine import simulate
-from slurm_elastic.sim.workload import MAX_SUBMIT_S, load_trace, philly_like
+from slurm_elastic.sim.workload import MAX_SUBMIT_S, load_trace
+from slurm_elastic.workloads.philly import philly_like
 
 DAY = 86_400.0
 

@@ -9,11 +9,14 @@ from typing import Any
 import pytest
 
 from slurm_elastic import policies
+from slurm_elastic.experiments import papers
 from slurm_elastic.reports.simulation import summary_table, write_report
-from slurm_elastic.sim import runner
 from slurm_elastic.sim.engine import simulate
 from slurm_elastic.sim.lower_bound import lower_bound
-from slurm_elastic.sim.workload import SimJobSpec, ibm_categories, ones_longhorn_50, philly_like
+from slurm_elastic.sim.workload import SimJobSpec
+from slurm_elastic.workloads.ibm import ibm_categories
+from slurm_elastic.workloads.ones import ones_longhorn_50
+from slurm_elastic.workloads.philly import philly_like
 
 KEYS = ("lower_bound_avg_jct", "lower_bound_solo_avg_jct", "lower_bound_capacity_avg_jct",
         "lower_bound_fluid_avg_jct", "avg_jct_over_lower_bound")
@@ -105,9 +108,9 @@ def test_reproduce_tables_carry_the_ratio(monkeypatch: pytest.MonkeyPatch) -> No
         return [{"policy": p.shown, "seed": s, "workload": kw["workload"], "metrics": dict(metrics), "jobs": []}
                 for s in seeds for p in pols]
 
-    monkeypatch.setattr(runner, "run_comparison", fake)
-    monkeypatch.setattr(runner, "fairness_section", lambda *a, **k: ([], []))
-    text, _ = runner.reproduce([1], quick=True)
+    monkeypatch.setattr(papers, "run_comparison", fake)
+    monkeypatch.setattr(papers, "fairness_section", lambda *a, **k: ([], []))
+    text, _ = papers.reproduce([1], quick=True)
     # the ONES, its scalability (64 GPUs only when quick), the IBM tables, DL2's, and min-jct against every peer
     assert text.count("| ×LB |") == 5  # and DL2's table
     assert ("| ones-longhorn (64 GPUs) | 100 | 100 (dp) | 2.50x | 1.10 | 0.50 | 0.50 | yes | no | yes | no |"
@@ -116,4 +119,4 @@ def test_reproduce_tables_carry_the_ratio(monkeypatch: pytest.MonkeyPatch) -> No
     assert "| ones | 100 | 40 | 2.50x |" in text
     assert "| ibm-categories | 40 | drop | dp | 100 | 100 | 100 | 100 | 40 | 2.50x |" in text
     assert "| ibm-categories-overload | 40 | queue | dp-fixed | 100 | 100 | 100 | 100 | 40 | 2.50x |" in text
-    assert runner.LB_NOTE in text
+    assert papers.LB_NOTE in text

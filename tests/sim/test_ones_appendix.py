@@ -11,18 +11,12 @@ import numpy as np
 import pytest
 
 from slurm_elastic import policies
-from slurm_elastic.sim import runner
+from slurm_elastic.experiments import papers
 from slurm_elastic.sim.engine import simulate
-from slurm_elastic.sim.workload import (
-    _ONES_TABLE2,
-    ONES_REQUESTS,
-    _ones_job,
-    _philly_draw,
-    builtin,
-    ones_longhorn,
-    ones_longhorn_50,
-    requested_time,
-)
+from slurm_elastic.sim.workload import requested_time
+from slurm_elastic.workloads.catalog import builtin
+from slurm_elastic.workloads.ones import _ONES_TABLE2, ONES_REQUESTS, _ones_job, ones_longhorn, ones_longhorn_50
+from slurm_elastic.workloads.philly import philly_draw
 
 
 def test_the_appendix_workload_has_its_shape() -> None:
@@ -38,7 +32,7 @@ def test_the_appendix_workload_has_its_shape() -> None:
 
 def test_each_job_is_the_table2_job_with_the_closest_gpu_time_to_its_draw() -> None:
     jobs = ones_longhorn(3, n_jobs=60)
-    ks, durations = _philly_draw(np.random.default_rng(3), 60)  # the draw comes first from the seed
+    ks, durations = philly_draw(np.random.default_rng(3), 60)  # the draw comes first from the seed
     entries = [(p, n, s) for p, names, sizes in _ONES_TABLE2 for n in names for s in sizes]
     cands = [(e, r) for e in entries for r in ONES_REQUESTS]
     times = np.array([r * requested_time(_ones_job("0", 0.0, e, r)) for e, r in cands])
@@ -82,16 +76,16 @@ def test_reproduce_shows_the_scalability_table_next_to_the_papers(monkeypatch: p
                              "avg_jct_over_lower_bound": 2.0}}
                 for s in seeds for p in pols]
 
-    monkeypatch.setattr(runner, "run_comparison", fake)
-    monkeypatch.setattr(runner, "fairness_section", lambda *a, **k: ([], []))
-    text, results = runner.reproduce([1, 2])
+    monkeypatch.setattr(papers, "run_comparison", fake)
+    monkeypatch.setattr(papers, "fairness_section", lambda *a, **k: ([], []))
+    text, results = papers.reproduce([1, 2])
     assert [c for c in calls if c[0] == "ones-longhorn"] == [("ones-longhorn", 64), ("ones-longhorn", 16),
                                                             ("ones-longhorn", 32)]
     assert "| 16 | tiresias | 400 | 2.00x | 1 | 40.0% | 44% |" in text
     assert "| 64 | optimus | 80 | 2.00x | 1 | 25.0% | 42% |" in text
     assert "| 32 | optimus | 160 | 2.00x | 1 | 25.0% |  |" in text  # the paper gives no 32-GPU figure
-    assert runner.WORKLOAD_NOTE in text
+    assert papers.WORKLOAD_NOTE in text
     assert {r["gpus"] for r in results if r["workload"] == "ones-longhorn"} == {16, 32, 64}
     calls.clear()
-    runner.reproduce([1, 2], quick=True)
+    papers.reproduce([1, 2], quick=True)
     assert [c for c in calls if c[0] == "ones-longhorn"] == [("ones-longhorn", 64)]

@@ -15,7 +15,7 @@ import slurm_elastic.sim.cluster as cluster_module
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, Placement
 from slurm_elastic.sim.cluster import ProgressPool, ResizeCost, VirtualCluster
-from slurm_elastic.sim.workload import philly_like
+from slurm_elastic.workloads.philly import philly_like
 from slurm_elastic_predictor.progress import JobHistory, bounded_uniform_sample
 
 

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from slurm_elastic.cli import main
-from slurm_elastic.sim import runner
-from slurm_elastic.sim.runner import PolicySpec, report_groups, run_comparison
+from slurm_elastic.experiments import papers
+from slurm_elastic.experiments.comparison import PolicySpec, run_comparison
+from slurm_elastic.experiments.papers import report_groups
 
 
 def _runs() -> list[dict[str, Any]]:
@@ -27,7 +28,7 @@ def test_a_run_simulated_twice_is_reported_once(tmp_path: Path, monkeypatch: pyt
     table = _runs()
     fairness = [copy.deepcopy(table[0])]  # the same simulation, run again by the fairness section
     unreported = [{**copy.deepcopy(table[1]), "workload": "philly-like-160"}]
-    monkeypatch.setattr(runner, "reproduce", lambda *a, **k: ("# table\n", [*table, *fairness, *unreported]))
+    monkeypatch.setattr(papers, "reproduce", lambda *a, **k: ("# table\n", [*table, *fairness, *unreported]))
     assert main(["reproduce", "--seeds", "1", "--quiet", "--out", str(tmp_path)]) == 0
     capsys.readouterr()
     assert (tmp_path / "reproduce.md").read_text() == "# table\n"
@@ -50,21 +51,21 @@ def test_the_fairness_section_takes_the_ones_tables_runs_instead_of_simulating_t
     """A bare run of a built-in workload is the same run whoever asks: the fairness section's
     ``ones-longhorn`` row takes the ONES table's (same seed, GPUs, policy and parameters)."""
     pols = [PolicySpec("fifo"), PolicySpec("dp"), PolicySpec("dp", {"ftf_bound": 1.5}, "dp+guard")]
-    fresh = runner._run_jobs(pols, runner.builtin("ones-longhorn-50", 1, 16), "ones-longhorn-50", 16, 1, None, {})
+    fresh = papers._run_jobs(pols, papers.builtin("ones-longhorn-50", 1, 16), "ones-longhorn-50", 16, 1, None, {})
     table = run_comparison(pols[:2], [1], workload="ones-longhorn-50", gpus=16)
     assert [r["metrics"] for r in table] == [r["metrics"] for r in fresh[:2]]  # the same run, whoever asks
-    known = {runner.run_key("ones-longhorn-50", 16, 1, p): r for p, r in zip(pols[:2], table, strict=True)}
+    known = {papers.run_key("ones-longhorn-50", 16, 1, p): r for p, r in zip(pols[:2], table, strict=True)}
     simulated: list[str] = []
-    real = runner.simulate
+    real = papers.simulate
 
     def counting(*a: Any, **k: Any) -> dict[str, Any]:
         simulated.append(k["workload"])
         return real(*a, **k)
 
-    monkeypatch.setattr(runner, "simulate", counting)
-    again = runner._run_jobs(pols, runner.builtin("ones-longhorn-50", 1, 16), "ones-longhorn-50", 16, 1, None, known)
+    monkeypatch.setattr(papers, "simulate", counting)
+    again = papers._run_jobs(pols, papers.builtin("ones-longhorn-50", 1, 16), "ones-longhorn-50", 16, 1, None, known)
     assert simulated == ["ones-longhorn-50"]  # only dp+guard: fifo and dp were known
     assert [r["policy"] for r in again] == ["fifo", "dp", "dp+guard"]
     assert [r["metrics"] for r in again] == [r["metrics"] for r in fresh]
-    assert runner.run_key("w", 16, 1, PolicySpec("dp", {"ftf_bound": 1.5})) != runner.run_key(
+    assert papers.run_key("w", 16, 1, PolicySpec("dp", {"ftf_bound": 1.5})) != papers.run_key(
         "w", 16, 1, PolicySpec("dp"))  # parameters are part of the run

@@ -9,7 +9,11 @@ import pytest
 from slurm_elastic import policies
 from slurm_elastic.errors import ConfigError, TraceError
 from slurm_elastic.sim.engine import simulate
-from slurm_elastic.sim.workload import builtin, ibm_categories, load_trace, ones_longhorn_50, philly_like
+from slurm_elastic.sim.workload import load_trace
+from slurm_elastic.workloads.catalog import builtin
+from slurm_elastic.workloads.ibm import ibm_categories
+from slurm_elastic.workloads.ones import ones_longhorn_50
+from slurm_elastic.workloads.philly import philly_like
 
 
 def _trace(tmp_path: Path, rows: list[str], header: str = "job_id,submit_time,num_gpus,duration,model") -> Path:

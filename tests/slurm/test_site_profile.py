@@ -20,8 +20,8 @@ def test_a_profile_measured_through_slurm_is_loaded_by_the_daemon_and_runs_bench
     measured, and each rung of the physics ladder simulated. The figures themselves come from the
     benchmark (its own 3 x 2 cluster, 12 jobs, its own profile)."""
     pytest.importorskip("torch")
+    from slurm_elastic.bench.live.fidelity import MODEL, PHYSICS, bench_fidelity, replay_fidelity
     from slurm_elastic.config import parse
-    from slurm_elastic.fidelity_bench import MODEL, PHYSICS, bench_fidelity, replay_fidelity
     from slurm_elastic.site_profile import profile_site
     from slurm_elastic.wiring import default_profiles
 

@@ -14,6 +14,7 @@ from slurm_elastic.contract import satellite_parent
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, JobState, NodeName, Placement
 from slurm_elastic.errors import ConfigError
+from slurm_elastic.experiments.comparison import PolicySpec
 from slurm_elastic.reports.allocation import (
     CSV_TABLES,
     PLOTS,
@@ -25,7 +26,6 @@ from slurm_elastic.reports.allocation import (
     write_html,
     write_json,
 )
-from slurm_elastic.sim.runner import PolicySpec
 from slurm_elastic.sim.workload import load_trace
 from slurm_elastic.slurm.records import AccountingRecord, parse_sacct
 from slurm_elastic.slurm.satellites import mark_argv

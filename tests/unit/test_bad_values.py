@@ -21,8 +21,8 @@ from slurm_elastic import config, policies
 from slurm_elastic.cli import main
 from slurm_elastic.config import load, parse
 from slurm_elastic.errors import ConfigError, TraceError
+from slurm_elastic.experiments.comparison import parse_seeds
 from slurm_elastic.sim import workload
-from slurm_elastic.sim.runner import parse_seeds
 from slurm_elastic.sim.workload import load_trace
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from slurm_elastic.bench.live.fidelity import LOCAL_BATCH, RANGES, _phases, _physics, make_trace, replay_fidelity
 from slurm_elastic.errors import ConfigError
-from slurm_elastic.fidelity_bench import LOCAL_BATCH, RANGES, _phases, _physics, make_trace, replay_fidelity
 from slurm_elastic.sim.cluster import IN_PLACE_SHRINK_S
 
 

@@ -13,7 +13,7 @@ import pytest
 from slurm_elastic import cli, collector, policies
 from slurm_elastic.cli import heap
 from slurm_elastic.sim.engine import simulate
-from slurm_elastic.sim.workload import philly_like
+from slurm_elastic.workloads.philly import philly_like
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the thresholds are glibc's")

@@ -22,7 +22,8 @@ from slurm_elastic.sim.lower_bound import (
     srpt_completions,
 )
 from slurm_elastic.sim.truth import truth
-from slurm_elastic.sim.workload import SimJobSpec, ones_longhorn, requested_time
+from slurm_elastic.sim.workload import SimJobSpec, requested_time
+from slurm_elastic.workloads.ones import ones_longhorn
 
 
 def test_srpt_two_jobs_arriving_together_shortest_first() -> None:

@@ -71,7 +71,7 @@ def plan_digest(policy: str, params: dict[str, Any], nodes: int, gpn: int, jobs:
 
 def sim_digest(policy: str, jobs: int, gpus: int, seed: int, round_gap: float | None = None) -> str:
     from slurm_elastic.sim.engine import simulate
-    from slurm_elastic.sim.workload import philly_like
+    from slurm_elastic.workloads.philly import philly_like
 
     res = simulate(philly_like(jobs, gpus, seed), policies.create(policy), gpus=gpus, seed=seed, round_gap=round_gap)
     rows = [[r["job_id"], r["start"], r["end"], r["gpu_seconds"], r["resizes"]] for r in res["jobs"]]

@@ -16,7 +16,7 @@ CHANGING = {"scancel", "sbatch", "scontrol", "runuser", "srun", "salloc"}
 # `slurm-elastic profile`, which submits and cancels its own measuring jobs).
 MAY_CHANGE_SLURM = {*(f"act/{m}.py" for m in ("context", "commands", "shrink", "satellite_upkeep", "leases")),
                     "slurm/satellites.py", "dev/devcluster.py", "submit.py", "templates.py",
-                    "bench/live/reaction.py", "bench/live/load.py", "bench/live/chaos.py", "fidelity_bench.py",
+                    "bench/live/reaction.py", "bench/live/load.py", "bench/live/chaos.py", "bench/live/fidelity.py",
                     "site_profile.py"}
 
 

@@ -13,10 +13,10 @@ import pytest
 from slurm_elastic.cli import main
 from slurm_elastic.core.model import JobId, JobState, NodeName
 from slurm_elastic.errors import ConfigError
+from slurm_elastic.experiments.comparison import PolicySpec
 from slurm_elastic.reports.site_physics import NodeCountLatency, measure_site_physics
 from slurm_elastic.sim import cluster as sim_cluster
 from slurm_elastic.sim.cluster import ResizeCost, VirtualCluster, overhead_for
-from slurm_elastic.sim.runner import PolicySpec
 from slurm_elastic.slurm.records import AccountingRecord, parse_sacct
 from slurm_elastic.whatif import MIN_REPLAYED_S, apply_site_physics, history_rows, read_accounting, what_if
 

@@ -6,8 +6,7 @@ Each submits, kills or requeues real jobs, so one runs at a time on a machine:
   cluster already up);
 * :mod:`~slurm_elastic.bench.live.load`: ``bench load`` (many elastic jobs through the acting daemon);
 * :mod:`~slurm_elastic.bench.live.chaos`: ``bench chaos`` (the daemon killed at each journaled step,
-  and the two faults).
-
-``bench fidelity`` (the simulator against the dev cluster) is still
-:mod:`slurm_elastic.fidelity_bench`, at the package root.
+  and the two faults);
+* :mod:`~slurm_elastic.bench.live.fidelity`: ``bench fidelity`` (the simulator against the dev
+  cluster, on one small trace of launcher jobs).
 """

@@ -1,163 +1,42 @@
-"""Running comparisons: many policies x seeds over one workload, and the seed papers' tables.
+"""The seed papers' comparisons: the tables of ``slurm-elastic reproduce``.
 
-This module owns :func:`run_comparison` (what ``slurm-elastic simulate`` runs) and
-:func:`reproduce` (``slurm-elastic reproduce``): the ONES Table 4 comparison on ``ones-longhorn``
+This module owns :func:`reproduce`: the ONES Table 4 comparison on ``ones-longhorn``
 with Wilcoxon signed-rank tests on paired per-job JCTs and its scalability at 16, 32 and 64 GPUs,
 the IBM comparison of the dynamic program against its fixed-batch baseline on ``ibm-categories``
 at 40 and 400 GPUs and on ``ibm-categories-overload`` at 40, in drop and queue modes, IBM's
-single-category benchmarks of Fig. 5 (:func:`ibm_category_section`), and a
-fairness section (:func:`fairness_section`): Ares's EFQ against the batch-size
-optimizers with and without their finish-time fairness guard and the baselines (and DL2's ``drl``
-when its model loads), by avg and p99 JCT, unfair fraction and worst FTF on the built-in workloads
-and a Philly-like trace. Every table shows each policy's avg JCT over its run's clairvoyant lower
-bound ("×LB", :mod:`slurm_elastic.sim.lower_bound`). Results are plain dicts (the report schema);
-no rendering here.
+single-category benchmarks of Fig. 5 (:func:`ibm_category_section`), DL2's setup
+(:func:`dl2_section`), and a fairness section (:func:`fairness_section`): Ares's EFQ against the
+batch-size optimizers with and without their finish-time fairness guard and the baselines (and
+DL2's ``drl`` when its model loads), by avg and p99 JCT, unfair fraction and worst FTF on the
+built-in workloads and a Philly-like trace. Every table shows each policy's avg JCT over its run's
+clairvoyant lower bound ("×LB", :mod:`slurm_elastic.sim.lower_bound`). Results are plain dicts
+(the report schema); the tables are markdown text; no other rendering here.
 
 Every run plans at the daemon's cadence (:class:`~slurm_elastic.sim.engine.Cadence`: a round at the
 poll after each arrival, completion or epoch end and every ``max_idle``) unless it is a scheduler
 that plans in fixed time slots by design (:data:`CADENCE_NOTE` says which and why:
-:data:`DRL_ROUND_GAP`).
-
-Planners come from :func:`slurm_elastic.policies.build`: :func:`run_comparison` wraps them in the
-site guards it is given (``simulate`` and ``what-if`` pass the site's or the shipped default
-guards), while :func:`reproduce` runs every policy bare, as the papers did (they had no guards).
+:data:`DRL_ROUND_GAP`). Every policy runs bare, without site guards, as the papers did (they had
+no guards). The simulations themselves are :func:`~slurm_elastic.experiments.comparison.run_comparison`'s.
 """
 
 from __future__ import annotations
 
-import re
 import statistics
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from scipy.stats import wilcoxon
 
 from slurm_elastic import policies as registry
-from slurm_elastic.core.guards import Guards
 from slurm_elastic.drl.weights import DL2_MODEL
-from slurm_elastic.errors import ConfigError, ElasticError
-from slurm_elastic.sim.engine import Cadence, simulate
-from slurm_elastic.sim.workload import (
-    ARES_GPUS,
-    DL2_GPUS,
-    IBM_OVERLOAD,
-    SimJobSpec,
-    ares_philly,
-    builtin,
-    gpus_for_load,
-    load_trace,
-    philly_like,
-)
-
-Progress = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class PolicySpec:
-    """A policy to simulate: its name (:mod:`slurm_elastic.policies`), parameters, the label shown in
-    results, and its fixed round gap (seconds) when it plans in fixed time slots by design (``None``:
-    the run's cadence)."""
-
-    name: str
-    params: dict[str, Any] = field(default_factory=dict)
-    label: str = ""
-    round_gap: float | None = None
-
-    @property
-    def shown(self) -> str:
-        """The label of its results."""
-        return self.label or self.name
-
-
-SEED_MAX = 2**32 - 1
-"""Largest seed (as ``--seed``)."""
-
-MAX_SEEDS = 1000
-"""Most seeds one ``--seeds`` may name."""
-
-_SEED = re.compile(r"[0-9]{1,10}", re.ASCII)
-
-
-def parse_seeds(text: str) -> list[int]:
-    """``"1-5"``, ``"3"`` or ``"1,4,9"`` into a list of seeds.
-
-    Seeds are ASCII integers ``0 .. 2**32 - 1``, at most :data:`MAX_SEEDS` of them in all.
-
-    Raises:
-        ConfigError: naming the text and the rule.
-    """
-    rule = f"must look like 1-5, 3 or 1,4,9 (seeds 0..{SEED_MAX} in ASCII digits, at most {MAX_SEEDS} of them)"
-    shown = repr(text if len(text) <= 40 else text[:40] + "...")
-    out: list[int] = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        a, dash, b = part.partition("-")
-        if not _SEED.fullmatch(a) or (dash and not _SEED.fullmatch(b)):
-            raise ConfigError(f"--seeds {shown}: {rule}")
-        lo, hi = int(a), int(b) if dash else int(a)
-        if hi > SEED_MAX or hi < lo or len(out) + hi - lo + 1 > MAX_SEEDS:
-            raise ConfigError(f"--seeds {shown}: {rule}")
-        out.extend(range(lo, hi + 1))
-    if not out:
-        raise ConfigError(f"--seeds {shown}: names no seed")
-    return out
-
-
-def load_jobs(workload: str | None, trace: Path | None, seed: int, gpus: int) -> tuple[str, list[SimJobSpec]]:
-    """The jobs of a built-in workload (seeded) or of a trace file, and the name to record."""
-    if trace is not None and workload is None:
-        return trace.name, load_trace(trace)
-    if workload is not None and trace is None:
-        return workload, builtin(workload, seed, gpus)
-    raise ConfigError("give exactly one of --workload NAME or --trace FILE")
-
-
-def run_comparison(policies: Sequence[PolicySpec], seeds: Sequence[int], *, workload: str | None = None,
-                   trace: Path | None = None, gpus: int = 64, gpus_per_node: int = 4,
-                   resize_cost: str = "in-place", round_gap: float | None = None,
-                   progress: Progress | None = None, guards: Guards | None = None,
-                   loads: Sequence[float] = (), horizon: float | None = None,
-                   cadence: Cadence | None = None,
-                   physics: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Simulate every policy on every seed of the workload; one result dict per run.
-
-    Args:
-        gpus: the cluster's GPUs (a built-in workload is generated for that cluster too).
-        round_gap: fixed rounds this many seconds apart for every policy (a policy's own
-            ``PolicySpec.round_gap`` first); ``None``: ``cadence``.
-        cadence: when rounds run (a site's daemon: ``Cadence.of``); ``None``: the daemon's defaults.
-        physics: the simulator's physics knobs (``simulate``'s ``overhead_s``, ``equal_start``,
-            ``host_cores``) for every run: ``what-if``'s site physics.
-        guards: the site guards every policy runs inside (as the daemon runs it); ``None``: the
-            bare policies (``reproduce``).
-        loads: when given, each seed's workload runs once per load on the cluster sized for it
-            (:func:`~slurm_elastic.sim.workload.gpus_for_load`); each result says its ``load``.
-        horizon: cut every run at this virtual time (seconds); ``None``: each run ends when its last
-            job does (:func:`~slurm_elastic.sim.engine.simulate`).
-    """
-    results = []
-    for seed in seeds:
-        name, jobs = load_jobs(workload, trace, seed, gpus)
-        sizes: list[tuple[float | None, int]] = [(load, gpus_for_load(jobs, load, gpus_per_node)) for load in loads]
-        for load, cluster in sizes or [(None, gpus)]:
-            for pol in policies:
-                planner = registry.build(pol.name, pol.params, guards)
-                if progress:
-                    at = f" (load {load:g})" if load is not None else ""
-                    progress(f"{name} seed {seed}: {pol.shown} on {cluster} GPUs{at} ({len(jobs)} jobs)")
-                gap = pol.round_gap if pol.round_gap is not None else round_gap
-                res = simulate(jobs, planner, gpus=cluster, gpus_per_node=gpus_per_node, resize_cost=resize_cost,
-                               seed=seed, workload=name, round_gap=gap, horizon=horizon, cadence=cadence,
-                               **(physics or {}))
-                res["policy"] = pol.shown
-                if load is not None:
-                    res["load"] = load
-                results.append(res)
-    return results
+from slurm_elastic.errors import ElasticError
+from slurm_elastic.experiments.comparison import PolicySpec, Progress, RunKey, run_comparison, run_key
+from slurm_elastic.sim.engine import simulate
+from slurm_elastic.sim.workload import SimJobSpec
+from slurm_elastic.workloads.catalog import builtin
+from slurm_elastic.workloads.dl2 import DL2_GPUS
+from slurm_elastic.workloads.ibm import IBM_OVERLOAD
+from slurm_elastic.workloads.philly import ARES_GPUS, ares_philly, philly_like
 
 
 def _paired_jct(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[float], list[float]]:
@@ -553,14 +432,6 @@ def fairness_policies() -> list[PolicySpec]:
     return pols
 
 
-RunKey = tuple[str, int, int, str, str, float | None]
-
-
-def run_key(workload: str, gpus: int, seed: int, spec: PolicySpec) -> RunKey:
-    """What a bare simulation of a built-in workload depends on: the same key, the same run."""
-    return workload, gpus, seed, spec.name, repr(sorted(spec.params.items())), spec.round_gap
-
-
 def _run_jobs(policies: Sequence[PolicySpec], jobs: list[SimJobSpec], name: str, gpus: int, seed: int,
               progress: Progress | None, known: Mapping[RunKey, dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
@@ -583,8 +454,8 @@ def fairness_section(seeds: Sequence[int], *, quick: bool = False, progress: Pro
     """Efficiency and finish-time fairness of every policy of :func:`fairness_policies`.
 
     Workloads: ``ones-longhorn`` (64 GPUs) and ``ibm-categories`` (40 GPUs) on the first seed, and a
-    Philly-like trace (:func:`~slurm_elastic.sim.workload.philly_like`, 160 jobs on 64 GPUs at
-    load 0.9) and Ares's setup (:func:`~slurm_elastic.sim.workload.ares_philly`) on every seed.
+    Philly-like trace (:func:`~slurm_elastic.workloads.philly.philly_like`, 160 jobs on 64 GPUs at
+    load 0.9) and Ares's setup (:func:`~slurm_elastic.workloads.philly.ares_philly`) on every seed.
     ``quick``: only a 24-job Philly-like trace on 16 GPUs, first seed. ``known``: bare runs already
     simulated (:func:`run_key`), taken instead of simulated again.
 
