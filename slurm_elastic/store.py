@@ -14,7 +14,8 @@ This module owns the database file and its schema. Its contract with the daemon:
   for the life of the process;
 * every round is recorded with its plan (as JSON) and the one-line summary;
 * progress reports from jobs' launchers (samples, loss, metric, throughput at a configuration,
-  resize pauses, the model's name and parameter count) are appended, never updated, together with
+  resize pauses, the model's name and parameter count, the epochs the job trains and, where they
+  differ, what ``slurm-elastic submit`` said) are appended, never updated, together with
   how far the job's report file has been read, in one transaction, so a restarted daemon neither
   loses nor repeats a report;
 * the workers of each launcher job (which node and which Slurm allocation each runs in), the
@@ -53,7 +54,7 @@ from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, JobPlan, NodeName, Placement, Plan, Unplaced
 from slurm_elastic.errors import ElasticError
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 LOCK_WAIT_S = 2.0
 """How long a call waits for another process's write lock before it fails (sqlite's busy timeout)."""
 
@@ -96,7 +97,10 @@ CREATE TABLE IF NOT EXISTS progress (
     lost TEXT NOT NULL DEFAULT '',
     nodes INTEGER,
     model TEXT,
-    params INTEGER
+    params INTEGER,
+    epochs REAL,
+    submitted_epochs INTEGER,
+    submitted_local_batch INTEGER
 );
 CREATE INDEX IF NOT EXISTS progress_job ON progress(job_id, t);
 CREATE INDEX IF NOT EXISTS progress_end ON progress(kind, job_id, t);
@@ -157,14 +161,16 @@ _MIGRATE_5_TO_6 = ("ALTER TABLE progress ADD COLUMN lost TEXT NOT NULL DEFAULT '
 _MIGRATE_6_TO_7 = ("ALTER TABLE progress ADD COLUMN nodes INTEGER",)
 # Version 7 stores lack the job identity a report names (its model's name and parameter count).
 _MIGRATE_7_TO_8 = ("ALTER TABLE progress ADD COLUMN model TEXT", "ALTER TABLE progress ADD COLUMN params INTEGER")
-_MIGRATIONS = {1: _MIGRATE_1_TO_2 + _MIGRATE_2_TO_3 + _MIGRATE_5_TO_6 + _MIGRATE_6_TO_7 + _MIGRATE_7_TO_8,
-               2: _MIGRATE_2_TO_3 + _MIGRATE_5_TO_6 + _MIGRATE_6_TO_7 + _MIGRATE_7_TO_8,
-               3: _MIGRATE_5_TO_6 + _MIGRATE_6_TO_7 + _MIGRATE_7_TO_8,
-               4: _MIGRATE_5_TO_6 + _MIGRATE_6_TO_7 + _MIGRATE_7_TO_8,
-               5: _MIGRATE_5_TO_6 + _MIGRATE_6_TO_7 + _MIGRATE_7_TO_8,
-               6: _MIGRATE_6_TO_7 + _MIGRATE_7_TO_8, 7: _MIGRATE_7_TO_8, 8: ()}
 # Version 8 stores lack the run each job's worker layout belongs to (the schema script creates the
 # table; a layout without a run is the first run's).
+# Version 9 stores lack what a report says the job runs (its epochs) and what the submit flags said
+# where the script runs otherwise.
+_MIGRATE_9_TO_10 = ("ALTER TABLE progress ADD COLUMN epochs REAL", "ALTER TABLE progress ADD COLUMN submitted_epochs "
+                    "INTEGER", "ALTER TABLE progress ADD COLUMN submitted_local_batch INTEGER")
+_FROM_5 = _MIGRATE_5_TO_6 + _MIGRATE_6_TO_7 + _MIGRATE_7_TO_8 + _MIGRATE_9_TO_10
+_MIGRATIONS = {1: _MIGRATE_1_TO_2 + _MIGRATE_2_TO_3 + _FROM_5, 2: _MIGRATE_2_TO_3 + _FROM_5, 3: _FROM_5, 4: _FROM_5,
+               5: _FROM_5, 6: _MIGRATE_6_TO_7 + _MIGRATE_7_TO_8 + _MIGRATE_9_TO_10,
+               7: _MIGRATE_7_TO_8 + _MIGRATE_9_TO_10, 8: _MIGRATE_9_TO_10, 9: _MIGRATE_9_TO_10}
 
 
 class StoreError(ElasticError):
@@ -193,6 +199,12 @@ class ProgressRow:
             names), ``None`` when unknown.
         model: the model's name the report gives (the user's), ``None`` if it names none.
         params: the model's parameter count the report gives, ``None`` if it gives none.
+        epochs: the epochs the job trains, as its report says (what its script runs), ``None`` if
+            it does not say.
+        submitted_epochs: in the first report of a run whose script trains other epochs or another
+            per-worker batch than ``slurm-elastic submit`` said: the ``--epochs`` it was submitted
+            with; ``None`` otherwise.
+        submitted_local_batch: likewise, the ``--local-batch`` it was submitted with.
     """
 
     t: float
@@ -209,16 +221,21 @@ class ProgressRow:
     nodes: int | None = None
     model: str | None = None
     params: int | None = None
+    epochs: float | None = None
+    submitted_epochs: int | None = None
+    submitted_local_batch: int | None = None
 
 
 _PROGRESS_COLUMNS = ("t, kind, samples, world, global_batch, throughput, loss, metric, pause_s, epoch_size, lost, "
-                     "nodes, model, params")
+                     "nodes, model, params, epochs, submitted_epochs, submitted_local_batch")
 
 
 def _progress_row(r: tuple[Any, ...]) -> ProgressRow:
-    t, kind, samples, world, batch, throughput, loss, metric, pause, epoch_size, lost, nodes, model, params = r
+    (t, kind, samples, world, batch, throughput, loss, metric, pause, epoch_size, lost, nodes, model, params, epochs,
+     said_epochs, said_batch) = r
     return ProgressRow(t, kind, samples, world, batch, throughput, loss, metric, pause, epoch_size,
-                       tuple(w for w in str(lost).split(",") if w), nodes, model, params)
+                       tuple(w for w in str(lost).split(",") if w), nodes, model, params, epochs, said_epochs,
+                       said_batch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -576,9 +593,10 @@ class Store:
                 f"job {job_id}: progress samples={r.samples}, world={r.world}, batch={r.global_batch} must be >= 0"
             )
         self._db.execute(
-            f"INSERT INTO progress(job_id, {_PROGRESS_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO progress(job_id, {_PROGRESS_COLUMNS}) VALUES ({', '.join('?' * 18)})",
             (job_id, r.t, r.kind, r.samples, r.world, r.global_batch, r.throughput, r.loss, r.metric, r.pause_s,
-             r.epoch_size, ",".join(r.lost), r.nodes, r.model, r.params),
+             r.epoch_size, ",".join(r.lost), r.nodes, r.model, r.params, r.epochs, r.submitted_epochs,
+             r.submitted_local_batch),
         )
 
     def add_reports(self, job_id: str, rows: Iterable[ProgressRow], offset: int) -> None:

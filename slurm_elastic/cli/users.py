@@ -7,18 +7,26 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slurm_elastic.cli.common import view, with_backend
 from slurm_elastic.core.model import JobId, JobPlan
 from slurm_elastic.core.remaining import outlook
 from slurm_elastic.errors import ConfigError
 
+if TYPE_CHECKING:
+    from slurm_elastic.observe.progress import WhatRuns
+
 log = logging.getLogger(__name__)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    """``status``: each elastic job's GPUs now and planned, batch, state and outlook; a job whose
+    script runs other epochs or another per-worker batch than it was submitted with says so (what
+    runs is what it is planned from)."""
     from slurm_elastic.config import load
+    from slurm_elastic.observe.progress import what_runs
+    from slurm_elastic.slurm.records import run_start_of
     from slurm_elastic.store import Store, StoreError
 
     cfg = with_backend(load(args.config), args.backend)
@@ -34,18 +42,22 @@ def cmd_status(args: argparse.Namespace) -> int:
     learned = cluster.learner.summary() if cluster.learner is not None else None
     planned: dict[JobId, JobPlan] = {}
     quarantined: dict[str, str] = {}
+    runs: dict[str, WhatRuns | None] = {}
     if store is not None:
         last = store.last_round()
         if last is not None:
             planned = last.plan.by_job()
         quarantined = {j: r for j, r in store.quarantined().items() if j in cluster.records}
+        runs = {j.job_id: what_runs(store.progress_of(j.job_id), run_start_of(cluster.records[j.job_id]))
+                for j in snap.elastic_jobs() if j.job_id in cluster.records}
         store.close()
     quarantined.update(cluster.left_out)
     rows = [{"job_id": j.job_id, "user": j.user, "state": j.state.value, "gpus": j.num_gpus,
              "planned_gpus": planned[j.job_id].num_gpus if j.job_id in planned else 0,
              "range": f"{j.min_gpus}:{j.max_gpus}", "batch": j.global_batch,
              "planned_batch": planned[j.job_id].global_batch if j.job_id in planned else 0,
-             "mode": j.mode.value, "quarantine": quarantined.get(j.job_id, ""), **outlook(snap, j)}
+             "mode": j.mode.value, "quarantine": quarantined.get(j.job_id, ""), **outlook(snap, j),
+             **_configured(j.target_epochs, runs.get(j.job_id))}
             for j in snap.elastic_jobs()]
     shown = {r["job_id"] for r in rows}
     rows += [{"job_id": jid, "user": cluster.records[jid].user if jid in cluster.records else "?",
@@ -72,10 +84,24 @@ def cmd_status(args: argparse.Namespace) -> int:
               f"{_duration(r.get('remaining_s')):>7} {_model(r)}")
         if r["quarantine"]:
             print(f"{'':>8} quarantined: {r['quarantine']}")
+        if r.get("configured_twice"):
+            print(f"{'':>8} configured twice: {r['configured_twice']}")
     if learned and learned["source"] == "fitted":
         print(f"progress model: fitted from {learned['jobs']} finished jobs ({learned['points']} points), "
               f"mean |predicted - true progress| {learned['error']}")
     return 0
+
+
+def _configured(planned_epochs: float | None, runs: WhatRuns | None) -> dict[str, Any]:
+    """A job's ``epochs`` (those it is planned with: what its reports say it trains), ``submitted``
+    (``{"epochs", "local_batch"}`` of ``slurm-elastic submit`` where its script runs others, else
+    ``None``) and ``configured_twice`` (the line that says so, else ``""``), from its reports'
+    :class:`~slurm_elastic.observe.progress.WhatRuns` (``None``: it has not reported)."""
+    said = None
+    if runs is not None and runs.submitted_epochs is not None:
+        said = {"epochs": runs.submitted_epochs, "local_batch": runs.submitted_local_batch}
+    return {"epochs": planned_epochs, "submitted": said,
+            "configured_twice": (runs.configured_twice() if runs is not None else None) or ""}
 
 
 def _figure(value: Any) -> str:

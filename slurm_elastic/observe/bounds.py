@@ -32,6 +32,9 @@ planned from priors, exactly as if it had never reported (docs/security.md):
 * ``samples`` never decreasing, and growing no faster than that throughput bound allows between
   two reports of the job's rank 0 (a leaving worker's ``left`` farewell is its own process's
   count and is checked for time, world and batch only);
+* ``epochs`` (what the job says it trains, which its remaining work is planned from) at most
+  :data:`MAX_EPOCHS`; what it changes in a plan beyond that is bounded by the trust guard
+  (``core/trust.py``: ``target_epochs`` is a reported field, planned also from the job's prior);
 * nothing after an ``end`` report in the same run: a job that says its training ended and then
   reports progress lied once (its end report made the daemon leave it alone: no shrink, no order).
 
@@ -58,6 +61,8 @@ CLOCK_SKEW_S = 60.0
 """How far a report's time may lie after the daemon's clock (the job's nodes' clocks drift)."""
 BATCH_SLACK = 2
 """Samples one report may add beyond the throughput bound, in global batches (a step in flight)."""
+MAX_EPOCHS = 1_000_000
+"""Most epochs a report may say its job trains (no training makes a million passes over its data)."""
 
 
 class ReportOutOfBounds(ValueError):  # noqa: N818 (an outcome: the report is refused)
@@ -136,6 +141,8 @@ class ReportLimits:
                 raise refuse(f"global_batch={row.global_batch} on {row.world} worker(s)",
                              f"rule: at most {limit} per worker, what fits in a GPU for the model it is planned "
                              f"as ({model or 'the default model'})")
+        if row.epochs is not None and row.epochs > MAX_EPOCHS:
+            raise refuse(f"epochs={row.epochs!r}", f"rule: at most {MAX_EPOCHS:,}")
         if row.throughput is not None and row.throughput > self.ceiling(row.world):
             raise refuse(f"throughput={row.throughput!r} on {row.world} worker(s)",
                          f"rule: at most {THROUGHPUT_SLACK:g} x the fastest known model's best, "

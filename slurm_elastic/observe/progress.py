@@ -4,8 +4,9 @@ This module owns two passive steps of every observation: :func:`ingest` reads th
 reports of each started launcher job (:meth:`slurm_elastic.orders.Channel.reports`, from the
 offset the store kept) and stores them as :class:`~slurm_elastic.store.ProgressRow` s, and
 :func:`runtime_of` turns a job's rows into the :class:`JobRuntime` its snapshot is built with
-(samples done, throughput measured at the current size, per-GPU batch, epoch size, losses, last
-resize). A job without a channel simply has no reports; a refused line (bad MAC, another job, a
+(samples done, throughput measured at the current size, per-GPU batch, epoch size, the epochs it
+trains, losses, last resize); :func:`what_runs` says what a job runs beside what ``slurm-elastic
+submit`` said, for ``status``. A job without a channel simply has no reports; a refused line (bad MAC, another job, a
 malformed field, a claim outside :mod:`slurm_elastic.observe.bounds`) or a report file that breaks
 a rule quarantines the job: it is logged, skipped, never trusted, and the job is planned from priors,
 except that one whose end report the act step believes (:func:`finished_training`) is not offered
@@ -60,7 +61,9 @@ class JobRuntime:
         samples_processed: samples trained so far.
         local_batch: per-GPU batch now (samples).
         base_lr: learning rate at the base batch.
-        target_epochs: epochs the user declared.
+        target_epochs: the epochs the job trains, as its latest report that says so gives them (what
+            its script runs: ``world.epochs(n)``, or ``--epochs`` under ``run()``), not what
+            ``slurm-elastic submit`` said; ``None`` when no report says.
         observed_throughput: samples/s measured at the current placement.
         last_change_time: when the allocation last changed (seconds since the epoch).
         samples_at_last_change: ``samples_processed`` at ``last_change_time``.
@@ -130,6 +133,8 @@ def row_of(report: Mapping[str, Any], layout: Mapping[str, str] | None = None) -
     lost = _lost(report) if kind == "resize" else ()
     members = _members(report)
     world = _number(report, "world", int)
+    epochs = _number(report, "epochs", float, optional=True) if kind != "left" else None
+    said_epochs, said_batch = _submitted(report) if kind != "left" else (None, None)
     return ProgressRow(
         t=_number(report, "t", float), kind=str(kind), samples=_number(report, "samples", int),
         world=world, global_batch=_number(report, "global_batch", int),
@@ -138,8 +143,27 @@ def row_of(report: Mapping[str, Any], layout: Mapping[str, str] | None = None) -
         pause_s=(pause or 0.0) if kind == "resize" else None,
         epoch_size=_number(report, "epoch_size", int, optional=True) or None, lost=lost,
         nodes=1 if world == 1 else nodes_spanned(members, layout or {}),
-        model=model, params=params,
+        model=model, params=params, epochs=epochs, submitted_epochs=said_epochs, submitted_local_batch=said_batch,
     )
+
+
+def _wire_count(value: Any) -> int | None:
+    """``value`` when it is an integer ≥ 1 a report may carry (the wire rule of ``epochs``,
+    ``local_batch`` and ``submitted``), else ``None``."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= REPORT_NUMBER_MAX
+    return value if ok else None
+
+
+def _submitted(report: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """The submit flags' ``(epochs, local_batch)`` a report's ``submitted`` gives, or ``(None, None)``
+    when it gives none, or gives them in a form that breaks the wire rule (integers ≥ 1): what the
+    flags said is only shown (``status``, the daemon's log), never planned from, so a malformed one
+    is left out rather than refused."""
+    submitted = report.get("submitted")
+    if not isinstance(submitted, dict):
+        return None, None
+    epochs, batch = _wire_count(submitted.get("epochs")), _wire_count(submitted.get("local_batch"))
+    return (epochs, batch) if epochs is not None and batch is not None else (None, None)
 
 
 def configured_twice(report: Mapping[str, Any]) -> str | None:
@@ -147,16 +171,58 @@ def configured_twice(report: Mapping[str, Any]) -> str | None:
     ``slurm-elastic submit``'s ``--epochs``/``--local-batch`` (the launcher sends ``submitted`` in the
     first report of a run where they differ), for the daemon's log; None when it says nothing of
     the kind, or says it in a form that breaks the wire rule (integers ≥ 1). The script's values are
-    what runs: the report's ``local_batch`` is what the daemon plans the job's batch from."""
-    submitted = report.get("submitted")
-    if not isinstance(submitted, dict):
+    what runs: the report's ``epochs`` and ``local_batch`` are what the daemon plans the job from."""
+    epochs, batch = _wire_count(report.get("epochs")), _wire_count(report.get("local_batch"))
+    said_epochs, said_batch = _submitted(report)
+    if epochs is None or batch is None or said_epochs is None or said_batch is None:
         return None
-    values = (report.get("epochs"), report.get("local_batch"), submitted.get("epochs"), submitted.get("local_batch"))
-    if not all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= REPORT_NUMBER_MAX for v in values):
+    return WhatRuns(float(epochs), batch, said_epochs, said_batch).configured_twice()
+
+
+@dataclass(frozen=True, slots=True)
+class WhatRuns:
+    """What a job's reports say it runs, and what ``slurm-elastic submit`` said where that differs.
+
+    Attributes:
+        epochs: the epochs the job trains (its script's), ``None`` when its reports do not say.
+        local_batch: its per-worker batch now (samples).
+        submitted_epochs: the ``--epochs`` it was submitted with, when its current run's first
+            report said the flags differ from what runs; ``None`` otherwise.
+        submitted_local_batch: likewise, the ``--local-batch`` it was submitted with.
+    """
+
+    epochs: float | None
+    local_batch: int
+    submitted_epochs: int | None = None
+    submitted_local_batch: int | None = None
+
+    def configured_twice(self) -> str | None:
+        """The one line that says the script and the submit flags disagree (for the daemon's log and
+        ``status``), or ``None`` when they agree or the job's reports did not say what it was submitted with."""
+        if self.submitted_epochs is None or self.submitted_local_batch is None:
+            return None
+        epochs = None if self.epochs is None else float(self.epochs)
+        runs = "an unreported number of" if epochs is None else str(int(epochs) if epochs.is_integer() else epochs)
+        return (f"the script trains {runs} epochs at a per-worker batch of {self.local_batch}, but the job was "
+                f"submitted with --epochs {self.submitted_epochs} --local-batch {self.submitted_local_batch}: its "
+                "reports (what runs) are what it is planned from")
+
+
+def what_runs(rows: Sequence[ProgressRow], run_start: float | None = None) -> WhatRuns | None:
+    """What a job's progress rows (oldest first) say it runs now (:class:`WhatRuns`), or ``None``
+    without a rank-0 row: the epochs of the latest row that gives them, the per-worker batch of the
+    latest row, and what the submit flags said as the first report of the current run (written at
+    or after ``run_start``, :func:`run_start_of`) gave it."""
+    rows = [r for r in rows if r.kind != "left"]
+    if not rows:
         return None
-    epochs, batch, said_epochs, said_batch = values
-    return (f"the script trains {epochs} epochs at a per-worker batch of {batch}, but the job was submitted with "
-            f"--epochs {said_epochs} --local-batch {said_batch}: its reports (what runs) are what it is planned from")
+    last = rows[-1]
+    this_run = [r for r in rows if run_start is None or r.t >= run_start]
+    said = next((r for r in reversed(this_run) if r.submitted_epochs is not None), None)
+    return WhatRuns(next((r.epochs for r in reversed(rows) if r.epochs is not None), None),
+                    max(1, last.global_batch // (last.world or 1)),
+                    said.submitted_epochs if said is not None else None,
+                    said.submitted_local_batch if said is not None else None)
 
 
 def nodes_spanned(members: Sequence[str], layout: Mapping[str, str]) -> int | None:
@@ -267,7 +333,8 @@ def runtime_of(rows: Sequence[ProgressRow], run_start: float | None = None) -> J
     """What a job's progress rows (oldest first) say about it now, or ``None`` without rows.
 
     Throughput is the mean of the progress windows since the last resize (the current world);
-    the last change is the last resize report; the model's name and parameter count are those of the
+    the last change is the last resize report; the model's name, parameter count and the epochs it
+    trains (``target_epochs``: what its script runs, not what the submit flags said) are those of the
     latest report that gives them. A job whose last report says its training ended cannot grow: its
     workers are exiting, and a grow planned for it would only be refused by the actuator. An end
     report written before ``run_start`` (:func:`run_start_of`) is an earlier run's: the stop before a
@@ -292,6 +359,7 @@ def runtime_of(rows: Sequence[ProgressRow], run_start: float | None = None) -> J
         epoch_size=epoch_size,
         samples_processed=last.samples,
         local_batch=max(1, last.global_batch // world),
+        target_epochs=next((r.epochs for r in reversed(rows) if r.epochs is not None), None),
         observed_throughput=sum(window) / len(window) if window else None,
         last_change_time=resizes[-1].t if resizes else None,
         samples_at_last_change=resizes[-1].samples if resizes else 0,

@@ -189,14 +189,16 @@ def test_a_store_of_schema_7_gains_the_identity_columns_and_keeps_its_rows(tmp_p
     db = sqlite3.connect(path)
     db.execute("ALTER TABLE progress DROP COLUMN model")
     db.execute("ALTER TABLE progress DROP COLUMN params")
+    for column in ("epochs", "submitted_epochs", "submitted_local_batch"):  # schema 10's
+        db.execute(f"ALTER TABLE progress DROP COLUMN {column}")
     db.execute("UPDATE meta SET value='7' WHERE key='schema'")
     db.commit()
     db.close()
     store = Store(path)
-    assert SCHEMA_VERSION == 9 and store.progress_of("7") == [ProgressRow(1.0, "progress", 10, 2, 64, 5.0, nodes=1)]
+    assert SCHEMA_VERSION == 10 and store.progress_of("7") == [ProgressRow(1.0, "progress", 10, 2, 64, 5.0, nodes=1)]
     store.add_progress("7", ProgressRow(2.0, "progress", 20, 2, 64, 5.0, nodes=1, model="m", params=5))
     assert store.progress_of("7")[-1].model == "m" and store.progress_of("7")[-1].params == 5
-    assert sqlite3.connect(path).execute("SELECT value FROM meta WHERE key='schema'").fetchone() == ("9",)
+    assert sqlite3.connect(path).execute("SELECT value FROM meta WHERE key='schema'").fetchone() == ("10",)
 
 
 # -- runtime and snapshot ---------------------------------------------------------------------------

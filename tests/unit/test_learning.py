@@ -123,7 +123,7 @@ def test_a_store_of_schema_6_gains_the_nodes_column_and_keeps_its_rows(tmp_path:
     path = tmp_path / "s.db"
     Store(path).add_progress("7", ProgressRow(1.0, "progress", 10, 2, 64, 5.0, nodes=1))
     db = sqlite3.connect(path)
-    for column in ("nodes", "model", "params"):  # a schema 6 store had none of them
+    for column in ("nodes", "model", "params", "epochs", "submitted_epochs", "submitted_local_batch"):  # not in 6
         db.execute(f"ALTER TABLE progress DROP COLUMN {column}")
     db.execute("UPDATE meta SET value='6' WHERE key='schema'")
     db.commit()
