@@ -26,8 +26,8 @@ This module owns the database file and its schema. Its contract with the daemon:
   with the first reason, so that ``status``, ``/metrics`` and a restarted daemon name it.
 
 Every row comes back typed (:class:`ProgressRow`, :class:`JournalEntry`, :class:`RoundRecord`
-with its :class:`~slurm_elastic.core.model.Plan`, :class:`Release`, :class:`Step`); only a step's
-own detail and the daemon's ``meta`` values are free-form JSON.
+with its :class:`~slurm_elastic.core.model.Plan`, :class:`Release`, :class:`Step`,
+:class:`ReportInputs`); only a step's own detail and the daemon's ``meta`` values are free-form JSON.
 
 A file that is not a database, or one another process keeps locked for ``LOCK_WAIT_S``, is a
 :class:`StoreError` naming the file and the rule, never a traceback or a hang.
@@ -360,6 +360,22 @@ class Release:
     ordered: float
 
 
+@dataclass(frozen=True, slots=True)
+class ReportInputs:
+    """What the allocation report takes from the store (:meth:`Store.report_inputs`), the keyword
+    arguments of the same names of :func:`slurm_elastic.reports.allocation.allocation_tables`.
+
+    Attributes:
+        journal: each job's journaled actions, oldest first, by job id.
+        progress: each job's progress rows, oldest first, by job id (empty: it never reported).
+        satellites: every satellite the store knows, ended or not: satellite job id -> parent job id.
+    """
+
+    journal: dict[str, list[JournalEntry]]
+    progress: dict[str, list[ProgressRow]]
+    satellites: dict[str, str]
+
+
 class Step(NamedTuple):
     """One journaled step of an action (:meth:`Store.add_step`)."""
 
@@ -676,14 +692,12 @@ class Store:
             self._db.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET "
                              "value=excluded.value", (f"daemon.{key}", value))
 
-    def report_inputs(self, job_ids: Iterable[str]) -> dict[str, Any]:
-        """What the allocation report takes from the store for these jobs (and the jobs their
-        satellites belong to): ``journal``, ``progress`` and ``satellites``, as keyword arguments
-        of :func:`slurm_elastic.reports.allocation.allocation_tables`."""
+    def report_inputs(self, job_ids: Iterable[str]) -> ReportInputs:
+        """What the allocation report takes from the store for these jobs and the jobs their
+        satellites belong to (:class:`ReportInputs`)."""
         satellites = self.satellites(include_ended=True)
         ids = set(job_ids) | set(satellites.values())
-        return {"journal": {j: self.actions_of(j) for j in ids}, "progress": {j: self.progress_of(j) for j in ids},
-                "satellites": satellites}
+        return ReportInputs({j: self.actions_of(j) for j in ids}, {j: self.progress_of(j) for j in ids}, satellites)
 
     # -- workers and satellites -------------------------------------------------------------------
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from slurm_elastic.errors import ConfigError
 
@@ -25,7 +25,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     since, until = window(args)
     records = read_accounting(since, until, account=args.account)
-    from_store: dict[str, Any] = {}
+    from_store = None
     if args.store:
         from slurm_elastic.store import Store
 
@@ -38,7 +38,10 @@ def cmd_report(args: argparse.Namespace) -> int:
             store.close()
     cfg = load(args.config) if args.config else Config()
     tables = allocation.allocation_tables(records, since=since.timestamp(), until=until.timestamp(),
-                                          total_gpus=cluster_gpus() or None, **from_store,
+                                          total_gpus=cluster_gpus() or None,
+                                          journal=from_store.journal if from_store is not None else None,
+                                          progress=from_store.progress if from_store is not None else None,
+                                          satellites=from_store.satellites if from_store is not None else None,
                                           profiles=default_profiles(cfg.daemon.profiles),
                                           default_model=cfg.daemon.default_model)
     if args.format == "html":

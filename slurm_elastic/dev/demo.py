@@ -180,8 +180,9 @@ def _finish(out: Path, started: dt.datetime, runner: Callable[[Sequence[str]], s
     time.sleep(2.0)  # let slurmctld hand the last job ends to slurmdbd
     records = read_accounting(started - dt.timedelta(minutes=1), dt.datetime.now() + dt.timedelta(minutes=1),
                               runner=runner)
-    tables = allocation.allocation_tables(records, total_gpus=total_gpus,
-                                          **store.report_inputs(str(r.job_id) for r in records))
+    inputs = store.report_inputs(str(r.job_id) for r in records)
+    tables = allocation.allocation_tables(records, total_gpus=total_gpus, journal=inputs.journal,
+                                          progress=inputs.progress, satellites=inputs.satellites)
     paths = allocation.write_html(tables, out / "report")
     html = next((p for p in paths if p.suffix == ".html"), paths[0])
     summary = {"seconds": round(elapsed, 1), "jobs": per_job, "report": str(html),

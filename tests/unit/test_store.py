@@ -78,9 +78,9 @@ def test_report_inputs_cover_the_jobs_and_the_jobs_their_satellites_belong_to(tm
     store.add_satellite("9", "7", 1.0, [("w2", "n1")])
     store.add_progress("7", ProgressRow(t=2.0, samples=10, world=2, global_batch=64, kind="resize", pause_s=0.1))
     got = store.report_inputs(["9", "8"])
-    assert got["satellites"] == {"9": "7"}
-    assert set(got["journal"]) == set(got["progress"]) == {"7", "8", "9"}
-    assert [r.kind for r in got["progress"]["7"]] == ["resize"] and got["progress"]["8"] == []
+    assert got.satellites == {"9": "7"}
+    assert set(got.journal) == set(got.progress) == {"7", "8", "9"}
+    assert [r.kind for r in got.progress["7"]] == ["resize"] and got.progress["8"] == []
 
 
 def test_a_version_2_store_is_migrated_and_its_rows_keep_their_world(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """The store's rows come back typed (issue 38: "store rows are typed"): rounds as
 :class:`~slurm_elastic.store.RoundRecord` with their :class:`~slurm_elastic.core.model.Plan`, owed
 node releases as :class:`~slurm_elastic.store.Release`, an action's steps as
-:class:`~slurm_elastic.store.Step`; a row the store cannot read back is a StoreError, never a dict
+:class:`~slurm_elastic.store.Step`, the allocation report's inputs as
+:class:`~slurm_elastic.store.ReportInputs`; a row the store cannot read back is a StoreError, never a dict
 the caller trips on later."""
 
 from __future__ import annotations
@@ -13,7 +14,17 @@ import pytest
 
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, JobPlan, Placement, Plan, Unplaced
-from slurm_elastic.store import Release, RoundRecord, Step, Store, StoreError, plan_from_json, plan_to_json
+from slurm_elastic.store import (
+    ProgressRow,
+    Release,
+    ReportInputs,
+    RoundRecord,
+    Step,
+    Store,
+    StoreError,
+    plan_from_json,
+    plan_to_json,
+)
 
 PLAN = Plan("dp", (JobPlan(JobId("7"), Placement.of([("n001", 0), ("n001", 1), ("n000", 3)]), 96, 32, 1, 0.3),
                    JobPlan(JobId("9"), Placement.of([("n002", 2)]), 8, 4, 2, 0.05)),
@@ -64,3 +75,14 @@ def test_an_actions_steps_are_typed(tmp_path: Path) -> None:
     steps = store.steps_of(aid)
     assert steps == [Step("scancel", {"argv": ["scancel", "3"]}, 2.0), Step("done", {}, 3.5)]
     assert [(s.name, s.t) for s in steps] == [("scancel", 2.0), ("done", 3.5)]
+
+
+def test_the_report_inputs_are_typed(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.db")
+    store.add_satellite("9", "7", 1.0, [("w1", "n1")])
+    row = ProgressRow(2.0, "resize", 10, 2, 64, pause_s=0.1)
+    store.add_progress("7", row)
+    aid = store.begin_action(Action(ActionKind.DROP, JobId("8"), Placement(), Placement()), 1.0)
+    got = store.report_inputs(["8"])
+    assert got == ReportInputs({"7": [], "8": store.actions_of("8")}, {"7": [row], "8": []}, {"9": "7"})
+    assert [e.id for e in got.journal["8"]] == [aid]
