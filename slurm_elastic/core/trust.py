@@ -1,9 +1,9 @@
 """The trust guard: what a job reports moves GPUs within fair shares only, and never stops another job.
 
-A job's reports (its throughput, batch, samples, model name, measured step times) are signed by
-its owner, so they are the owner's word. :mod:`slurm_elastic.observe.bounds` refuses what no job
-can have done; within those bounds a report still changes what a planner sees, and a planner that
-trusts it may take from other jobs. This module owns :class:`ReportGuard`, a
+A job's reports (its throughput, batch, samples, the epochs it trains, model name, measured step
+times) are signed by its owner, so they are the owner's word. :mod:`slurm_elastic.observe.bounds`
+refuses what no job can have done; within those bounds a report still changes what a planner sees,
+and a planner that trusts it may take from other jobs. This module owns :class:`ReportGuard`, a
 :class:`~slurm_elastic.core.planner.Planner` wrapped around every policy, which bounds that:
 
 * the **prior plan** is what the policy plans when every job is seen as it would be had it never
