@@ -52,7 +52,8 @@ from typing import Any
 from slurm_elastic.contract import ContractError, parse_elastic_request
 from slurm_elastic.core.guards import Guards
 from slurm_elastic.errors import ConfigError
-from slurm_elastic.experiments.comparison import PolicySpec, Progress, run_comparison
+from slurm_elastic.experiments.comparison import PolicySpec, run_comparison
+from slurm_elastic.experiments.pool import PairPool, Progress
 from slurm_elastic.reports.allocation import JobUsage, group_jobs
 from slurm_elastic.reports.site_physics import SitePhysics, measure_site_physics
 from slurm_elastic.sim.cluster import Overhead, overhead_for
@@ -191,14 +192,16 @@ def apply_site_physics(rows: Sequence[dict[str, str]], records: Sequence[Account
 def what_if(records: Sequence[AccountingRecord], policies: Sequence[PolicySpec], seeds: Sequence[int],
             gpus: int, gpus_per_node: int, *, elastic_range: float = 4.0, resize_cost: str = "in-place",
             round_gap: float = 30.0, progress: Progress | None = None,
-            guards: Guards | None = None, site_physics: bool = True) -> list[dict[str, Any]]:
+            guards: Guards | None = None, site_physics: bool = True,
+            pool: PairPool | None = None) -> list[dict[str, Any]]:
     """Replay the history under each policy and seed on a virtual cluster of ``gpus`` GPUs.
 
     The trace of :func:`history_rows` is written to a temporary CSV and handed to
     :func:`run_comparison`, so the results are exactly ``slurm-elastic simulate --trace``'s (workload
     name :data:`WORKLOAD_NAME`) with the site physics measured from ``records`` (module docstring;
     ``site_physics=False``: none). Each policy runs inside the site ``guards`` as the daemon runs it
-    (``None``: bare). Every result's ``site_physics`` says what was applied.
+    (``None``: bare). Every result's ``site_physics`` says what was applied. ``pool``: the processes
+    the (policy, seed) pairs run in (the same results; ``None``: one after the other).
 
     Raises:
         ConfigError: no job to replay, or a job used more GPUs than the virtual cluster has.
@@ -228,7 +231,7 @@ def what_if(records: Sequence[AccountingRecord], policies: Sequence[PolicySpec],
             writer.writerows(rows)
         results = run_comparison(policies, seeds, trace=path, gpus=gpus, gpus_per_node=gpus_per_node,
                                  resize_cost=resize_cost, round_gap=round_gap, progress=progress, guards=guards,
-                                 physics={"overhead_s": overhead} if overhead else None)
+                                 physics={"overhead_s": overhead} if overhead else None, pool=pool)
     for res in results:
         res["site_physics"] = applied
     return results

@@ -77,3 +77,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ElasticError as exc:
         print(f"slurm-elastic {args.command}: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        if args.command not in SIMULATING:
+            raise
+        print(f"\nslurm-elastic {args.command}: interrupted (Ctrl-C); nothing written", file=sys.stderr)
+        return 130

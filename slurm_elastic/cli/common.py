@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from typing import TYPE_CHECKING, Any
 
 from slurm_elastic.argtypes import comma_words
@@ -54,6 +55,32 @@ def with_backend(cfg: Any, backend: str | None) -> Any:
     from dataclasses import replace
 
     return cfg if backend is None else replace(cfg, daemon=replace(cfg.daemon, backend=backend))
+
+
+class ProgressBar:
+    """A one-line progress bar on stderr (only when stderr is a terminal, unless forced)."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total, self.done, self.enabled = total, 0, enabled
+
+    def step(self, text: str) -> None:
+        if not self.enabled:
+            return
+        self.done += 1
+        width = 30
+        fill = int(width * self.done / max(1, self.total))
+        print(f"\r[{'#' * fill}{'.' * (width - fill)}] {self.done}/{self.total} {text[:60]:<60}",
+              end="" if self.done < self.total else "\n", file=sys.stderr, flush=True)
+
+
+def simulation_pool(args: argparse.Namespace) -> Any:
+    """The worker processes of a command's simulations (``--processes``, default the CPUs this process may
+    use), each set up as this command's process is (:mod:`slurm_elastic.cli.heap`, the seldom collector)."""
+    from slurm_elastic import collector
+    from slurm_elastic.cli import heap
+    from slurm_elastic.experiments.pool import PairPool, default_processes
+
+    return PairPool(args.processes or default_processes(), setup=(heap.keep_freed_memory, collector.collect_seldom))
 
 
 def policy_specs(names: str, params: list[tuple[str, Any]]) -> list[Any]:

@@ -13,26 +13,10 @@ from typing import Any
 import numpy as np
 
 from slurm_elastic.argtypes import comma_words
-from slurm_elastic.cli.common import policy_specs, site_guards
+from slurm_elastic.cli.common import ProgressBar, policy_specs, simulation_pool, site_guards
 from slurm_elastic.errors import ConfigError
 
 log = logging.getLogger(__name__)
-
-
-class ProgressBar:
-    """A one-line progress bar on stderr (only when stderr is a terminal, unless forced)."""
-
-    def __init__(self, total: int, enabled: bool) -> None:
-        self.total, self.done, self.enabled = total, 0, enabled
-
-    def step(self, text: str) -> None:
-        if not self.enabled:
-            return
-        self.done += 1
-        width = 30
-        fill = int(width * self.done / max(1, self.total))
-        print(f"\r[{'#' * fill}{'.' * (width - fill)}] {self.done}/{self.total} {text[:60]:<60}",
-              end="" if self.done < self.total else "\n", file=sys.stderr, flush=True)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -101,10 +85,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     gpus = args.gpus or (40 if (args.workload or "").startswith("ibm-") else 64)
     runs = len(seeds) * len(pols) * max(1, len(args.load))
     bar = ProgressBar(runs, enabled=not args.quiet and sys.stderr.isatty())
-    results = run_comparison(pols, seeds, workload=args.workload, trace=args.trace, gpus=gpus,
-                             gpus_per_node=args.gpus_per_node, resize_cost=args.resize_cost,
-                             round_gap=args.round_gap, progress=bar.step, guards=guards, loads=args.load,
-                             horizon=args.horizon, cadence=site_cadence(args))
+    with simulation_pool(args) as pool:
+        results = run_comparison(pols, seeds, workload=args.workload, trace=args.trace, gpus=gpus,
+                                 gpus_per_node=args.gpus_per_node, resize_cost=args.resize_cost,
+                                 round_gap=args.round_gap, progress=bar.step, guards=guards, loads=args.load,
+                                 horizon=args.horizon, cadence=site_cadence(args), pool=pool)
     for r in results:
         if r["unfinished"]:
             cut = f"cut at --horizon {r['horizon']:g} s" if r["horizon"] is not None else "stopped"
@@ -144,7 +129,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         if bar.enabled:
             print(f"\r{text[:100]:<100}", end="", file=sys.stderr, flush=True)
 
-    table, results = reproduce(seeds, quick=args.quick, progress=progress)
+    with simulation_pool(args) as pool:
+        table, results = reproduce(seeds, quick=args.quick, progress=progress, pool=pool)
     if bar.enabled:
         print(file=sys.stderr)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -40,6 +40,23 @@ def horizon_s(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{exc} (seconds of virtual time at which each run is cut)") from None
 
 
+def processes(text: str) -> int:
+    """``--processes N``: the worker processes that run a command's simulations, ``1 .. MAX_PROCESSES``
+    (a bad word names itself and the rule)."""
+    from slurm_elastic.experiments.pool import MAX_PROCESSES
+
+    try:
+        return int_in(1, MAX_PROCESSES)(text)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} (worker processes that run the simulations side by side)") from None
+
+
+def _processes_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--processes", type=processes, default=None, metavar="N",
+                   help="worker processes that run the (policy, seed) pairs side by side, 1..1024 (default: the "
+                   "CPUs this process may use); the results are the same, byte for byte, as with 1")
+
+
 def _rehearse_sequence(text: str) -> str:
     """``rehearse --sequence``: checked by its grammar (slurm_elastic.rehearse.sequence); a bad value is
     refused naming the value, the item and the rule."""
@@ -122,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--json", type=Path, metavar="OUT", help="write all results as JSON here")
     sim.add_argument("--report", type=Path, metavar="DIR", help="write the HTML/PNG/CSV report here")
     sim.add_argument("--quiet", action="store_true", help="no progress bar")
+    _processes_option(sim)
     _guard_options(sim)
 
     rep = command("reproduce", "the seed papers' comparisons as a markdown table (no site guards)",
@@ -131,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--out", type=Path, default=Path("reproduce"), help="output folder (default ./reproduce)")
     rep.add_argument("--quick", action="store_true", help="one seed, 40 GPUs only (a smoke run)")
     rep.add_argument("--quiet", action="store_true", help="no progress line on stderr")
+    _processes_option(rep)
 
     prof = command("profiles", "fit the throughput model on the shipped profiles and report its error")
     prof.add_argument("--json", action="store_true", help="print JSON")
@@ -377,6 +396,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="planner parameter for one policy (repeatable)")
     wi.add_argument("--json", type=Path, metavar="OUT", help="write all results as JSON here")
     wi.add_argument("--report", type=Path, metavar="DIR", help="write the HTML/PNG/CSV simulation report here")
+    wi.add_argument("--quiet", action="store_true", help="no progress bar")
+    _processes_option(wi)
     _guard_options(wi)
 
     pf = command("profile", "measure the site's own throughput profiles through Slurm (one fixed-size "

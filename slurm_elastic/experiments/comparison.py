@@ -13,7 +13,7 @@ guards; ``reproduce`` passes none, as the papers had none).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,12 +21,11 @@ from typing import Any
 from slurm_elastic import policies as registry
 from slurm_elastic.core.guards import Guards
 from slurm_elastic.errors import ConfigError
-from slurm_elastic.sim.engine import Cadence, simulate
+from slurm_elastic.experiments.pool import Pair, PairPool, Progress
+from slurm_elastic.sim.engine import Cadence
 from slurm_elastic.sim.workload import SimJobSpec, load_trace
 from slurm_elastic.workloads.catalog import builtin
 from slurm_elastic.workloads.load import gpus_for_load
-
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -97,8 +96,10 @@ def run_comparison(policies: Sequence[PolicySpec], seeds: Sequence[int], *, work
                    progress: Progress | None = None, guards: Guards | None = None,
                    loads: Sequence[float] = (), horizon: float | None = None,
                    cadence: Cadence | None = None,
-                   physics: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Simulate every policy on every seed of the workload; one result dict per run.
+                   physics: Mapping[str, Any] | None = None,
+                   pool: PairPool | None = None) -> list[dict[str, Any]]:
+    """Simulate every policy on every seed of the workload; one result dict per run, in the order
+    seed, load, policy.
 
     Args:
         gpus: the cluster's GPUs (a built-in workload is generated for that cluster too).
@@ -113,26 +114,31 @@ def run_comparison(policies: Sequence[PolicySpec], seeds: Sequence[int], *, work
             (:func:`~slurm_elastic.workloads.load.gpus_for_load`); each result says its ``load``.
         horizon: cut every run at this virtual time (seconds); ``None``: each run ends when its last
             job does (:func:`~slurm_elastic.sim.engine.simulate`).
+        pool: the processes the runs share (:class:`~slurm_elastic.experiments.pool.PairPool`: the
+            same results in the same order); ``None``: one after the other, here.
     """
-    results = []
+    pairs = []
+    traced: tuple[str, list[SimJobSpec]] | None = None
     for seed in seeds:
-        name, jobs = load_jobs(workload, trace, seed, gpus)
+        if trace is not None and workload is None:  # a trace does not depend on the seed: read once
+            traced = traced or load_jobs(None, trace, seed, gpus)
+            name, jobs = traced
+        else:
+            name, jobs = load_jobs(workload, trace, seed, gpus)
         sizes: list[tuple[float | None, int]] = [(load, gpus_for_load(jobs, load, gpus_per_node)) for load in loads]
         for load, cluster in sizes or [(None, gpus)]:
             for pol in policies:
-                planner = registry.build(pol.name, pol.params, guards)
-                if progress:
-                    at = f" (load {load:g})" if load is not None else ""
-                    progress(f"{name} seed {seed}: {pol.shown} on {cluster} GPUs{at} ({len(jobs)} jobs)")
+                registry.validate(pol.name, pol.params)  # a bad policy or parameter before any run
+                at = f" (load {load:g})" if load is not None else ""
                 gap = pol.round_gap if pol.round_gap is not None else round_gap
-                res = simulate(jobs, planner, gpus=cluster, gpus_per_node=gpus_per_node, resize_cost=resize_cost,
-                               seed=seed, workload=name, round_gap=gap, horizon=horizon, cadence=cadence,
-                               **(physics or {}))
-                res["policy"] = pol.shown
-                if load is not None:
-                    res["load"] = load
-                results.append(res)
-    return results
+                pairs.append(Pair(
+                    jobs, pol.name, pol.params, pol.shown, guards,
+                    simulate={"gpus": cluster, "gpus_per_node": gpus_per_node, "resize_cost": resize_cost,
+                              "seed": seed, "workload": name, "round_gap": gap, "horizon": horizon,
+                              "cadence": cadence, **(physics or {})},
+                    extra={} if load is None else {"load": load},
+                    label=f"{name} seed {seed}: {pol.shown} on {cluster} GPUs{at} ({len(jobs)} jobs)"))
+    return (pool or PairPool(1)).run(pairs, progress)
 
 
 RunKey = tuple[str, int, int, str, str, float | None]

@@ -12,6 +12,7 @@ import pytest
 
 from slurm_elastic.cli import main
 from slurm_elastic.experiments import papers
+from slurm_elastic.experiments import pool as pool_module
 from slurm_elastic.experiments.comparison import PolicySpec, run_comparison
 from slurm_elastic.experiments.papers import report_groups
 
@@ -56,13 +57,13 @@ def test_the_fairness_section_takes_the_ones_tables_runs_instead_of_simulating_t
     assert [r["metrics"] for r in table] == [r["metrics"] for r in fresh[:2]]  # the same run, whoever asks
     known = {papers.run_key("ones-longhorn-50", 16, 1, p): r for p, r in zip(pols[:2], table, strict=True)}
     simulated: list[str] = []
-    real = papers.simulate
+    real = pool_module.simulate
 
     def counting(*a: Any, **k: Any) -> dict[str, Any]:
         simulated.append(k["workload"])
         return real(*a, **k)
 
-    monkeypatch.setattr(papers, "simulate", counting)
+    monkeypatch.setattr(pool_module, "simulate", counting)
     again = papers._run_jobs(pols, papers.builtin("ones-longhorn-50", 1, 16), "ones-longhorn-50", 16, 1, None, known)
     assert simulated == ["ones-longhorn-50"]  # only dp+guard: fifo and dp were known
     assert [r["policy"] for r in again] == ["fifo", "dp", "dp+guard"]
