@@ -138,7 +138,7 @@ def diff(snapshot: ClusterSnapshot, plan: Plan) -> tuple[Action, ...]:
     waiting_reason = {u.job_id: u.reason for u in plan.unplaced}
     first: list[Action] = []
     then: list[Action] = []
-    sched = frozenset(snapshot.schedulable_gpus())
+    sched = snapshot.schedulable_set()
     for job in snapshot.elastic_jobs():
         jp = planned.get(job.job_id)
         if jp is not None and job.release_blocks is not None and job.state is JobState.RUNNING:

@@ -47,7 +47,7 @@ def plan_violations(snapshot: ClusterSnapshot, plan: Plan) -> tuple[str, ...]:
     out: list[str] = []
     jobs = {j.job_id: j for j in snapshot.jobs}
     states = {n.name: n.state for n in snapshot.nodes}
-    schedulable = set(snapshot.schedulable_gpus())
+    schedulable = snapshot.schedulable_set()
     used: dict[tuple[NodeName, int], JobId] = {}
     seen: set[JobId] = set()
     for jp in plan.jobs:
@@ -73,7 +73,7 @@ def plan_violations(snapshot: ClusterSnapshot, plan: Plan) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _gpu_violations(jp: JobPlan, states: dict[NodeName, NodeState], schedulable: set[tuple[NodeName, int]],
+def _gpu_violations(jp: JobPlan, states: dict[NodeName, NodeState], schedulable: frozenset[tuple[NodeName, int]],
                     used: dict[tuple[NodeName, int], JobId]) -> list[str]:
     """Each of the plan's GPUs that is not schedulable or is given twice, in GPU order (``used`` gains them)."""
     out = []

@@ -84,6 +84,10 @@ class DpMemo:
     last_plan_time: float | None = None
     tables: dict[tuple[Any, ...], tuple[NDArray[np.float64], NDArray[np.int64]]] = field(default_factory=dict)
     table: Table | None = None
+    cuts: dict[tuple[int, tuple[Any, ...]], tuple[NDArray[np.float64], int]] = field(default_factory=dict)
+    """By ``(K, job shape)``: the factors cut to the shape's least and reachable sizes (read-only),
+    and its least size; the same array object next round lets :func:`fill_table` see a row
+    unchanged without comparing it."""
 
 
 def scaling_values(job: Job, snapshot: ClusterSnapshot, kmax: int) -> NDArray[np.float64]:
@@ -274,9 +278,15 @@ def read_table(table: Table) -> tuple[float, list[int]]:
     cap = total
     for j in range(n, 0, -1):
         v = values[j - 1]
-        kk = np.arange(1, min(len(v) - 1, cap) + 1)
-        cand = rows[j - 1, cap - kk] + v[kk]
-        k = int(kk[int(np.argmax(cand))])
+        top = min(len(v) - 1, cap)
+        if top < 1:  # no size left (never in a feasible table): as the general form fails
+            kk = np.arange(1, top + 1)
+            cand = rows[j - 1, cap - kk] + v[kk]
+            k = int(kk[int(np.argmax(cand))])
+        else:  # P(j-1, cap-k) + v[k] for k = 1..top, by slices rather than an index array
+            stop = cap - top - 1
+            cand = rows[j - 1, cap - 1 : stop if stop >= 0 else None : -1] + v[1 : top + 1]
+            k = int(cand.argmax()) + 1
         ks.append(k)
         cap -= k
     ks.reverse()
@@ -348,11 +358,16 @@ class DynamicProgramPlanner:
             gaps = job.unreachable_sizes  # a running job whose GPUs go only in whole blocks
             shaped = (*key, job.min_gpus, gaps)
             if shaped not in cut:
-                v = tables[key][0].copy()
-                v[: job.min_gpus] = NEG
-                v[[k for k in gaps if k < len(v)]] = NEG
-                ok = np.flatnonzero(np.isfinite(v))
-                cut[shaped] = v, int(ok[0]) if len(ok) else total + 1
+                kept_cut = m.cuts.get((total, shaped))
+                if kept_cut is not None:
+                    cut[shaped] = kept_cut
+                else:
+                    v = tables[key][0].copy()
+                    v[: job.min_gpus] = NEG
+                    v[[k for k in gaps if k < len(v)]] = NEG
+                    ok = np.flatnonzero(np.isfinite(v))
+                    v.flags.writeable = False
+                    cut[shaped] = v, int(ok[0]) if len(ok) else total + 1
             vals[job.job_id], kmin[job.job_id] = cut[shaped]
         executing = [j for j in snapshot.elastic_jobs() if j.state is JobState.RUNNING]
         waiting = [j for j in snapshot.elastic_jobs() if j.is_waiting]
@@ -397,7 +412,7 @@ class DynamicProgramPlanner:
                 plan, unplaced=tuple(replace(u, dropped=u.job_id in dropped) for u in plan.unplaced)
             )
         kept = table if table is not None and table.rows.nbytes <= MEMO_TABLE_BYTES else None
-        return PlanResult(plan, DpMemo(snapshot.now, tables, kept))
+        return PlanResult(plan, DpMemo(snapshot.now, tables, kept, {(total, k): c for k, c in cut.items()}))
 
 
 def fixed_batch_planner(mode: str = "queue", kmax: int | None = None, interval: float = 0.0,

@@ -85,6 +85,8 @@ class Node:
     state: NodeState = NodeState.UP
     _gpus: frozenset[int] = field(init=False, repr=False, compare=False, default=frozenset())
     _free: frozenset[int] = field(init=False, repr=False, compare=False, default=frozenset())
+    _pairs: tuple[tuple[NodeName, int], ...] = field(init=False, repr=False, compare=False, default=())
+    _busy: frozenset[tuple[NodeName, int]] = field(init=False, repr=False, compare=False, default=frozenset())
 
     def __post_init__(self) -> None:
         gpus, free = frozenset(self.gpus), frozenset(self.free_gpus)
@@ -97,6 +99,9 @@ class Node:
             )
         object.__setattr__(self, "_gpus", gpus)
         object.__setattr__(self, "_free", free)
+        # Made once per node, not per snapshot: a snapshot lists its schedulable GPUs as these pairs.
+        object.__setattr__(self, "_pairs", tuple((self.name, g) for g in self.gpus))
+        object.__setattr__(self, "_busy", frozenset((self.name, g) for g in self.gpus if g not in free))
 
     def gpu_set(self) -> frozenset[int]:
         """The node's GPU indices."""
@@ -105,6 +110,14 @@ class Node:
     def free_set(self) -> frozenset[int]:
         """Its free GPU indices."""
         return self._free
+
+    def gpu_pairs(self) -> tuple[tuple[NodeName, int], ...]:
+        """Its GPUs as ``(node, index)`` pairs, in :attr:`gpus` order."""
+        return self._pairs
+
+    def busy_pairs(self) -> frozenset[tuple[NodeName, int]]:
+        """Its GPUs that are not free, as ``(node, index)`` pairs."""
+        return self._busy
 
 
 @dataclass(frozen=True, slots=True)
@@ -464,6 +477,8 @@ class ClusterSnapshot:
     arrival_rate: float = 0.0
     _elastic: tuple[Job, ...] = field(init=False, repr=False, compare=False, default=())
     _schedulable: tuple[tuple[NodeName, int], ...] = field(init=False, repr=False, compare=False, default=())
+    _schedulable_set: frozenset[tuple[NodeName, int]] | None = field(init=False, repr=False, compare=False,
+                                                                     default=None)
 
     def __post_init__(self) -> None:
         names = [n.name for n in self.nodes]
@@ -498,10 +513,10 @@ class ClusterSnapshot:
         for nd in self.nodes:
             if nd.state is not NodeState.UP:
                 continue
-            free = nd.free_set()
-            if len(free) == len(nd.gpus):  # wholly free
-                sched.extend((nd.name, g) for g in nd.gpus)
+            if nd.busy_pairs() <= elastic_held:  # wholly free, or its busy GPUs all held by elastic jobs
+                sched.extend(nd.gpu_pairs())
             else:
+                free = nd.free_set()
                 sched.extend((nd.name, g) for g in nd.gpus if g in free or (nd.name, g) in elastic_held)
         object.__setattr__(self, "_elastic", elastic)
         object.__setattr__(self, "_schedulable", tuple(sched))
@@ -534,6 +549,14 @@ class ClusterSnapshot:
     def schedulable_gpus(self) -> tuple[tuple[NodeName, int], ...]:
         """GPUs the planner may assign: on UP nodes, free or held by an active elastic job."""
         return self._schedulable
+
+    def schedulable_set(self) -> frozenset[tuple[NodeName, int]]:
+        """:meth:`schedulable_gpus` as a set, made at the first call (placement and validation both ask)."""
+        got = self._schedulable_set
+        if got is None:
+            got = frozenset(self._schedulable)
+            object.__setattr__(self, "_schedulable_set", got)
+        return got
 
     def in_flight_for(self, job_id: JobId) -> InFlightResize | None:
         """The in-flight resize of this job, if any."""

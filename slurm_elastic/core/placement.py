@@ -94,7 +94,7 @@ def place(snapshot: ClusterSnapshot, counts: Mapping[JobId, int]) -> dict[JobId,
     order = {n.name: i for i, n in enumerate(snapshot.nodes)}
     width = max((len(n.gpus) for n in snapshot.nodes), default=0)
     wanted = {j: c for j, c in counts.items() if c > 0}
-    sched = set(snapshot.schedulable_gpus())
+    sched = snapshot.schedulable_set()
     held: dict[JobId, dict[NodeName, list[int]]] = {}
     kept: dict[JobId, Placement] = {}  # jobs planned at their size on GPUs all still schedulable: unchanged
     taken: set[tuple[NodeName, int]] = set()
@@ -133,7 +133,7 @@ def place(snapshot: ClusterSnapshot, counts: Mapping[JobId, int]) -> dict[JobId,
     free: dict[NodeName, list[int]] = {}
     for nd in snapshot.nodes:
         if nd.state is NodeState.UP:
-            free[nd.name] = [g for g in nd.gpus if (nd.name, g) in sched and (nd.name, g) not in taken]
+            free[nd.name] = [gpu[1] for gpu in nd.gpu_pairs() if gpu in sched and gpu not in taken]
     pool = _FreePool(free, width)
     need = {j: wanted[j] - sum(map(len, held.get(j, {}).values())) for j in wanted if j not in kept}
     if sum(n for n in need.values() if n > 0) > pool.total:

@@ -47,6 +47,7 @@ Three physics of a real cluster that the profiles leave out, off unless asked fo
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -184,6 +185,9 @@ class ProgressPool:
         return self.points(np.sort(rng.choice(n, size=max_points, replace=False)))
 
 
+_NO_PROGRESS = ProgressReport()
+"""What a job reports without the progress model (one value, shared: it never changes)."""
+
 COMM_CPU_SHARE = 0.75
 """The part of a worker's all-reduce (its step beyond its one-GPU step) spent on a CPU core, with
 ``host_cores``. Fitted with ``bench fidelity --replay`` on two recorded dev-cluster runs (seeds 0
@@ -243,6 +247,10 @@ class ResizeCost:
         return cls(value, value, value, f"{value:g}s")
 
 
+Finish = tuple[float, int, int, "SimJob"]
+"""A running job's finish time in :meth:`VirtualCluster.next_finish`'s heap: ``(finish_at, seq, configured, job)``."""
+
+
 @dataclass
 class SimJob:
     """Mutable state of one simulated job."""
@@ -274,6 +282,7 @@ class SimJob:
     configured: int = 0  # how many times it was configured
     view: Job | None = None  # the planner's view, as last seen
     viewed: int = -1  # ``configured`` when the view was last brought up to date
+    finishes: list[Finish] | None = field(default=None, repr=False, compare=False)  # its cluster's (next_finish)
 
     @property
     def active(self) -> bool:
@@ -300,6 +309,8 @@ class SimJob:
                                                                              self.accumulation)
         self.rate = self.speed / (self.spec.epoch_size * self.spec.epochs_needed(self.global_batch))
         self.finish_at = self.time_to_finish(now)
+        if self.finishes is not None and self.finish_at < math.inf:
+            heapq.heappush(self.finishes, (self.finish_at, self.seq, self.configured, self))
 
     def advance(self, t0: float, t1: float) -> None:
         """Progress from ``t0`` to ``t1`` at the current configuration."""
@@ -373,6 +384,7 @@ class VirtualCluster:
         self._nodes = {name: Node(name, every, every) for name in self.node_names}  # as last seen
         self._changed: set[NodeName] = set()
         self.finished: list[SimJob] = []
+        self._finishes: list[Finish] = []  # the running jobs' finish times, and stale ones (next_finish)
         self.completed = 0  # finished jobs that were not dropped
         self.arrivals: list[float] = []
         self.profiles: dict[str, ThroughputModel] = {}
@@ -412,6 +424,21 @@ class VirtualCluster:
         for job in self.running.values():
             job.sync(self.now)
 
+    def next_finish(self) -> float:
+        """The soonest finish time of a running job (``inf`` when none runs): the least of a heap of
+        ``(finish_at, seq, configured, job)`` that each configuration of a running job adds to; an
+        entry whose job was configured again since is stale, dropped when it comes to the top."""
+        heap = self._finishes
+        if len(heap) > 4 * len(self.running) + 64:  # mostly stale: made again from the running jobs
+            heap[:] = [(j.finish_at, j.seq, j.configured, j) for j in self.running.values() if j.finish_at < math.inf]
+            heapq.heapify(heap)
+        while heap:
+            at, _, configured, job = heap[0]
+            if job.configured == configured and job.state is JobState.RUNNING:
+                return at
+            heapq.heappop(heap)
+        return math.inf
+
     def next_epoch_end(self) -> float:
         """The soonest epoch boundary of a running job (``inf`` when none runs)."""
         self.sync()
@@ -421,7 +448,7 @@ class VirtualCluster:
         """A job is submitted now."""
         if spec.job_id in self.jobs:
             raise ConfigError(f"job id {spec.job_id!r} submitted twice")
-        job = SimJob(spec, len(self.jobs), self.now)
+        job = SimJob(spec, len(self.jobs), self.now, finishes=self._finishes)
         self.jobs[spec.job_id] = job
         self.active[spec.job_id] = job
         self.arrivals.append(self.now)
@@ -509,7 +536,8 @@ class VirtualCluster:
             self._nodes[name] = Node(name, gpus, tuple(g for g in gpus if g not in self._held[name]))
         self._changed.clear()
         nodes = tuple(self._nodes.values())
-        jobs = tuple(self._view(j) for j in self.active.values())
+        view = self._view
+        jobs = tuple([view(j) for j in self.active.values()])
         window = min(self.now, ARRIVAL_WINDOW_S)
         # Arrivals are appended in time order: count the window's by bisection, not by a scan per round.
         recent = len(self.arrivals) - bisect.bisect_left(self.arrivals, self.now - ARRIVAL_WINDOW_S)
@@ -525,18 +553,18 @@ class VirtualCluster:
     def _view(self, j: SimJob) -> Job:
         # A waiting job does not change between rounds; a running one changes only in its progress
         # until it is configured again, and then only in its configuration.
-        if j.view is None:
-            j.view = self._job(j)
-        elif j.viewed != j.configured:
-            j.view = j.view.reconfigured(**self._configuration(j))
-        elif j.state is JobState.RUNNING:
-            j.view = j.view.progressed(int(j.samples), j.run_time, self._progress(j))
-        j.viewed = j.configured
-        return j.view
+        view = j.view
+        if view is not None and j.viewed == j.configured:  # unchanged since the last look: the usual case
+            if j.state is JobState.RUNNING:
+                j.view = view = view.progressed(int(j.samples), j.run_time, self._progress(j))
+            return view
+        view = self._job(j) if view is None else view.reconfigured(**self._configuration(j))
+        j.view, j.viewed = view, j.configured
+        return view
 
     def _progress(self, j: SimJob) -> ProgressReport:
         return ProgressReport(1.0, *_reports(j.spec, j.samples, j.global_batch)) if self.fit_progress \
-            else ProgressReport()
+            else _NO_PROGRESS
 
     def _job(self, j: SimJob) -> Job:
         """The planner's first view of a job; later views are it, reconfigured and progressed."""

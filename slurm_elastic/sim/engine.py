@@ -236,7 +236,7 @@ def simulate(jobs: Sequence[SimJobSpec], planner: Planner, *, gpus: int, gpus_pe
     stop_known = horizon is not None
     while nxt < total or cluster.active:
         t_arrival = order[nxt].submit_time if nxt < total else math.inf
-        t_finish = min((j.finish_at for j in cluster.running.values()), default=math.inf)
+        t_finish = cluster.next_finish()
         t_epoch = math.inf
         if epoch_events and not (daemon and pending):  # an owed round already sees the next epoch end
             t_epoch = max(cluster.next_epoch_end(), last_round + epoch_gap)
