@@ -28,7 +28,7 @@ collective while the old workers train on; the state it then receives replaces w
 Its loop's epoch is the job's from that first batch on: rank 0 tells the joiner the job's epoch, and
 switches it in only while the job is still in that epoch (or at that epoch's end), so the rest of the
 pass is that epoch's; a job that moved on first makes the joiner end the pass unjoined and warm up
-again under the new epoch (:meth:`.Agent.join`).
+again under the new epoch (:meth:`.resize.ResizeProtocol.join`).
 
 What a DDP script already does is taken where it is safe: ``world.loader`` takes ``shuffle`` and a
 ``DistributedSampler`` (the elastic sampler shuffles in its place), ``loader.sampler.set_epoch`` does
@@ -56,21 +56,12 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 
-from .agent import (
-    Agent,
-    AgentResult,
-    AgentState,
-    ElasticJob,
-    Order,
-    PeerLostError,
-    Resize,
-    StepPlan,
-    WorkerLost,
-    make_order_source,
-    stop_on_sigterm,
-)
+from .agent import Agent, stop_on_sigterm
+from .agent_types import AgentResult, AgentState, ElasticJob, Resize, StepPlan, WorkerLost
 from .env import LauncherEnv
 from .grad_reducer import BOUNDARY
+from .order_sources import make_order_source
+from .orders import Order
 from .sampler import ElasticSampler, SamplerState
 from .torch_backend import TorchBackend, job_backend
 
@@ -212,7 +203,7 @@ class ElasticLoader:
         if agent is None or not agent.members:
             left, world, local = len(self.dataset), max(1, len(self.world.env.workers)), self.batch_size
         else:
-            state, world, local = agent.sampler.state, len(agent.members), int(agent.extra["local_batch"])
+            state, world, local = agent.sampler.state, len(agent.members), agent.counters.local_batch
             left = len(self.dataset) - state.consumed
         return left // (world * local) if self._batches.drop_last else -(-left // (world * local))
 
@@ -237,7 +228,7 @@ class ElasticLoader:
                     epoch = state.epoch if world.joined_as is None else world.joined_as
                 if state.epoch != epoch:
                     return
-                self._batches.reset(state, len(agent.members), agent.rank, int(agent.extra["local_batch"]))
+                self._batches.reset(state, len(agent.members), agent.rank, agent.counters.local_batch)
             served = False
             for batch in self._loader:
                 served = True
@@ -392,7 +383,7 @@ class ElasticWorld:
             while self.training:
                 agent = self.require_agent()
                 if self.joining is None and agent.sampler.state.epoch >= n:
-                    agent.finish(None, stopped=False)
+                    agent.driver.finish(None, stopped=False)
                     break
                 yield agent.sampler.state.epoch if self.joining is None else self.joining_epoch
         finally:
@@ -413,18 +404,16 @@ class ElasticWorld:
         job = ElasticJob(model=reg["model"], optimizer=reg["optimizer"], dataset=self._loader.dataset,
                          loss_fn=_no_loss, scheduler=reg["scheduler"], model_name=reg["model_name"])
         _skip_step_after_a_lost_peer(reg["optimizer"], lambda: self.backend.reducer(self._model).failed)
-        agent = Agent(env, self.backend, job, make_order_source(env, self.backend))
-        agent.reference_workers = self.lr_reference_workers
-        agent.state.carried = dict(reg["carried"])
+        agent = Agent(env, self.backend, job, make_order_source(env, self.backend),
+                      reference_workers=self.lr_reference_workers, carried=reg["carried"])
         self.agent = agent
         self._say_what_runs(agent)
         stop_on_sigterm(agent)
         if env.join:
-            self.joining = agent.await_order()
-            self.joining_epoch = agent.job_epoch(self.joining)
+            self.joining = agent.resize.await_order()
+            self.joining_epoch = agent.resize.job_epoch(self.joining)
         else:
-            agent.sampler.state = SamplerState(env.seed, first_epoch, 0)
-            agent.start_world()
+            agent.start_world(first_epoch)
             self._changed()
 
     def _say_what_runs(self, agent: Agent) -> None:
@@ -465,7 +454,7 @@ class ElasticWorld:
         agent = self.require_agent()
         if self.joining is not None:  # the warm-up step ran: now join the world
             label = self.joining_epoch if self._relabels < self.MAX_RELABELS else None
-            moved_on = agent.join(self.joining, label)
+            moved_on = agent.resize.join(self.joining, label)
             if moved_on is not None:  # the loader ends this pass; the next warms up labelled moved_on
                 self.joining_epoch = moved_on
                 self._relabels += 1
@@ -483,16 +472,10 @@ class ElasticWorld:
                                f"(step at {position}, last batch {self.delivered})")
         if agent.rank == 0 and agent.reporter is not None:
             self._account_loss(agent, loss, len(plan.indices))
-        try:
-            decided = self.backend.reduce_step(self._model)
-            interrupt = agent.end_step(plan, decided)
-        except PeerLostError as exc:
-            interrupt = WorkerLost(str(exc))
-        if interrupt is not None:
-            agent.handle(interrupt)
-            if isinstance(interrupt, (Resize, WorkerLost)) and agent.status is AgentState.TRAINING:
-                self._changed()
-                return
+        interrupt = agent.driver.end(plan, self._model)  # the optimizer stepped in the user's loop
+        if isinstance(interrupt, (Resize, WorkerLost)) and agent.status is AgentState.TRAINING:
+            self._changed()
+            return
         if agent.status is AgentState.TRAINING:
             self._begin()
         else:
@@ -513,11 +496,7 @@ class ElasticWorld:
 
     def drop_tail(self, epoch: int) -> None:
         """``drop_last``: skip the rest of ``epoch`` (a step smaller than a full one) on every worker."""
-        agent = self.require_agent()
-        state = agent.sampler.state
-        if state.epoch == epoch:
-            agent.sampler.state = SamplerState(state.seed, epoch + 1, 0)
-            agent.event("dropped", epoch=epoch, samples=agent.sampler.dataset_size - state.consumed)
+        if self.require_agent().driver.skip_epoch_tail(epoch):
             self._begin()
 
     def close(self) -> None:
@@ -576,7 +555,7 @@ class ElasticWorld:
     @property
     def batch_size(self) -> int:
         """This worker's batch now."""
-        return int(self.agent.extra["local_batch"]) if self.agent is not None and self.agent.extra else 0
+        return self.agent.counters.local_batch if self.agent is not None and self.agent.counters.started else 0
 
     # -- internals --------------------------------------------------------------------------------
     def require_agent(self) -> Agent:
@@ -608,10 +587,7 @@ class ElasticWorld:
         self._begin()
 
     def _begin(self) -> None:
-        agent = self.require_agent()
-        plan = agent.begin_step()
-        self._plan = plan
-        self.backend.arm(self._model, len(plan.indices) / plan.n_global, plan.control)
+        self._plan = self.require_agent().driver.begin(self._model, batch_mean=True)
 
 
 def _skip_step_after_a_lost_peer(optimizer: Any, failed: Callable[[], bool]) -> None:

@@ -75,8 +75,8 @@ def _rank0(port: int, orders: Path, restart: str) -> Agent:
                      loss_fn=lambda m, b: m(b[0]).sum())
     backend = TorchBackend(SignedStore(make_store("127.0.0.1", port, serve=False, timeout_s=5.0), JOB_ID, KEY), 5.0)
     agent = Agent(env, backend, job, FileOrderSource(str(orders)))
-    agent.members, agent.rank = tuple(WORLD), 0
-    agent.extra.update(applied_seq=0)  # a fresh run, not resumed from a checkpoint
+    agent.ctx.members, agent.ctx.rank = tuple(WORLD), 0
+    agent.counters.applied_seq = 0  # a fresh run, not resumed from a checkpoint
     return agent
 
 
@@ -84,12 +84,12 @@ def test_a_requeued_run_acts_on_its_own_orders_only(tmp_path: Path, store_port: 
     orders = tmp_path / "job.orders"
     orders.write_text(sign_order(JOB_ID, 1, "resize", ["w0", "w1"], 0, KEY) + "\n")  # the first run's shrink
     agent = _rank0(store_port, orders, "1")
-    assert agent._decide()[0] == 0  # the new 4-worker world is not shrunk by the old order
+    assert agent.resize.decide()[0] == 0  # the new 4-worker world is not shrunk by the old order
     with orders.open("a") as f:
         f.write(sign_order(JOB_ID, 2, "resize", ["w0", "w2"], 0, KEY, run=1) + "\n")
     time.sleep(agent.ORDERS_EVERY_S)  # rank 0 reads the orders at most this often
-    assert agent._decide()[0] == 2
-    assert _rank0(store_port, orders, "0")._decide()[0] == 1  # the first run's own order still counts there
+    assert agent.resize.decide()[0] == 2
+    assert _rank0(store_port, orders, "0").resize.decide()[0] == 1  # the first run's own order still counts there
 
 
 def test_rank_0_reads_the_orders_off_the_step_path_at_most_every_orders_every_s(tmp_path: Path,
@@ -103,10 +103,10 @@ def test_rank_0_reads_the_orders_off_the_step_path_at_most_every_orders_every_s(
     source_read = agent.source.read
     agent.source.read = lambda: reads.append(1) or source_read()  # type: ignore[method-assign]
     for _ in range(50):
-        assert agent._decide()[0] == 0
+        assert agent.resize.decide()[0] == 0
     assert len(reads) == 1
     with orders.open("a") as f:
         f.write(sign_order(JOB_ID, 1, "resize", ["w0", "w1"], 0, KEY) + "\n")
-    assert agent._decide()[0] == 0 and len(reads) == 1  # not yet read
+    assert agent.resize.decide()[0] == 0 and len(reads) == 1  # not yet read
     time.sleep(agent.ORDERS_EVERY_S)
-    assert agent._decide()[0] == 1 and len(reads) == 2
+    assert agent.resize.decide()[0] == 1 and len(reads) == 2

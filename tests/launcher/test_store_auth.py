@@ -271,7 +271,7 @@ def make_agent(port: int, worker: str, workers: list[str], timeout_s: str = "0.2
                      loss_fn=lambda m, b: m(b[0]).sum())
     backend = TorchBackend(signed_client(port), float(timeout_s))
     agent = Agent(env, backend, job, StoreOrderSource(backend))
-    agent.members = tuple(workers)
+    agent.ctx.members = tuple(workers)
     return agent
 
 
@@ -292,12 +292,12 @@ def test_a_forged_go_key_is_absent_to_a_worker_never_an_exception(server: Any,
             hostile.set(hidden("o1/go"), raw)
             hostile.wait([hidden("o1/go")])
             with pytest.raises(PeerLostError, match="no go key that verifies"):
-                agent._announced(1)
+                agent.resize.announced(1)
     assert sum("'o1/go'" in r.getMessage() for r in caplog.records) == len(forgeries)
     hostile.set(hidden("o1/go"), forgeries[1])
     hostile.wait([hidden("o1/go")])
     threading.Timer(0.1, agent.backend.store_set, ("o1/go", control.go_payload(["w0", "w1"], real))).start()
-    assert agent._announced(1) == real
+    assert agent.resize.announced(1) == real
 
 
 def test_the_survivors_rendezvous_neither_admits_a_forger_nor_drops_a_survivor(server: Any) -> None:
@@ -312,7 +312,7 @@ def test_the_survivors_rendezvous_neither_admits_a_forger_nor_drops_a_survivor(s
     hostile.wait([hidden(f"{gen}/members")])
     agents = {w: make_agent(port, w, members, timeout_s="2") for w in ["w0", "w2", "w3"]}  # w1 was lost
     out: dict[str, Any] = {}
-    threads = [threading.Thread(target=lambda w=w: out.update({w: agents[w]._agree(gen, w != "w2")}))
+    threads = [threading.Thread(target=lambda w=w: out.update({w: agents[w].membership.agree(gen, w != "w2")}))
                for w in agents]
     for t in threads:
         t.start()

@@ -137,7 +137,7 @@ def test_a_claim_gives_up_on_a_key_deleted_and_rewritten_under_it(server: Any) -
 def agree(port: int, gen: str, survivors: list[str], members: list[str]) -> dict[str, Any]:
     agents = {w: make_agent(port, w, members, timeout_s="2") for w in survivors}
     out: dict[str, Any] = {}
-    threads = [threading.Thread(target=lambda w=w: out.update({w: agents[w]._agree(gen, True)}))
+    threads = [threading.Thread(target=lambda w=w: out.update({w: agents[w].membership.agree(gen, True)}))
                for w in agents]
     for t in threads:
         t.start()
