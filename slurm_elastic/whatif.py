@@ -57,6 +57,7 @@ from slurm_elastic.experiments.pool import PairPool, Progress
 from slurm_elastic.reports.allocation import JobUsage, group_jobs
 from slurm_elastic.reports.site_physics import SitePhysics, measure_site_physics
 from slurm_elastic.sim.cluster import Overhead, overhead_for
+from slurm_elastic.sim.engine import Cadence
 from slurm_elastic.sim.workload import SimJobSpec, _trace_job
 from slurm_elastic.slurm.commands import Runner, run_command, run_json, slurm_release
 from slurm_elastic.slurm.records import AccountingRecord, parse_nodes, parse_sacct
@@ -191,7 +192,7 @@ def apply_site_physics(rows: Sequence[dict[str, str]], records: Sequence[Account
 
 def what_if(records: Sequence[AccountingRecord], policies: Sequence[PolicySpec], seeds: Sequence[int],
             gpus: int, gpus_per_node: int, *, elastic_range: float = 4.0, resize_cost: str = "in-place",
-            round_gap: float = 30.0, progress: Progress | None = None,
+            round_gap: float | None = None, cadence: Cadence | None = None, progress: Progress | None = None,
             guards: Guards | None = None, site_physics: bool = True,
             pool: PairPool | None = None) -> list[dict[str, Any]]:
     """Replay the history under each policy and seed on a virtual cluster of ``gpus`` GPUs.
@@ -200,8 +201,10 @@ def what_if(records: Sequence[AccountingRecord], policies: Sequence[PolicySpec],
     :func:`run_comparison`, so the results are exactly ``slurm-elastic simulate --trace``'s (workload
     name :data:`WORKLOAD_NAME`) with the site physics measured from ``records`` (module docstring;
     ``site_physics=False``: none). Each policy runs inside the site ``guards`` as the daemon runs it
-    (``None``: bare). Every result's ``site_physics`` says what was applied. ``pool``: the processes
-    the (policy, seed) pairs run in (the same results; ``None``: one after the other).
+    (``None``: bare). Every result's ``site_physics`` says what was applied. Rounds run when the
+    site's daemon would run them (``cadence``: :meth:`Cadence.of` its ``[daemon]`` table; ``None``:
+    the daemon's defaults), or ``round_gap`` seconds apart when one is given. ``pool``: the
+    processes the (policy, seed) pairs run in (the same results; ``None``: one after the other).
 
     Raises:
         ConfigError: no job to replay, or a job used more GPUs than the virtual cluster has.
@@ -230,7 +233,8 @@ def what_if(records: Sequence[AccountingRecord], policies: Sequence[PolicySpec],
             writer.writeheader()
             writer.writerows(rows)
         results = run_comparison(policies, seeds, trace=path, gpus=gpus, gpus_per_node=gpus_per_node,
-                                 resize_cost=resize_cost, round_gap=round_gap, progress=progress, guards=guards,
+                                 resize_cost=resize_cost, round_gap=round_gap, cadence=cadence, progress=progress,
+                                 guards=guards,
                                  physics={"overhead_s": overhead} if overhead else None, pool=pool)
     for res in results:
         res["site_physics"] = applied

@@ -16,7 +16,16 @@ from slurm_elastic import __version__
 if TYPE_CHECKING:
     from slurm_elastic.slurm.commands import Runner
 
-from slurm_elastic.cli.common import ProgressBar, policy_specs, simulation_pool, site_guards, view, window, with_backend
+from slurm_elastic.cli.common import (
+    ProgressBar,
+    policy_specs,
+    simulation_pool,
+    site_cadence,
+    site_guards,
+    view,
+    window,
+    with_backend,
+)
 from slurm_elastic.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -259,7 +268,7 @@ def cmd_what_if(args: argparse.Namespace) -> int:
     with simulation_pool(args) as pool:
         results = what_if(records, pols, seeds, args.gpus, args.gpus_per_node, elastic_range=args.elastic_range,
                           resize_cost=args.resize_cost, guards=guards, site_physics=not args.no_site_physics,
-                          progress=bar.step, pool=pool)
+                          cadence=site_cadence(args), progress=bar.step, pool=pool)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=1, default=float))

@@ -73,6 +73,14 @@ class ProgressBar:
               end="" if self.done < self.total else "\n", file=sys.stderr, flush=True)
 
 
+def site_cadence(args: argparse.Namespace) -> Any:
+    """When the simulated daemon plans: the ``[daemon]`` poll and ``max_idle`` of ``--config``, else the defaults."""
+    from slurm_elastic.config import DaemonConfig, load
+    from slurm_elastic.sim.engine import Cadence
+
+    return Cadence.of(load(args.config).daemon if getattr(args, "config", None) else DaemonConfig())
+
+
 def simulation_pool(args: argparse.Namespace) -> Any:
     """The worker processes of a command's simulations (``--processes``, default the CPUs this process may
     use), each set up as this command's process is (:mod:`slurm_elastic.cli.heap`, the seldom collector)."""

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from slurm_elastic.argtypes import comma_words
-from slurm_elastic.cli.common import ProgressBar, policy_specs, simulation_pool, site_guards
+from slurm_elastic.cli.common import ProgressBar, policy_specs, simulation_pool, site_cadence, site_guards
 from slurm_elastic.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -107,14 +107,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         write_report(results, args.report, title=f"{results[0]['workload']} on {gpus} GPUs")
     print(json.dumps(summary, indent=2, default=float))
     return 0
-
-
-def site_cadence(args: argparse.Namespace) -> Any:
-    """When the simulated daemon plans: the ``[daemon]`` poll and ``max_idle`` of ``--config``, else the defaults."""
-    from slurm_elastic.config import DaemonConfig, load
-    from slurm_elastic.sim.engine import Cadence
-
-    return Cadence.of(load(args.config).daemon if getattr(args, "config", None) else DaemonConfig())
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
