@@ -96,7 +96,12 @@ def _action(record: RunRecord, ev: dict[str, list[dict[str, Any]]], i: int, rec:
             if not any(e["ev"] == "switch" and e.get("seq") == rec.seq for e in mine):
                 return Verdict(name, FAIL, f"{w} never switched to order {rec.seq}")
             first_new = min((e["t"] for e in new_steps.get(w, [])), default=None)
-            if first_new is None or any(e["ev"] in ("exit", "resumed_from") and e["t"] < first_new for e in mine):
+            switched = min(e["t"] for e in mine if e["ev"] == "switch" and e.get("seq") == rec.seq)
+            last_old = max((e["t"] for e in mine if e["ev"] == "step" and e["t"] < switched), default=None)
+            # Between its last step before the switch and its first after it: a requeued run's worker
+            # logged resumed_from at its start, before the steps this resize came after.
+            if first_new is None or last_old is None or any(
+                    e["ev"] in ("exit", "resumed_from") and last_old < e["t"] < first_new for e in mine):
                 return Verdict(name, FAIL, f"{w} did not stay in its process through the resize")
             if not any(e["ev"] == "step" and e["gen"] == rec.gen_before for e in mine):
                 return Verdict(name, FAIL, f"{w} logged no step before the resize, in {rec.gen_before}")
