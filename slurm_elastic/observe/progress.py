@@ -6,11 +6,12 @@ offset the store kept) and stores them as :class:`~slurm_elastic.store.ProgressR
 :func:`runtime_of` turns a job's rows into the :class:`JobRuntime` its snapshot is built with
 (samples done, throughput measured at the current size, per-GPU batch, epoch size, the epochs it
 trains, losses, last resize); :func:`what_runs` says what a job runs beside what ``slurm-elastic
-submit`` said, for ``status``. A job without a channel simply has no reports; a refused line (bad MAC, another job, a
-malformed field, a claim outside :mod:`slurm_elastic.observe.bounds`) or a report file that breaks
-a rule quarantines the job: it is logged, skipped, never trusted, and the job is planned from priors,
-except that one whose end report the act step believes (:func:`finished_training`) is not offered
-a grow: the act step would do nothing to it. It changes nothing in Slurm.
+submit`` said, for ``status``. A job without a channel simply has no reports; a refused line (bad
+MAC, another job, a malformed field, a claim outside :mod:`slurm_elastic.observe.bounds`) or a
+report file that breaks a rule quarantines the job: it is logged, skipped, never trusted, and the
+job is planned from priors, except that one whose end report the act step believes
+(:func:`finished_training`) is not offered a grow: the act step would do nothing to it. It changes
+nothing in Slurm.
 """
 
 from __future__ import annotations
