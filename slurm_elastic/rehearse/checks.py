@@ -48,7 +48,7 @@ def run_verdict(record: RunRecord) -> Verdict:
     if record.failure:
         first = record.failure.splitlines()[0]
         if _never_made_a_world(record):
-            first = (f"{NOT_PORTED}; {first}")
+            first = f"{PORTED_BUT_FAILED if _probed(record, 'dropin') else NOT_PORTED}; {first}"
         return Verdict("run", FAIL, first, {"output": record.failure})
     return Verdict("run", PASS, f"{len(record.actions)} actions, then the script ran to its end "
                    f"({record.wall_s:g} s)", {"wall_s": record.wall_s})
@@ -56,6 +56,15 @@ def run_verdict(record: RunRecord) -> Verdict:
 
 NOT_PORTED = ("the script never made the elastic world (no call of slurm_elastic_launcher.init() or of "
               "slurm_elastic_launcher.ddp's init_process_group): port it first (docs/launcher.md, porting guide)")
+
+
+PORTED_BUT_FAILED = ("the script imports slurm_elastic_launcher.ddp but stopped before its init_process_group "
+                     "made the elastic world: its own code failed first (its output below)")
+
+
+def _probed(record: RunRecord, ev: str) -> bool:
+    """Some worker's probe wrote a line ``ev``."""
+    return any(x.get("ev") == ev for w in record.workers.values() for x in _read_jsonl(w.probe))
 
 
 def _never_made_a_world(record: RunRecord) -> bool:

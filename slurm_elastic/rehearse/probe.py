@@ -13,7 +13,8 @@ script computes:
   ``rank`` and ``size``. After a shrink the default group still holds the workers that left, so a
   script that asks it reads a stale rank. Each disagreement is one JSON line in
   ``SLURM_ELASTIC_REHEARSE_PROBE`` (the call, what it returned, the world's value, ``file:line``);
-  the first line says the probe ran.
+  the first line says the probe ran. A script that imported ``slurm_elastic_launcher.ddp`` and
+  failed before it made the world gets a line ``dropin`` (ported, but its own code failed first).
 
 It is run as a file by the worker's own Python, so it imports nothing of ``slurm_elastic``; only the
 standard library, and torch and the launcher once the script is about to run.
@@ -112,13 +113,18 @@ def main() -> None:
     size = probe.watch("torch.distributed.get_world_size()", dist.get_world_size, lambda w: int(w.size))
     dist.get_rank = rank
     dist.get_world_size = size
-    if args[0] == "-m" and len(args) > 1:
-        sys.argv = [args[1], *args[2:]]
-        runpy.run_module(args[1], run_name="__main__", alter_sys=True)
-    else:
-        sys.argv = list(args)
-        sys.path[0] = str(Path(args[0]).resolve().parent)
-        runpy.run_path(args[0], run_name="__main__")
+    try:
+        if args[0] == "-m" and len(args) > 1:
+            sys.argv = [args[1], *args[2:]]
+            runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = list(args)
+            sys.path[0] = str(Path(args[0]).resolve().parent)
+            runpy.run_path(args[0], run_name="__main__")
+    except BaseException:
+        if probe.world is None and "slurm_elastic_launcher.ddp" in sys.modules:
+            probe.write({"ev": "dropin"})  # ported through the drop-in, but it failed before its init
+        raise
 
 
 if __name__ == "__main__":
