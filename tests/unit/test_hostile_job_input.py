@@ -462,7 +462,7 @@ def test_a_failing_first_observation_does_not_stop_the_acting_daemon_from_starti
     cfg = Config(DaemonConfig(policy="dp", store=tmp_path / "s.db", dry_run=False))
     d = Daemon(cfg, Flaky(make_snapshot(make_nodes(1), [])), Store(tmp_path / "s.db"), Act(),  # type: ignore[arg-type]
                sleep=lambda s: None, clock=lambda: NOW)
-    assert d.run(max_rounds=1) == 1 and len(settled) == 1
+    assert d.run(max_rounds=3) == 1 and len(settled) == 1  # two failed tries, then the round
 
 
 # -- the store: corrupt or locked is a clear error -------------------------------------------------------
