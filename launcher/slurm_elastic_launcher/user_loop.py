@@ -16,12 +16,15 @@ optimizer, ``Dataset``, ``DataLoader`` arguments, loop and step logic::
             world.step(loss)                               # AMP, ...; then a step boundary
 
 The agent (:mod:`.agent`) still owns the protocol: orders, the switch of worlds, the state transfer,
-the recovery of a lost worker and the exact sample accounting. Here the user's loop drives
-it: :meth:`ElasticWorld.step` ends a step (the buffers and control words are shared, the sampler
+the recovery of a lost worker and the exact sample accounting. Here the user's loop drives it through
+the same step driver as ``run(ElasticJob)`` (:attr:`.agent.Agent.driver`, :mod:`.step_driver`):
+:meth:`ElasticWorld.step` ends a step (the buffers and control words are shared, the sampler
 advances, a resize happens if one was announced) and starts the next (its sample ids, its gradient
-weight). The loader serves this worker's samples of each step from the elastic sampler through a real
-``DataLoader`` (worker processes, ``pin_memory``, ``collate_fn``), and starts again from the sampler's
-position after every change of the world; its worker processes persist across resizes.
+weight). It reads the agent and changes it only through the agent's methods, driver and resize protocol. The
+loader serves this worker's samples of each step from the elastic sampler through a real
+``DataLoader`` (worker processes, ``pin_memory``, ``collate_fn``; its batch sampler is
+:mod:`.step_batches`'), and starts again from the sampler's position after every change of the world;
+its worker processes persist across resizes.
 
 A joiner's warm-up pass is the user's own first step, run on the first samples of the dataset with no
 collective while the old workers train on; the state it then receives replaces whatever that step did.
@@ -41,12 +44,10 @@ group exists from :func:`init` on (one process of its own until the world forms:
 from __future__ import annotations
 
 import atexit
-import collections
 import contextlib
 import dataclasses
 import functools
 import os
-import signal
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -54,7 +55,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader
 
 from .agent import Agent, stop_on_sigterm
 from .agent_types import AgentResult, AgentState, ElasticJob, Resize, StepPlan, WorkerLost
@@ -62,7 +63,7 @@ from .env import LauncherEnv
 from .grad_reducer import BOUNDARY
 from .order_sources import make_order_source
 from .orders import Order
-from .sampler import ElasticSampler, SamplerState
+from .step_batches import EpochSetter, StepBatches, loader_worker_init, take_ddp_sampler
 from .torch_backend import TorchBackend, job_backend
 
 
@@ -94,67 +95,6 @@ class ElasticDataParallel(nn.Module):
             reducer.paused = False
 
 
-class _StepBatches:
-    """Batch sampler of an :class:`ElasticLoader`: this worker's sample ids of each step from a start.
-
-    It walks a private copy of the elastic sampler from :meth:`reset`'s position to the epoch's end
-    (a ``DataLoader`` prefetches, so it runs ahead of training) and records each step's position in
-    :attr:`positions` for the loader to match batches with steps. A worker with no sample in a step
-    (near an epoch's end) gets the step's first sample as padding: its gradient weight is 0.
-    """
-
-    def __init__(self, size: int, drop_last: bool) -> None:
-        self.size = size
-        self.drop_last = drop_last
-        self.start = SamplerState(0)
-        self.world = self.rank = self.local = 1
-        self.warm_up = 0  # > 0: one batch of that many first samples (a joiner's warm-up)
-        self.positions: collections.deque[tuple[int, int]] = collections.deque()
-
-    def reset(self, start: SamplerState, world: int, rank: int, local: int, warm_up: int = 0) -> None:
-        self.start, self.world, self.rank, self.local, self.warm_up = start, world, rank, local, warm_up
-        self.positions.clear()
-
-    def __iter__(self) -> Iterator[list[int]]:
-        if self.warm_up:
-            self.positions.append((-1, -1))
-            yield list(range(self.warm_up))
-            return
-        sampler = ElasticSampler(self.size, self.start)
-        epoch = self.start.epoch
-        while sampler.state.epoch == epoch:
-            if self.drop_last and sampler.step_size(self.world, self.local) < self.world * self.local:
-                return
-            ids = sampler.indices(self.world, self.rank, self.local) or sampler.indices(self.world, 0, self.local)[:1]
-            self.positions.append((sampler.state.epoch, sampler.state.consumed))
-            yield ids
-            sampler.advance(self.world, self.local)
-
-
-def _take_ddp_sampler(sampler: Any, shuffle: bool | None) -> None:
-    """Check the ``sampler=`` and ``shuffle=`` a DDP script passes to its ``DataLoader``: the elastic
-    sampler takes their place where it keeps their meaning (a ``DistributedSampler`` that shuffles);
-    else a ValueError says the rule and the one-line fix."""
-    if sampler is not None:
-        if not isinstance(sampler, DistributedSampler):
-            raise ValueError(f"world.loader(..., sampler={type(sampler).__name__}(...)): the elastic sampler "
-                             "orders the samples (a seeded shuffle each epoch, exact across resizes); drop "
-                             "sampler= (a DistributedSampler that shuffles is taken)")
-        if not sampler.shuffle:
-            raise ValueError("world.loader(..., sampler=DistributedSampler(shuffle=False)): the elastic sampler "
-                             "shuffles each epoch (seed SLURM_ELASTIC_SEED); drop shuffle=False from the sampler")
-    elif shuffle is False:
-        raise ValueError("world.loader(..., shuffle=False): the elastic sampler shuffles each epoch (seed "
-                         "SLURM_ELASTIC_SEED) and splits the samples among the workers; drop shuffle=False")
-
-
-class _EpochSetter:
-    """``loader.sampler``: ``set_epoch`` does nothing (the elastic sampler knows the epoch)."""
-
-    def set_epoch(self, epoch: int) -> None:
-        """Nothing to do: the loop's epoch comes from ``world.epochs()``, the sampler's with it."""
-
-
 class ElasticLoader:
     """A ``DataLoader`` over the user's ``Dataset`` that serves this worker's samples of each step.
 
@@ -169,13 +109,13 @@ class ElasticLoader:
         self.world = world
         self.dataset = dataset
         self.batch_size = batch_size
-        self._batches = _StepBatches(len(dataset), drop_last)
+        self._batches = StepBatches(len(dataset), drop_last)
         kwargs = dict(loader_kwargs)
         if kwargs.get("num_workers", 0) > 0:
             kwargs.setdefault("persistent_workers", True)  # a resize restarts the iteration, not the workers
-            kwargs["worker_init_fn"] = functools.partial(_loader_worker_init, kwargs.get("worker_init_fn"))
+            kwargs["worker_init_fn"] = functools.partial(loader_worker_init, kwargs.get("worker_init_fn"))
         self._loader = DataLoader(dataset, batch_sampler=self._batches, **kwargs)
-        self.sampler = _EpochSetter()  # a DDP script calls loader.sampler.set_epoch(epoch)
+        self.sampler = EpochSetter()  # a DDP script calls loader.sampler.set_epoch(epoch)
         if self._loader.num_workers > 0:
             atexit.register(self.shutdown)  # before multiprocessing's own exit hook, which would wait on them
 
@@ -238,19 +178,6 @@ class ElasticLoader:
                     break
             if not served and self._batches.drop_last and world.version == version and world.joining is None:
                 world.drop_tail(epoch)
-
-
-def _loader_worker_init(user_init: Callable[[int], None] | None, worker_id: int) -> None:
-    """A loader worker process ignores SIGTERM, then runs the script's own ``worker_init_fn``.
-
-    Slurm signals every process of a task (preemption, time limit, requeue). A loader worker that
-    died of it failed the script's next batch (``DataLoader worker ... is killed by signal:
-    Terminated``) before the step boundary where the job checkpoints, as seen on the dev cluster;
-    the main process stops its loader workers itself once it has.
-    """
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    if user_init is not None:
-        user_init(worker_id)
 
 
 class ElasticWorld:
@@ -321,7 +248,7 @@ class ElasticWorld:
         """
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size}: must be ≥ 1")
-        _take_ddp_sampler(loader_kwargs.pop("sampler", None), loader_kwargs.pop("shuffle", None))
+        take_ddp_sampler(loader_kwargs.pop("sampler", None), loader_kwargs.pop("shuffle", None))
         if "batch_sampler" in loader_kwargs:
             raise ValueError("world.loader(..., batch_sampler=...): the elastic sampler makes each step's batches "
                              "(it keeps the exact count across resizes); drop batch_sampler= and pass batch_size=")

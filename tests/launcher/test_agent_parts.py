@@ -10,6 +10,7 @@ Both now go through the same driver and the same joiner start.
 
 from __future__ import annotations
 
+import ast
 import json
 import signal
 import textwrap
@@ -207,3 +208,23 @@ def test_a_joiner_of_the_users_loop_acts_for_the_run_of_the_order_it_joins_by(tm
         assert agent.ctx.job_run == 2
     finally:
         agent.ctx.close_log()
+
+
+def test_the_users_loop_writes_nothing_into_the_agent() -> None:
+    """``user_loop`` changes the agent only through its methods, driver and resize protocol: no
+    assignment in it targets an attribute reached through an agent (it set ``reference_workers``,
+    ``state.carried`` and ``sampler.state`` before)."""
+    import slurm_elastic_launcher.user_loop as user_loop
+
+    def through_agent(node: ast.expr) -> bool:
+        while isinstance(node, ast.Attribute | ast.Subscript):
+            node = node.value
+            if isinstance(node, ast.Attribute) and node.attr == "agent":
+                return True
+        return isinstance(node, ast.Name) and node.id == "agent"
+
+    tree = ast.parse(Path(user_loop.__file__).read_text())
+    writes = [ast.unparse(t) for n in ast.walk(tree) if isinstance(n, ast.Assign | ast.AugAssign | ast.AnnAssign)
+              for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+              if isinstance(t, ast.Attribute | ast.Subscript) and through_agent(t)]
+    assert writes == []
