@@ -397,7 +397,8 @@ def _argv(rng: random.Random, work: Path) -> tuple[list[str], str]:
                 "--seeds", _small(rng, ("1", "1-2", "3"), ("", "-", "5-1", "a", "1-", "١", "--1", "1,,2", "0-0"), 0.3),
                 "--round-gap", _small(rng, ("30", "0", "5"), _BAD_FLOATS, 0.4),
                 "--resize-cost", _small(rng, ("in-place", "checkpoint", "5"), ("nan", "-1", "inf", "1e400", "x", ""),
-                                        0.3), "--quiet", pick(rng, ("--no-guards", "--no-guards", "--config"))]
+                                        0.3), "--processes", _small(rng, ("1",), ("0", "-2", "two", "9" * 40), 0.2),
+                "--quiet", pick(rng, ("--no-guards", "--no-guards", "--config"))]
         if argv[-1] == "--config":
             cfg = work / "cli-guards.toml"
             cfg.write_bytes(hostile_config(rng))
