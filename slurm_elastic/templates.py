@@ -35,6 +35,7 @@ class JobRequest:
     mode: str = "exo"
     local_batch: int = 32
     epochs: int = 1
+    cpus_per_task: int | None = None
     name: str = "elastic"
     time: str = ""
     account: str = ""
@@ -61,6 +62,8 @@ def _check(req: JobRequest) -> None:
             raise ConfigError(f"--{key.replace('_', '-')} {value!r}: only letters, digits and _.:@%/+- are allowed")
     if req.umask and not re.fullmatch(r"0[0-7]{3}", req.umask):
         raise ConfigError(f"umask {req.umask!r}: expected four octal digits such as 0022")
+    if req.cpus_per_task is not None and not 1 <= req.cpus_per_task <= 1024:
+        raise ConfigError(f"--cpus-per-task {req.cpus_per_task}: must be >= 1 and <= 1024")
     for key in ("gpus_per_node", "local_batch", "epochs"):
         if getattr(req, key) < 1:
             raise ConfigError(f"--{key.replace('_', '-')} {getattr(req, key)}: must be >= 1")
@@ -108,6 +111,7 @@ def render(template: str, req: JobRequest, *, part: str = "sbatch", template_dir
         output=req.output, secret_file=shlex.quote(req.secret_file), umask=req.umask,
         **{key: shlex.quote(path) for key, path in job_files(req.secret_file).items()},
         port_base=29500, port_span=1000, local_batch=req.local_batch, epochs=req.epochs,
+        cpus_per_task=req.cpus_per_task or "",
         command=" ".join(shlex.quote(w) for w in req.command),
     )
 

@@ -308,6 +308,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="exo: the daemon chooses the batch with the GPUs; endo: the job keeps its own (default exo)")
     sb.add_argument("--gpus-per-node", type=_gpus, default=4, help="GPUs per node the job asks for (default 4)")
     sb.add_argument("--local-batch", type=_positive_int, default=32, help="per-GPU batch in samples (default 32)")
+    sb.add_argument("--cpus-per-task", type=int_in(1, 1024), default=None, metavar="N",
+                    help="CPUs per worker, 1..1024 (sbatch --cpus-per-task, for the job and its satellites; its "
+                    "workers see SLURM_CPUS_PER_TASK and OMP_NUM_THREADS=N; default: Slurm's, 1)")
     sb.add_argument("--epochs", type=_positive_int, default=1, help="epochs to train (default 1)")
     sb.add_argument("--job-name", default="elastic", help="the Slurm job name (default elastic)")
     sb.add_argument("--time", default="", help="the Slurm time limit, e.g. 02:00:00 (default: the partition's)")
@@ -331,6 +334,9 @@ def build_parser() -> argparse.ArgumentParser:
     rh.add_argument("--pace", type=float_in(0.0, 10.0), default=0.0, metavar="S",
                     help="least seconds per step, so a short script outlasts the sequence (default 0)")
     rh.add_argument("--seed", type=seed, default=0, help="the sampler's seed (default 0)")
+    rh.add_argument("--cpus-per-task", type=int_in(1, 1024), default=None, metavar="N",
+                    help="each worker's SLURM_CPUS_PER_TASK and OMP_NUM_THREADS, as submit --cpus-per-task N "
+                    "gives them (default: unset, as in a job without it)")
     rh.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
                     help="cpu: no GPU visible to the workers; gpu: the local GPUs (default cpu)")
     rh.add_argument("--loss-tolerance", type=float_in(0.0, 100.0), default=0.25, metavar="R",

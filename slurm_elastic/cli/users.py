@@ -134,7 +134,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
                           "e.g. --elastic 2:8)")
     req = JobRequest(command=command_words(args.train_command), min_gpus=lo, max_gpus=hi,
                      gpus_per_node=args.gpus_per_node, batch=args.batch, mode=args.mode,
-                     local_batch=args.local_batch, epochs=args.epochs, name=args.job_name, time=args.time,
+                     local_batch=args.local_batch, epochs=args.epochs, cpus_per_task=args.cpus_per_task,
+                     name=args.job_name, time=args.time,
                      account=args.account, partition=args.partition, output=args.output,
                      secret_file=str(new_secret_file(Path.home() / ".slurm-elastic" / "secrets")))
     if args.dry_run:
@@ -156,7 +157,7 @@ def cmd_rehearse(args: argparse.Namespace) -> int:
         raise ConfigError("rehearse: no command: give it after --, e.g. slurm-elastic rehearse -- python train.py")
     sequence = parse(args.sequence or DEFAULT)
     options = Options(timeout_s=float(args.timeout), settle_steps=args.settle_steps, pace_s=args.pace,
-                      seed=args.seed, device=args.device)
+                      seed=args.seed, device=args.device, cpus_per_task=args.cpus_per_task)
     try:
         outcome = run(command, sequence, options, work=args.workdir, baseline=not args.no_baseline,
                       loss_tolerance=args.loss_tolerance, script_checkpoint=args.script_checkpoint,

@@ -50,6 +50,8 @@ class Options:
         seed: the sampler's seed (``SLURM_ELASTIC_SEED``).
         device: ``cpu`` (no GPU is visible to the workers) or ``gpu`` (the local GPUs).
         group_timeout_s: ``SLURM_ELASTIC_GROUP_TIMEOUT_S`` (how soon a lost worker is declared).
+        cpus_per_task: ``SLURM_CPUS_PER_TASK`` and ``OMP_NUM_THREADS`` of each worker, as in a job of
+            ``slurm-elastic submit --cpus-per-task`` (None: unset, as Slurm leaves it without).
     """
 
     timeout_s: float = 120.0
@@ -58,6 +60,7 @@ class Options:
     seed: int = 0
     device: str = "cpu"
     group_timeout_s: float = 10.0
+    cpus_per_task: int | None = None
 
 
 @dataclass
@@ -200,7 +203,7 @@ class Job:
         the task count of its srun) and the launcher's."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
         gpus = 0 if self.options.device == "cpu" else self._gpus
-        env.update(srun_task_variables(task[0], task[1], gpus))
+        env.update(srun_task_variables(task[0], task[1], gpus, self.options.cpus_per_task))
         env.update(
             SLURM_ELASTIC_JOB_ID=JOB_ID,
             SLURM_ELASTIC_SECRET=self.secret,
@@ -356,15 +359,19 @@ def _joiner_tasks(actions: tuple[Action, ...]) -> list[tuple[int, int]]:
     return tasks
 
 
-def srun_task_variables(task: int, tasks: int, gpus: int) -> dict[str, str]:
+def srun_task_variables(task: int, tasks: int, gpus: int, cpus_per_task: int | None = None) -> dict[str, str]:
     """What ``srun`` sets for each task of a job that ``slurm-elastic submit`` made, on one node:
     the task's index (``SLURM_PROCID``, ``SLURM_LOCALID``), the step's task and node counts, and the
     node's GPUs (``SLURM_GPUS_ON_NODE``: those the rehearsal gives the workers, 0 on the CPU).
     An initial worker is task k of the job's srun; the joiners of one grow are the tasks of one
-    satellite's. ``SLURM_CPUS_PER_TASK`` is not set: the job asks for no ``--cpus-per-task``."""
-    return {"SLURM_PROCID": str(task), "SLURM_LOCALID": str(task), "SLURM_NODEID": "0",
-            "SLURM_NTASKS": str(tasks), "SLURM_NPROCS": str(tasks), "SLURM_NNODES": "1",
-            "SLURM_JOB_NUM_NODES": "1", "SLURM_GPUS_ON_NODE": str(gpus)}
+    satellite's. ``SLURM_CPUS_PER_TASK`` (and the template's ``OMP_NUM_THREADS``) only with
+    ``cpus_per_task``, as Slurm sets it only for a job of ``submit --cpus-per-task``."""
+    env = {"SLURM_PROCID": str(task), "SLURM_LOCALID": str(task), "SLURM_NODEID": "0",
+           "SLURM_NTASKS": str(tasks), "SLURM_NPROCS": str(tasks), "SLURM_NNODES": "1",
+           "SLURM_JOB_NUM_NODES": "1", "SLURM_GPUS_ON_NODE": str(gpus)}
+    if cpus_per_task is not None:
+        env["SLURM_CPUS_PER_TASK"] = env["OMP_NUM_THREADS"] = str(cpus_per_task)
+    return env
 
 
 def _exited(workers: list[Worker]) -> Callable[[], bool]:

@@ -70,3 +70,5 @@ def test_the_joiners_of_one_grow_are_the_tasks_of_one_srun() -> None:
     assert (env["SLURM_PROCID"], env["SLURM_LOCALID"], env["SLURM_NTASKS"], env["SLURM_GPUS_ON_NODE"]) == \
         ("1", "1", "3", "0")
     assert "SLURM_CPUS_PER_TASK" not in env  # submit's job asks for no --cpus-per-task
+    with_cpus = srun_task_variables(0, 2, 0, cpus_per_task=4)  # submit --cpus-per-task 4
+    assert (with_cpus["SLURM_CPUS_PER_TASK"], with_cpus["OMP_NUM_THREADS"]) == ("4", "4")

@@ -299,6 +299,8 @@ TRACE = "job_id,submit_time,num_gpus,duration\na,0,1,60\n"
     (["submit", "--elastic", "2:0", "--dry-run", "--", "python", "x.py"], "submit needs a maximum"),
     (["submit", "--elastic", "2:4", "--batch", "1:x", "--dry-run", "--", "python", "x.py"], "--batch: batch='1:x'"),
     (["submit", "--elastic", "2:4", "--batch", "٣:٤", "--dry-run", "--", "python", "x.py"], "--batch: batch='٣:٤'"),
+    (["submit", "--elastic", "2:4", "--cpus-per-task", "0", "--dry-run", "--", "python", "x.py"],
+     "argument --cpus-per-task: 0: must be >= 1 and <= 1024"),
     (["bench", "fuzz", "--cases", "-1"], "argument --cases: -1: must be >= 0"),
     (["bench", "fuzz", "--seed", "-1"], "argument --seed: -1: must be"),
 ], ids=_id)

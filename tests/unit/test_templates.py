@@ -40,6 +40,19 @@ def test_user_words_are_quoted_and_options_follow_the_request() -> None:
     assert "--elastic-batch" not in script
 
 
+def test_cpus_per_task_reaches_the_job_its_satellites_and_their_sruns() -> None:
+    """A script that reads SLURM_CPUS_PER_TASK (its DataLoader workers) gets it in the job and in every
+    satellite, and srun passes it to the tasks on every release (SRUN_CPUS_PER_TASK)."""
+    from dataclasses import replace
+
+    req = replace(REQ, cpus_per_task=6)
+    for part in ("sbatch", "join"):
+        script = render("pytorch", req, part=part)
+        assert "\n#SBATCH --cpus-per-task=6\n" in script, part
+        assert 'export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"' in script, part
+        assert "#SBATCH --cpus-per-task" not in render("pytorch", REQ, part=part), part
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
@@ -49,6 +62,7 @@ def test_user_words_are_quoted_and_options_follow_the_request() -> None:
         ({"command": ()}, "no training command given"),
         ({"batch": "lots"}, "--batch 'lots': expected MIN:MAX"),
         ({"umask": "022; rm -rf ~"}, "umask '022; rm -rf ~': expected four octal digits"),
+        ({"cpus_per_task": 0}, "--cpus-per-task 0: must be >= 1 and <= 1024"),
     ],
 )
 def test_bad_values_are_refused(change: dict[str, object], message: str) -> None:
