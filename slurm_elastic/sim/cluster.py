@@ -13,6 +13,10 @@ brought up to the clock (:meth:`SimJob.sync`) only where it is read or changed (
 action, a completion). A 10,000-job trace has tens of thousands of events and hundreds of running
 jobs at each.
 
+A running job trains the batch the launcher makes of its plan (:func:`launcher_batch`): ``k`` workers
+of ``local_batch x accumulation`` samples (exo-elastic) or of ``round(B / k)`` (endo-elastic), so the
+plan's global batch where ``k`` does not divide it; the planner's view keeps the plan's batch.
+
 Resize costs (a job makes no progress while paused):
 
 * ``in-place`` (default): the launcher's measured pause on our machines
@@ -209,14 +213,32 @@ def overhead_for(overhead: Overhead, nodes: int) -> float:
     return overhead[min(overhead, key=lambda n: (abs(n - nodes), n))]
 
 
+def launcher_batch(mode: ElasticMode, gpus: int, global_batch: int, local_batch: int, accumulation: int,
+                   limit: int) -> tuple[int, int, int]:
+    """What the launcher trains for a planned batch on ``gpus`` workers: ``(global batch, per-GPU
+    micro-batch, micro-steps)``.
+
+    The daemon's order carries an exo-elastic job's per-worker batch, ``local_batch * accumulation``
+    (:func:`slurm_elastic.act.launcher.batch_of`), and an endo-elastic job's global batch, which the
+    launcher's batch policy spreads as ``max(1, round(B / k))`` per worker (Python's rounding, half to
+    even: ``slurm_elastic_launcher.batch_policy``). Each worker trains its batch ``L`` in
+    ``ceil(L / limit)`` micro-batches of ``ceil(L / micro-steps)`` samples (its step driver; the
+    per-GPU limit here is the job's, ``limit``). So the batch trained is ``k * L``, not the plan's
+    global batch where ``k`` does not divide it (a plan's 100 on 3 GPUs of an exo job trains 102).
+    """
+    per_worker = local_batch * accumulation if mode is ElasticMode.EXO else max(1, round(global_batch / gpus))
+    steps = max(1, math.ceil(per_worker / limit))
+    return gpus * per_worker, math.ceil(per_worker / steps), steps
+
+
 def _cpu_ask(job: SimJob) -> float:
     """The part of a core each worker of a running job asks (module docstring): the part of its step
     it computes (its step on one GPU over its step on its placement), and :data:`COMM_CPU_SHARE`
     of the rest."""
     speed = job.spec.model_truth.speed
     shape = tuple(len(g) for _, g in job.placement.slots)
-    one = speed.step_time(job.local_batch, (1,), job.accumulation)
-    computing = min(1.0, one / speed.step_time(job.local_batch, shape, job.accumulation))
+    one = speed.step_time(job.run_local, (1,), job.run_steps)
+    computing = min(1.0, one / speed.step_time(job.run_local, shape, job.run_steps))
     return computing + COMM_CPU_SHARE * (1.0 - computing)
 
 
@@ -260,9 +282,12 @@ class SimJob:
     synced: float = 0.0  # the time up to which its progress is accounted (SimJob.sync)
     state: JobState = JobState.PENDING
     placement: Placement = field(default_factory=Placement)
-    global_batch: int = 0
+    global_batch: int = 0  # as planned (what the planner sees)
     local_batch: int = 0
     accumulation: int = 1
+    run_batch: int = 0  # as the launcher trains it (launcher_batch)
+    run_local: int = 0
+    run_steps: int = 1
     done: float = 0.0  # fraction of the work to the target
     samples: float = 0.0
     start: float | None = None
@@ -305,9 +330,9 @@ class SimJob:
             self.finish_at = math.inf
             return
         shape = tuple(len(g) for _, g in self.placement.slots)
-        self.speed = self.cpu_share * self.spec.model_truth.speed.throughput(self.global_batch, self.local_batch, shape,
-                                                                             self.accumulation)
-        self.rate = self.speed / (self.spec.epoch_size * self.spec.epochs_needed(self.global_batch))
+        self.speed = self.cpu_share * self.spec.model_truth.speed.throughput(self.run_batch, self.run_local, shape,
+                                                                             self.run_steps)
+        self.rate = self.speed / (self.spec.epoch_size * self.spec.epochs_needed(self.run_batch))
         self.finish_at = self.time_to_finish(now)
         if self.finishes is not None and self.finish_at < math.inf:
             heapq.heappush(self.finishes, (self.finish_at, self.seq, self.configured, self))
@@ -563,7 +588,7 @@ class VirtualCluster:
         return view
 
     def _progress(self, j: SimJob) -> ProgressReport:
-        return ProgressReport(1.0, *_reports(j.spec, j.samples, j.global_batch)) if self.fit_progress \
+        return ProgressReport(1.0, *_reports(j.spec, j.samples, j.run_batch)) if self.fit_progress \
             else _NO_PROGRESS
 
     def _job(self, j: SimJob) -> Job:
@@ -640,6 +665,10 @@ class VirtualCluster:
                 job.local_batch = math.ceil(a.global_batch / (a.accumulation * k))
         if a.kind is ActionKind.START:  # on the nodes it starts on
             pause += overhead_for(self.overhead_s, len(job.placement.slots))
+        if job.placement.num_gpus:  # what the launcher trains (the planner goes on seeing the plan's batch)
+            job.run_batch, job.run_local, job.run_steps = launcher_batch(
+                job.spec.mode, job.placement.num_gpus, job.global_batch, job.local_batch, job.accumulation,
+                job.spec.local_limit)
         job.paused_until = max(job.paused_until, now + pause) if pause else job.paused_until
         job.last_change = now
         job.samples_at_change = job.samples

@@ -10,9 +10,12 @@ GPUs in ``min_gpus..min(max_gpus, cluster GPUs)`` on any shape the cluster's nod
 node, at most ``gpus_per_node`` on each of at most ``nodes`` nodes), a global batch ``B`` in
 ``max(min_batch, k)..max_batch`` (exactly ``base_batch`` for an endo-elastic job), an accumulation
 ``a >= 1`` and a per-GPU batch ``l`` in ``1..local_limit`` with ``l * k * a >= B``: the rules of
-:func:`~slurm_elastic.core.constraints.validate_plan`, which the simulator enforces. Alone in a
-configuration a job finishes in ``T = epoch_size * epochs_needed(B) * step_time(l, shape, a) / B``
-seconds and uses ``k * T`` GPU-seconds.
+:func:`~slurm_elastic.core.constraints.validate_plan`, which the simulator enforces. The simulator
+trains what the launcher makes of it (:func:`~slurm_elastic.sim.cluster.launcher_batch`): ``k``
+workers of ``L`` samples (``l * a`` for an exo-elastic job, ``round(B / k)`` for an endo one), in
+``a' = ceil(L / local_limit)`` micro-steps of ``l' = ceil(L / a')``. Alone in a configuration a job
+finishes in ``T = epoch_size * epochs_needed(k L) * step_time(l', shape, a') / (k L)`` seconds and
+uses ``k * T`` GPU-seconds.
 
 * :func:`job_best`: the job's least ``T`` (its fastest way to finish) and its least ``k * T`` (its
   cheapest), each minimised exactly over every configuration (see :func:`job_best`).
@@ -85,11 +88,6 @@ LP_SLACK = 1.0 - 1e-4
 """The fluid bound is the LP optimum times this. HiGHS meets each constraint to 1e-7 (its primal
 feasibility tolerance); a job's work short by that much, counted at a horizon up to a thousand
 mean JCTs away, moves the mean by up to 1e-4 of it."""
-
-GRID_BUDGET = 1_000_000
-"""Most (accumulation, per-GPU batch) pairs searched exactly per GPU count and shape; past it the
-larger accumulations are bounded by their compute alone (see :func:`job_best`)."""
-
 
 @dataclass(frozen=True, slots=True)
 class JobBest:
@@ -224,27 +222,21 @@ def _shapes_of_length(k: int, n: int, biggest: int) -> Iterator[Shape]:
 
 class _Epochs:
     """``g(B) = epoch_size * epochs_needed(B) / B`` (seconds of work per second of sample rate) of one
-    job, its ``work_scale`` included, and its least value over ``lo..h`` for many ``h`` at once.
+    job, its ``work_scale`` included, and the least ``epochs_needed`` over the batches from ``B`` on.
 
     ``epochs_needed`` is constant (a set epoch count) or piecewise linear in ``log2 B`` between the
-    measured batches and flat outside them. On a piece, ``(alpha + beta log2 B) / B`` has derivative
-    ``(beta / ln 2 - epochs(B)) / B**2``, whose sign can change only from + to - (``epochs`` >= 0 rises
-    with ``B`` when ``beta > 0``; it is negative throughout when ``beta <= 0``): ``g`` is never convex
-    inside a piece, so its least value over an interval is at an end or a measured batch inside.
+    measured batches and flat outside them, so its least value from ``B`` on is at ``B`` or at a
+    measured batch above it.
     """
 
-    def __init__(self, spec: SimJobSpec, lo: int, hi: int) -> None:
+    def __init__(self, spec: SimJobSpec) -> None:
         self.spec = spec
-        self.lo = lo
         self.scale = spec.work_scale  # a factor of every epochs_needed (a set epoch count's too)
         conv = spec.model_truth.convergence if spec.epochs is None else None
         self._log_batches = conv.batches if conv is not None else None
         self._epochs_at = conv.epochs_at if conv is not None else None
         measured = [] if conv is None else sorted({round(2.0 ** b) for b in conv.batches})
-        self.points = np.array([b for b in measured if lo < b < hi], dtype=np.float64)
-        at_points = self.g(self.points)
-        self.prefix = np.minimum.accumulate(at_points) if at_points.size else at_points
-        self.at_lo = float(self.g(np.array([float(lo)]))[0])
+        self.points = np.array(measured, dtype=np.float64)
 
     def epochs(self, batch: NDArray[np.float64]) -> NDArray[np.float64]:
         """Epochs to the target at each global batch, ``work_scale`` included, as the simulator's truth
@@ -258,38 +250,10 @@ class _Epochs:
     def g(self, batch: NDArray[np.float64]) -> NDArray[np.float64]:
         return self.spec.epoch_size * self.epochs(batch) / batch
 
-    def least_up_to(self, h: NDArray[np.float64]) -> NDArray[np.float64]:
-        """``min g(B)`` over ``lo <= B <= h``, each ``h >= lo``."""
-        out = np.minimum(self.at_lo, self.g(h))
-        if self.points.size:
-            idx = np.searchsorted(self.points, h, side="right")
-            inner = np.where(idx > 0, self.prefix[np.maximum(idx - 1, 0)], np.inf)
-            out = np.minimum(out, inner)
-        return out
-
-    def least_epochs(self, hi: int) -> float:
-        """``min epochs_needed(B)`` over ``lo <= B <= hi`` (piecewise linear in ``log2 B``: an end or a
-        measured batch)."""
-        cands = np.array([float(self.lo), float(hi), *self.points.tolist()])
+    def least_from(self, batch: float) -> float:
+        """``min epochs_needed(B)`` over ``B >= batch``."""
+        cands = np.array([batch, *self.points[self.points > batch].tolist()])
         return float(np.min(self.epochs(cands)))
-
-
-def _pairs(a_from: int, a_to: int, k: int, hi: int, l_max: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    """The (accumulation, per-GPU batch) pairs searched for ``a`` in ``a_from..a_to``: ``l`` in
-    ``1..l_max``, and for ``a >= 2`` only while ``l * k * (a - 1) < hi`` (a larger ``l`` fits the batch
-    with one accumulation step less, which is never slower: see :func:`job_best`)."""
-    accs = np.arange(a_from, a_to + 1, dtype=np.int64)
-    if accs.size == 0:
-        return accs, accs
-    tops = np.where(accs == 1, l_max, np.minimum(l_max, -(-hi // np.maximum(k * (accs - 1), 1))))
-    a = np.repeat(accs, tops)
-    starts = np.cumsum(tops) - tops
-    ls = np.arange(a.size, dtype=np.int64) - np.repeat(starts, tops) + 1
-    return a, ls
-
-
-def _pair_count(a: int, k: int, hi: int, l_max: int) -> int:
-    return l_max if a == 1 else min(l_max, -(-hi // (k * (a - 1))))
 
 
 def job_best(spec: SimJobSpec, gpus: int, gpus_per_node: int) -> JobBest:
@@ -311,51 +275,46 @@ def _count_times(spec: SimJobSpec, gpus: int, gpus_per_node: int) -> tuple[tuple
     """``(k, T_k)`` for each GPU count ``k`` the job can run on: its least time alone on ``k`` GPUs
     over every configuration the module docstring defines, exactly (without ``SLACK``).
 
-    The search, for each GPU count ``k`` and each distinct step-time curve of its shapes: for an
-    accumulation ``a`` and a per-GPU batch ``l``, the least ``g(B)`` over the batches that fit
-    (``B <= min(max_batch, l k a)``) is at an end of that range or a measured batch
-    (:class:`_Epochs`), and the step time does not depend on ``B``; so every integer ``l`` in
-    ``1..local_limit`` and every useful ``a`` is tried with its best ``B``. An ``a`` with
-    ``l k (a - 1) >= B`` is never needed (``a - 1`` holds the batch and its step is shorter by one
-    compute pass), so ``a <= ceil(max_batch / k)`` and, for ``a >= 2``, ``l < max_batch / (k (a - 1))``.
-    Past :data:`GRID_BUDGET` pairs, the remaining accumulations are bounded by compute alone:
-    ``T >= epoch_size * epochs(B) * a compute(l) / B >= epoch_size * min epochs * compute(l) / (l k)``,
-    valid but looser (only traces with huge batch ranges get there).
+    What a configuration trains is the launcher's per-worker batch ``L``
+    (:func:`~slurm_elastic.sim.cluster.launcher_batch`): ``k L`` samples a step, in
+    ``a = ceil(L / limit)`` micro-steps of ``l = ceil(L / a)``, in ``T = g(k L) * step(l, shape, a)``.
+    An endo-elastic job has one ``L`` per ``k``, ``round(base_batch / k)``. An exo-elastic job may
+    have any ``L >= ceil(lo / k)`` (a plan's ``l * a`` with ``l k a >= B >= lo``): every ``L`` up to
+    ``max(ceil(max_batch / k), limit)`` is tried on each distinct step-time curve of the shapes of
+    ``k`` GPUs, and the larger ones are bounded by their compute alone,
+    ``T >= epoch_size * min epochs(B >= k L) * a compute(l) / (k L) >= epoch_size * min epochs *
+    min_l (compute(l) / l) / k`` (``a l >= L``).
     """
     speed = spec.model_truth.speed
     nodes = max(1, gpus // gpus_per_node)
-    l_max = spec.local_limit
-    locals_ = np.arange(1, l_max + 1, dtype=np.int64)
+    limit = spec.local_limit
+    locals_ = np.arange(1, limit + 1, dtype=np.int64)
+    epochs = _Epochs(spec)
     out = []
     for k in range(max(1, spec.min_gpus), min(spec.max_gpus, gpus) + 1):
+        last = 0
         if spec.mode is ElasticMode.ENDO:
-            lo = hi = spec.base_batch
-            if not (spec.min_batch <= lo <= spec.max_batch and lo >= k):
+            b = spec.base_batch
+            if not (spec.min_batch <= b <= spec.max_batch and b >= k):
                 continue
+            per = np.array([max(1, round(b / k))], dtype=np.int64)
         else:
             lo, hi = max(spec.min_batch, k), spec.max_batch
-        if lo > hi:
-            continue
-        epochs = _Epochs(spec, lo, hi)
-        a_top = max(1, -(-hi // k))
-        a_cut, total = 0, 0
-        while a_cut < a_top and total + _pair_count(a_cut + 1, k, hi, l_max) <= GRID_BUDGET:
-            a_cut += 1
-            total += _pair_count(a_cut, k, hi, l_max)
-        a_idx, l_idx = _pairs(1, a_cut, k, hi, l_max)
-        # the batches a pair holds, and their least g, do not depend on the shape
-        h = np.minimum(hi, (l_idx * k * a_idx)).astype(np.float64)
-        ok = h >= lo
-        a_ok, l_ok = a_idx[ok], l_idx[ok] - 1
-        least = epochs.least_up_to(h[ok])
+            if lo > hi:
+                continue
+            first = -(-lo // k)
+            last = max(first, -(-hi // k), limit)
+            per = np.arange(first, last + 1, dtype=np.int64)
+        steps = np.maximum(1, -(-per // limit))
+        idx = -(-per // steps) - 1  # the micro-batch's index in 1..limit
+        work = epochs.g((k * per).astype(np.float64))
+        tail = spec.epoch_size * epochs.least_from(float(k * (last + 1))) / k if last else math.inf
         best = math.inf
         for shape in _curves(speed, k, gpus_per_node, nodes):
-            compute, sync = _step_parts(speed, l_max, shape)
-            if a_ok.size:
-                best = min(best, float(np.min(least * (a_ok * compute[l_ok] + sync[l_ok]))))
-            if a_cut < a_top:  # larger accumulations: compute alone
-                per_sample = float(np.min(compute / locals_))
-                best = min(best, spec.epoch_size * epochs.least_epochs(hi) * per_sample / k)
+            compute, sync = _step_parts(speed, limit, shape)
+            best = min(best, float(np.min(work * (steps * compute[idx] + sync[idx]))))
+            if last:  # larger per-worker batches: compute alone
+                best = min(best, tail * float(np.min(compute / locals_)))
         if math.isfinite(best):
             out.append((k, best))
     return tuple(out)

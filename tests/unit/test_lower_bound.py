@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from slurm_elastic.core.model import ElasticMode
+from slurm_elastic.sim.cluster import launcher_batch
 from slurm_elastic.sim.lower_bound import (
     SLACK,
     _curves,
@@ -75,22 +76,47 @@ def test_one_configuration_job_by_hand() -> None:
     assert job_best(spec, 8, 4).time <= 500 * 2 * step
 
 
-def _brute(spec: SimJobSpec, gpus: int, per_node: int) -> tuple[float, float]:
+def _time(spec: SimJobSpec, k: int, shape: tuple[int, ...], b: int, local: int, a: int) -> float:
+    """Seconds alone in a plan's configuration, at the batch the launcher trains of it (the simulator's)."""
+    run, run_local, steps = launcher_batch(spec.mode, k, b, local, a, spec.local_limit)
+    return spec.epoch_size * spec.epochs_needed(run) * spec.model_truth.speed.step_time(run_local, shape, steps) / run
+
+
+def _brute(spec: SimJobSpec, gpus: int, per_node: int) -> tuple[float, float, float]:
+    """By brute force, the least time and GPU-seconds over the plans whose per-worker batch is at most
+    ``max(ceil(max_batch / k), limit)`` (each such batch: one plan, ``l = 1``; and every ``(B, a, l)``
+    with ``a <= ceil(B / k)``), with the larger per-worker batches of an exo job bounded by their
+    compute alone; and the least time over every plan tried (larger batches included), each exactly."""
     speed = spec.model_truth.speed
-    best_t = best_w = math.inf
+    best_t = best_w = every = math.inf
+    limit = spec.local_limit
     for k in range(spec.min_gpus, min(spec.max_gpus, gpus) + 1):
-        batches = [spec.base_batch] if spec.mode is ElasticMode.ENDO else range(max(spec.min_batch, k),
-                                                                                spec.max_batch + 1)
+        exo = spec.mode is ElasticMode.EXO
+        batches = range(max(spec.min_batch, k), spec.max_batch + 1) if exo else [spec.base_batch]
+        cut = max(-(-spec.max_batch // k), limit)
         for shape in _shapes(k, per_node, gpus // per_node):
             for b in batches:
                 if b < k:
                     continue
-                work = spec.epoch_size * spec.epochs_needed(b)
-                for a in range(1, math.ceil(b / k) + 1):
-                    for local in range(math.ceil(b / (k * a)), spec.local_limit + 1):
-                        t = work * speed.step_time(local, shape, a) / b
+                plans = [(local, a) for a in range(1, math.ceil(b / k) + 1)
+                         for local in range(math.ceil(b / (k * a)), limit + 1)]
+                if exo:
+                    plans += [(1, per) for per in range(-(-b // k), cut + 1)]  # one plan per per-worker batch
+                    plans += [(1, per) for per in (2 * cut, 10 * cut, 100 * cut)]
+                for local, a in plans:
+                    t = _time(spec, k, shape, b, local, a)
+                    every = min(every, t)
+                    if not exo or local * a <= cut:
                         best_t, best_w = min(best_t, t), min(best_w, k * t)
-    return best_t, best_w
+            if exo:  # per-worker batches past the cut: compute alone, the least epochs from there on
+                compute, _ = speed.step_parts(np.arange(1, limit + 1), shape)
+                per_sample = min(float(c) / (i + 1) for i, c in enumerate(compute))
+                conv = spec.model_truth.convergence if spec.epochs is None else None
+                measured = [] if conv is None else [round(2.0 ** x) for x in conv.batches]
+                least = min(spec.epochs_needed(x) for x in [k * (cut + 1), *[m for m in measured if m > k * (cut + 1)]])
+                tail = spec.epoch_size * least * per_sample / k
+                best_t, best_w = min(best_t, tail), min(best_w, k * tail)
+    return best_t, best_w, every
 
 
 @pytest.mark.parametrize("spec", [
@@ -101,8 +127,8 @@ def _brute(spec: SimJobSpec, gpus: int, per_node: int) -> tuple[float, float]:
 ], ids=["bert-exo", "yolov3-endo", "imagenet-accumulation", "cifar10-set-epochs"])
 def test_job_best_equals_brute_force_over_every_valid_configuration(spec: SimJobSpec) -> None:
     best = job_best(spec, 8, 4)
-    t, w = _brute(spec, 8, 4)
-    assert best.time == pytest.approx(t * SLACK, rel=1e-9) and best.time <= t
+    t, w, every = _brute(spec, 8, 4)
+    assert best.time == pytest.approx(t * SLACK, rel=1e-9) and best.time <= t <= every
     assert best.gpu_seconds == pytest.approx(w * SLACK, rel=1e-9) and best.gpu_seconds <= w
 
 
