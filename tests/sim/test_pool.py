@@ -9,6 +9,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,18 @@ def test_the_pool_is_stopped_after_an_error_and_starts_again() -> None:
         assert [r["policy"] for r in pool.run([_pair({}, "a"), _pair({}, "b")])] == ["a", "b"]
 
 
+@pytest.fixture
+def python_ctrl_c() -> Iterator[None]:
+    """Python's own Ctrl-C handler, whatever this process inherited: a shell starts a background
+    command with SIGINT ignored, and Python then installs none (the interrupt was then lost)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.usefixtures("python_ctrl_c")
 def test_ctrl_c_stops_the_workers_and_raises_keyboard_interrupt_here() -> None:
     pairs = [_pair({}, f"long {i}", jobs=400) for i in range(4)]
     pool = PairPool(2)
