@@ -45,346 +45,32 @@ import sqlite3
 import stat
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 from urllib.parse import quote
 
-from slurm_elastic.core.actions import Action, ActionKind
-from slurm_elastic.core.model import JobId, JobPlan, NodeName, Placement, Plan, Unplaced
-from slurm_elastic.errors import ElasticError
-
-SCHEMA_VERSION = 10
-LOCK_WAIT_S = 2.0
-"""How long a call waits for another process's write lock before it fails (sqlite's busy timeout)."""
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS rounds (
-    id INTEGER PRIMARY KEY,
-    t REAL NOT NULL,
-    policy TEXT NOT NULL,
-    summary TEXT NOT NULL,
-    plan TEXT NOT NULL,
-    violations TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS actions (
-    id INTEGER PRIMARY KEY,
-    round_id INTEGER REFERENCES rounds(id),
-    job_id TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    body TEXT NOT NULL,
-    state TEXT NOT NULL CHECK (state IN ('running', 'done', 'failed')),
-    message TEXT NOT NULL DEFAULT '',
-    started REAL NOT NULL,
-    finished REAL
-);
-CREATE INDEX IF NOT EXISTS actions_state ON actions(state);
-CREATE INDEX IF NOT EXISTS actions_job ON actions(job_id);
-CREATE TABLE IF NOT EXISTS progress (
-    id INTEGER PRIMARY KEY,
-    job_id TEXT NOT NULL,
-    t REAL NOT NULL,
-    samples INTEGER NOT NULL,
-    world INTEGER NOT NULL,
-    global_batch INTEGER NOT NULL,
-    throughput REAL,
-    loss REAL,
-    metric REAL,
-    kind TEXT NOT NULL DEFAULT 'progress',
-    pause_s REAL,
-    epoch_size INTEGER,
-    lost TEXT NOT NULL DEFAULT '',
-    nodes INTEGER,
-    model TEXT,
-    params INTEGER,
-    epochs REAL,
-    submitted_epochs INTEGER,
-    submitted_local_batch INTEGER
-);
-CREATE INDEX IF NOT EXISTS progress_job ON progress(job_id, t);
-CREATE INDEX IF NOT EXISTS progress_end ON progress(kind, job_id, t);
-CREATE TABLE IF NOT EXISTS report_offsets (job_id TEXT PRIMARY KEY, offset INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS workers (
-    job_id TEXT NOT NULL,
-    worker TEXT NOT NULL,
-    node TEXT NOT NULL,
-    alloc TEXT NOT NULL,
-    PRIMARY KEY (job_id, worker)
-);
-CREATE TABLE IF NOT EXISTS worker_runs (job_id TEXT PRIMARY KEY, run INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS releases (
-    job_id TEXT PRIMARY KEY,
-    nodes TEXT NOT NULL,
-    world INTEGER NOT NULL,
-    leaving INTEGER NOT NULL,
-    ordered REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS satellites (
-    sat_id TEXT PRIMARY KEY,
-    parent TEXT NOT NULL,
-    submitted REAL NOT NULL,
-    ended REAL
-);
-CREATE TABLE IF NOT EXISTS steps (
-    action_id INTEGER NOT NULL REFERENCES actions(id),
-    seq INTEGER NOT NULL,
-    name TEXT NOT NULL,
-    detail TEXT NOT NULL,
-    t REAL NOT NULL,
-    PRIMARY KEY (action_id, seq)
-);
-CREATE TABLE IF NOT EXISTS quarantine (
-    job_id TEXT PRIMARY KEY,
-    t REAL NOT NULL,
-    reason TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS submit_times (
-    job_id TEXT PRIMARY KEY,
-    t REAL NOT NULL
-);
-"""
-
-# Version 1 stores lack the report kind and resize pause of progress rows.
-_MIGRATE_1_TO_2 = (
-    "ALTER TABLE progress ADD COLUMN kind TEXT NOT NULL DEFAULT 'progress'",
-    "ALTER TABLE progress ADD COLUMN pause_s REAL",
-    "ALTER TABLE progress ADD COLUMN epoch_size INTEGER",
+from slurm_elastic.core.actions import Action
+from slurm_elastic.core.model import Plan
+from slurm_elastic.store.rows import (
+    PROGRESS_COLUMNS,
+    JournalEntry,
+    ProgressRow,
+    Release,
+    ReportInputs,
+    RoundRecord,
+    Step,
+    StoreError,
+    action_from_json,
+    action_to_json,
+    plan_from_json,
+    plan_to_json,
+    progress_row,
+    round_of,
 )
-# Version 2 stores named a report's world size ``gpus``; the launcher, the reports and the rows say ``world``.
-_MIGRATE_2_TO_3 = ("ALTER TABLE progress RENAME COLUMN gpus TO world",)
-# Version 3 stores lack the steps table, version 4 the submit times (both created by the schema
-# script): nothing to alter.
-# Version 5 stores lack the lost workers of a recovery's report.
-_MIGRATE_5_TO_6 = ("ALTER TABLE progress ADD COLUMN lost TEXT NOT NULL DEFAULT ''",)
-# Version 6 stores lack the node count a report's world ran on.
-_MIGRATE_6_TO_7 = ("ALTER TABLE progress ADD COLUMN nodes INTEGER",)
-# Version 7 stores lack the job identity a report names (its model's name and parameter count).
-_MIGRATE_7_TO_8 = ("ALTER TABLE progress ADD COLUMN model TEXT", "ALTER TABLE progress ADD COLUMN params INTEGER")
-# Version 8 stores lack the run each job's worker layout belongs to (the schema script creates the
-# table; a layout without a run is the first run's).
-# Version 9 stores lack what a report says the job runs (its epochs) and what the submit flags said
-# where the script runs otherwise.
-_MIGRATE_9_TO_10 = ("ALTER TABLE progress ADD COLUMN epochs REAL", "ALTER TABLE progress ADD COLUMN submitted_epochs "
-                    "INTEGER", "ALTER TABLE progress ADD COLUMN submitted_local_batch INTEGER")
-_FROM_5 = _MIGRATE_5_TO_6 + _MIGRATE_6_TO_7 + _MIGRATE_7_TO_8 + _MIGRATE_9_TO_10
-_MIGRATIONS = {1: _MIGRATE_1_TO_2 + _MIGRATE_2_TO_3 + _FROM_5, 2: _MIGRATE_2_TO_3 + _FROM_5, 3: _FROM_5, 4: _FROM_5,
-               5: _FROM_5, 6: _MIGRATE_6_TO_7 + _MIGRATE_7_TO_8 + _MIGRATE_9_TO_10,
-               7: _MIGRATE_7_TO_8 + _MIGRATE_9_TO_10, 8: _MIGRATE_9_TO_10, 9: _MIGRATE_9_TO_10}
+from slurm_elastic.store.schema import LOCK_WAIT_S, MIGRATIONS, SCHEMA, SCHEMA_VERSION
 
-
-class StoreError(ElasticError):
-    """The state database is unusable (wrong schema version, corrupt row)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ProgressRow:
-    """One verified report of a job's launcher, as stored (the wire form is the launcher's).
-
-    Attributes:
-        t: when the launcher wrote it (seconds since the epoch).
-        kind: ``progress`` (a window of steps at one size), ``resize`` (the first window of a new
-            world; its throughput includes the pause), ``end`` (training finished) or ``left``
-            (a dropped worker's farewell).
-        samples: samples trained so far by the whole job.
-        world: workers (one per GPU) in the job's world when it was written.
-        global_batch: samples per optimizer step.
-        throughput: samples/s over the window, ``None`` if not measured.
-        loss: mean training loss over the window, ``None`` if not reported.
-        metric: the validation metric (``ElasticJob.evaluate``), ``None`` if not reported.
-        pause_s: a resize report's pause (seconds), else ``None``.
-        epoch_size: samples per epoch, ``None`` if not reported.
-        lost: a recovery's resize report: the workers the survivors went on without.
-        nodes: how many nodes the world ran on (the daemon's layout of the workers the report
-            names), ``None`` when unknown.
-        model: the model's name the report gives (the user's), ``None`` if it names none.
-        params: the model's parameter count the report gives, ``None`` if it gives none.
-        epochs: the epochs the job trains, as its report says (what its script runs), ``None`` if
-            it does not say.
-        submitted_epochs: in the first report of a run whose script trains other epochs or another
-            per-worker batch than ``slurm-elastic submit`` said: the ``--epochs`` it was submitted
-            with; ``None`` otherwise.
-        submitted_local_batch: likewise, the ``--local-batch`` it was submitted with.
-    """
-
-    t: float
-    kind: str
-    samples: int
-    world: int
-    global_batch: int
-    throughput: float | None = None
-    loss: float | None = None
-    metric: float | None = None
-    pause_s: float | None = None
-    epoch_size: int | None = None
-    lost: tuple[str, ...] = ()
-    nodes: int | None = None
-    model: str | None = None
-    params: int | None = None
-    epochs: float | None = None
-    submitted_epochs: int | None = None
-    submitted_local_batch: int | None = None
-
-
-_PROGRESS_COLUMNS = ("t, kind, samples, world, global_batch, throughput, loss, metric, pause_s, epoch_size, lost, "
-                     "nodes, model, params, epochs, submitted_epochs, submitted_local_batch")
-
-
-def _progress_row(r: tuple[Any, ...]) -> ProgressRow:
-    (t, kind, samples, world, batch, throughput, loss, metric, pause, epoch_size, lost, nodes, model, params, epochs,
-     said_epochs, said_batch) = r
-    return ProgressRow(t, kind, samples, world, batch, throughput, loss, metric, pause, epoch_size,
-                       tuple(w for w in str(lost).split(",") if w), nodes, model, params, epochs, said_epochs,
-                       said_batch)
-
-
-@dataclass(frozen=True, slots=True)
-class JournalEntry:
-    """One action as journaled."""
-
-    id: int
-    round_id: int | None
-    action: Action
-    state: str
-    message: str
-    started: float
-    finished: float | None
-
-
-def _placement_json(p: Placement) -> list[list[Any]]:
-    return [[node, list(gpus)] for node, gpus in p.slots]
-
-
-def _placement_from(raw: list[list[Any]]) -> Placement:
-    return Placement(tuple((NodeName(str(n)), tuple(int(g) for g in gs)) for n, gs in raw))
-
-
-def action_to_json(a: Action) -> str:
-    """Serialise an action (stable key order)."""
-    return json.dumps({
-        "kind": a.kind.value, "job_id": a.job_id, "before": _placement_json(a.before),
-        "after": _placement_json(a.after), "global_batch": a.global_batch, "local_batch": a.local_batch,
-        "accumulation": a.accumulation, "lr": a.lr, "reason": a.reason,
-    }, sort_keys=True)
-
-
-def action_from_json(text: str) -> Action:
-    """Inverse of :func:`action_to_json`.
-
-    Raises:
-        StoreError: the text is not a journaled action.
-    """
-    try:
-        d = json.loads(text)
-        return Action(ActionKind(d["kind"]), JobId(d["job_id"]), _placement_from(d["before"]),
-                      _placement_from(d["after"]), int(d["global_batch"]), int(d["local_batch"]),
-                      int(d["accumulation"]), float(d["lr"]), str(d["reason"]))
-    except (ValueError, KeyError, TypeError) as exc:
-        raise StoreError(f"journaled action is malformed: {exc}: {text[:200]!r}") from exc
-
-
-def plan_to_json(plan: Plan) -> str:
-    """Serialise a plan for the round record."""
-    return json.dumps({
-        "policy": plan.policy, "score": plan.score, "notes": list(plan.notes),
-        "jobs": [{"job_id": p.job_id, "placement": _placement_json(p.placement), "global_batch": p.global_batch,
-                  "local_batch": p.local_batch, "accumulation": p.accumulation, "lr": p.lr} for p in plan.jobs],
-        "unplaced": [{"job_id": u.job_id, "reason": u.reason, "dropped": u.dropped} for u in plan.unplaced],
-    }, sort_keys=True)
-
-
-def plan_from_json(text: str) -> Plan:
-    """Inverse of :func:`plan_to_json`.
-
-    Raises:
-        StoreError: the text is not a recorded plan.
-    """
-    try:
-        d = json.loads(text)
-        jobs = tuple(JobPlan(JobId(str(j["job_id"])), _placement_from(j["placement"]), int(j["global_batch"]),
-                             int(j["local_batch"]), int(j["accumulation"]), float(j["lr"])) for j in d["jobs"])
-        unplaced = tuple(Unplaced(JobId(str(u["job_id"])), str(u["reason"]), bool(u["dropped"]))
-                         for u in d["unplaced"])
-        score = d["score"]
-        return Plan(str(d["policy"]), jobs, unplaced, None if score is None else float(score),
-                    tuple(str(n) for n in d["notes"]))
-    except (ValueError, KeyError, TypeError) as exc:
-        raise StoreError(f"recorded plan is malformed: {exc}: {text[:200]!r}") from exc
-
-
-@dataclass(frozen=True, slots=True)
-class RoundRecord:
-    """One planning round as recorded (:meth:`Store.record_round`).
-
-    Attributes:
-        id: its row id (rounds are numbered in the order they were recorded).
-        t: when it ran (seconds since the epoch).
-        policy: the name of the policy that planned it.
-        summary: the round's one-line summary.
-        plan: the plan it made.
-        violations: the plan's rule violations the round found (empty for a valid plan).
-    """
-
-    id: int
-    t: float
-    policy: str
-    summary: str
-    plan: Plan
-    violations: tuple[str, ...]
-
-
-def _round_of(r: tuple[Any, ...]) -> RoundRecord:
-    try:
-        violations = tuple(str(v) for v in json.loads(r[5]))
-    except (ValueError, TypeError) as exc:
-        raise StoreError(f"round {r[0]}: recorded violations are malformed: {exc}") from exc
-    return RoundRecord(int(r[0]), float(r[1]), str(r[2]), str(r[3]), plan_from_json(r[4]), violations)
-
-
-@dataclass(frozen=True, slots=True)
-class Release:
-    """A node release a shrink ordered and the daemon still owes (:meth:`Store.add_release`).
-
-    Attributes:
-        job_id: the launcher job shrunk.
-        nodes: the nodes it keeps once its leavers have left (the others are given back).
-        world: the workers of its group after the shrink.
-        leaving: how many workers the shrink ordered out.
-        ordered: when the shrink's order was written (seconds since the epoch).
-    """
-
-    job_id: str
-    nodes: tuple[str, ...]
-    world: int
-    leaving: int
-    ordered: float
-
-
-@dataclass(frozen=True, slots=True)
-class ReportInputs:
-    """What the allocation report takes from the store (:meth:`Store.report_inputs`), the keyword
-    arguments of the same names of :func:`slurm_elastic.reports.allocation.allocation_tables`.
-
-    Attributes:
-        journal: each job's journaled actions, oldest first, by job id.
-        progress: each job's progress rows, oldest first, by job id (empty: it never reported).
-        satellites: every satellite the store knows, ended or not: satellite job id -> parent job id.
-    """
-
-    journal: dict[str, list[JournalEntry]]
-    progress: dict[str, list[ProgressRow]]
-    satellites: dict[str, str]
-
-
-class Step(NamedTuple):
-    """One journaled step of an action (:meth:`Store.add_step`)."""
-
-    name: str
-    """The step's name (``sbatch``, ``order``, ...; :mod:`slurm_elastic.slurm.steps`)."""
-    detail: dict[str, Any]
-    """What it did or looked for (its own JSON object: the Slurm ids it produced, the argv, ...)."""
-    t: float
-    """When it was journaled (seconds since the epoch)."""
+__all__ = ["LOCK_WAIT_S", "SCHEMA_VERSION", "JournalEntry", "ProgressRow", "Release", "ReportInputs", "RoundRecord",
+           "Step", "Store", "StoreError", "action_from_json", "action_to_json", "plan_from_json", "plan_to_json"]
 
 
 class Store:
@@ -444,13 +130,13 @@ class Store:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA foreign_keys=ON")
-        self._db.executescript(_SCHEMA)  # idempotent; executescript manages its own transaction
+        self._db.executescript(SCHEMA)  # idempotent; executescript manages its own transaction
         with self._tx():
             row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
             if row is None:
                 self._db.execute("INSERT INTO meta(key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
-            elif int(row[0]) in _MIGRATIONS:
-                for stmt in _MIGRATIONS[int(row[0])]:
+            elif int(row[0]) in MIGRATIONS:
+                for stmt in MIGRATIONS[int(row[0])]:
                     self._db.execute(stmt)
                 self._db.execute("UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION),))
             elif int(row[0]) != SCHEMA_VERSION:
@@ -526,13 +212,13 @@ class Store:
         rows = self._db.execute(
             "SELECT id, t, policy, summary, plan, violations FROM rounds WHERE t >= ? ORDER BY id", (since,)
         ).fetchall()
-        return [_round_of(r) for r in rows]
+        return [round_of(r) for r in rows]
 
     def last_round(self) -> RoundRecord | None:
         """The latest round (one row read, however long the daemon has run)."""
         row = self._db.execute(
             "SELECT id, t, policy, summary, plan, violations FROM rounds ORDER BY id DESC LIMIT 1").fetchone()
-        return _round_of(row) if row is not None else None
+        return round_of(row) if row is not None else None
 
     # -- the action journal -----------------------------------------------------------------------
 
@@ -609,7 +295,7 @@ class Store:
                 f"job {job_id}: progress samples={r.samples}, world={r.world}, batch={r.global_batch} must be >= 0"
             )
         self._db.execute(
-            f"INSERT INTO progress(job_id, {_PROGRESS_COLUMNS}) VALUES ({', '.join('?' * 18)})",
+            f"INSERT INTO progress(job_id, {PROGRESS_COLUMNS}) VALUES ({', '.join('?' * 18)})",
             (job_id, r.t, r.kind, r.samples, r.world, r.global_batch, r.throughput, r.loss, r.metric, r.pause_s,
              r.epoch_size, ",".join(r.lost), r.nodes, r.model, r.params, r.epochs, r.submitted_epochs,
              r.submitted_local_batch),
@@ -667,9 +353,9 @@ class Store:
 
     def progress_of(self, job_id: str) -> list[ProgressRow]:
         """Every progress row of a job, oldest first."""
-        rows = self._db.execute(f"SELECT {_PROGRESS_COLUMNS} FROM progress WHERE job_id = ? ORDER BY t, id",
+        rows = self._db.execute(f"SELECT {PROGRESS_COLUMNS} FROM progress WHERE job_id = ? ORDER BY t, id",
                                 (job_id,)).fetchall()
-        return [_progress_row(r) for r in rows]
+        return [progress_row(r) for r in rows]
 
     def finished_jobs(self, limit: int) -> list[str]:
         """The jobs whose launcher reported the end of their training, latest end first (at most ``limit``)."""
@@ -778,6 +464,6 @@ class Store:
 
     def latest_progress(self, job_id: str) -> ProgressRow | None:
         """The newest progress row of a job, if any."""
-        r = self._db.execute(f"SELECT {_PROGRESS_COLUMNS} FROM progress WHERE job_id = ? ORDER BY t DESC, id DESC "
+        r = self._db.execute(f"SELECT {PROGRESS_COLUMNS} FROM progress WHERE job_id = ? ORDER BY t DESC, id DESC "
                              "LIMIT 1", (job_id,)).fetchone()
-        return None if r is None else _progress_row(r)
+        return None if r is None else progress_row(r)
