@@ -24,8 +24,8 @@ declared lost::
                      model_name="resnet18")  # optional: rank 0's reports name the model (and count its parameters)
     result = run(job)
 
-torch is imported only by :mod:`.torch_backend`, :mod:`.grad_reducer` and :mod:`.user_loop`, lazily,
-when :func:`init` or :func:`run` is called.
+torch is imported only by :mod:`.torch_backend`, :mod:`.signed_store`, :mod:`.grad_reducer` and
+:mod:`.user_loop`, lazily, when :func:`init` or :func:`run` is called.
 """
 
 from __future__ import annotations

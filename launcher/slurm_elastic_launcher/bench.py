@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from .agent import Order, StoreOrderSource
-from .torch_backend import SignedStore, TorchBackend, make_store
+from .signed_store import SignedStore, make_store
+from .torch_backend import TorchBackend
 
 EXAMPLE = Path(__file__).resolve().parent / "examples" / "train_cnn.py"
 

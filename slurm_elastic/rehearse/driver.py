@@ -174,7 +174,8 @@ class Job:
     """
 
     def __init__(self, command: list[str], work: Path, options: Options) -> None:
-        from slurm_elastic_launcher.torch_backend import SignedStore, TorchBackend, make_store
+        from slurm_elastic_launcher.signed_store import SignedStore, make_store
+        from slurm_elastic_launcher.torch_backend import TorchBackend
 
         self.command = probed_command(command) or list(command)
         self.work = work

@@ -61,7 +61,7 @@ def server() -> Iterator[tuple[int, Any, Any]]:
     """A job's TCPStore (hosted here) and a hostile raw client of it: ``(port, host, hostile)``."""
     pytest.importorskip("torch")
     from slurm_elastic_launcher.bench import free_port
-    from slurm_elastic_launcher.torch_backend import make_store
+    from slurm_elastic_launcher.signed_store import make_store
 
     port = free_port()
     host = make_store("127.0.0.1", port, serve=True, timeout_s=5.0)

@@ -15,7 +15,8 @@ from typing import Any
 
 from slurm_elastic_launcher import examples
 from slurm_elastic_launcher.agent import Order, StoreOrderSource
-from slurm_elastic_launcher.torch_backend import SignedStore, TorchBackend, make_store
+from slurm_elastic_launcher.signed_store import SignedStore, make_store
+from slurm_elastic_launcher.torch_backend import TorchBackend
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = Path(examples.__file__).parent / "train_cnn.py"

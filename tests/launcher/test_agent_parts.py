@@ -177,7 +177,8 @@ def test_a_joiner_of_the_users_loop_acts_for_the_run_of_the_order_it_joins_by(tm
     from slurm_elastic_launcher import control
     from slurm_elastic_launcher.env import LauncherEnv
     from slurm_elastic_launcher.orders import sign_order
-    from slurm_elastic_launcher.torch_backend import SignedStore, TorchBackend, make_store
+    from slurm_elastic_launcher.signed_store import SignedStore, make_store
+    from slurm_elastic_launcher.torch_backend import TorchBackend
     from slurm_elastic_launcher.user_loop import ElasticWorld
 
     port, _, _ = server

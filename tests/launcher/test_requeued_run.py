@@ -20,7 +20,8 @@ torch = pytest.importorskip("torch")
 from slurm_elastic_launcher.agent import Agent, ElasticJob, FileOrderSource  # noqa: E402
 from slurm_elastic_launcher.env import EnvError, LauncherEnv  # noqa: E402
 from slurm_elastic_launcher.orders import Order, OrderRejectedError, sign_order  # noqa: E402
-from slurm_elastic_launcher.torch_backend import SignedStore, TensorBatchDataset, TorchBackend, make_store  # noqa: E402
+from slurm_elastic_launcher.signed_store import SignedStore, make_store  # noqa: E402
+from slurm_elastic_launcher.torch_backend import TensorBatchDataset, TorchBackend  # noqa: E402
 
 SECRET = "test-secret-0123456789abcdef"
 KEY = SECRET.encode()

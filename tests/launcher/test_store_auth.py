@@ -32,6 +32,7 @@ from slurm_elastic_launcher import control  # noqa: E402
 from slurm_elastic_launcher.agent import Agent, ElasticJob, PeerLostError, StoreOrderSource  # noqa: E402
 from slurm_elastic_launcher.env import LauncherEnv  # noqa: E402
 from slurm_elastic_launcher.orders import Order, ValueRejectedError, open_value, sign_value  # noqa: E402
+from slurm_elastic_launcher.signed_store import SignedStore, make_store  # noqa: E402
 from slurm_elastic_launcher.state import (  # noqa: E402
     SkeletonError,
     TensorSpec,
@@ -39,12 +40,7 @@ from slurm_elastic_launcher.state import (  # noqa: E402
     decode_skeleton,
     encode_skeleton,
 )
-from slurm_elastic_launcher.torch_backend import (  # noqa: E402
-    SignedStore,
-    TensorBatchDataset,
-    TorchBackend,
-    make_store,
-)
+from slurm_elastic_launcher.torch_backend import TensorBatchDataset, TorchBackend  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "test-secret-0123456789abcdef"
@@ -191,7 +187,7 @@ def test_signed_store_reads_forged_values_as_absent_and_logs_each_once(server: A
         "g": signed("g", "x" * ((1 << 20) + 1)),  # huge
         "h": b"\0slurm-elastic: absent\0",
     }
-    with caplog.at_level(logging.WARNING, logger="slurm_elastic_launcher.torch_backend"):
+    with caplog.at_level(logging.WARNING, logger="slurm_elastic_launcher.signed_store"):
         for key, raw in forged.items():
             hostile.set(hidden(key), raw)
             hostile.wait([hidden(key)])  # landed (a set is not acknowledged)
@@ -329,7 +325,8 @@ PEER = textwrap.dedent("""
     import torch.distributed as dist
     from slurm_elastic_launcher.agent import PeerLostError
     from slurm_elastic_launcher.orders import sign_value
-    from slurm_elastic_launcher.torch_backend import SignedStore, TorchBackend, make_store
+    from slurm_elastic_launcher.signed_store import SignedStore, make_store
+    from slurm_elastic_launcher.torch_backend import TorchBackend
 
     class Evil:  # what a forged pickle does when it is loaded: creates the marker file
         def __init__(self, path): self.path = path

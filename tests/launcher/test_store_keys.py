@@ -24,7 +24,7 @@ torch = pytest.importorskip("torch")
 
 from slurm_elastic_launcher import control  # noqa: E402
 from slurm_elastic_launcher.orders import sign_value  # noqa: E402
-from slurm_elastic_launcher.torch_backend import make_store  # noqa: E402
+from slurm_elastic_launcher.signed_store import make_store  # noqa: E402
 
 from .test_store_auth import JOB_ID, KEY, hidden, kill_w1_and_recover, make_agent, signed_client  # noqa: E402
 
