@@ -74,10 +74,12 @@ def _config_changed(job: Job, jp: JobPlan) -> bool:
     An exo-elastic job trains ``local_batch`` per GPU on every GPU, so its per-GPU batch is its whole
     configuration: a plan's global batch that its GPUs do not divide (a fixed batch of 20 on 3 GPUs
     runs 7 per GPU) is the batch the job already runs. An endo-elastic job keeps its user's batch, so
-    a plan that names another one changes it.
+    a plan that names another one changes it; its per-GPU batch is the launcher's split of that
+    batch over its workers (``round(B / k)``, which a plan's ``ceil(B / k)`` need not match), never
+    a change on its own.
     """
-    if job.mode is ElasticMode.ENDO and job.base_batch != jp.global_batch:
-        return True
+    if job.mode is ElasticMode.ENDO:
+        return job.base_batch != jp.global_batch
     return job.local_batch != jp.local_batch
 
 

@@ -123,3 +123,19 @@ def test_no_rebatch_for_a_fixed_batch_that_the_gpus_do_not_divide() -> None:
     assert diff(snap, same) == ()
     other = Plan("t", (JobPlan(JobId("exo"), job.placement, 24, 8, 1, 0.1),), ())
     assert [a.kind for a in diff(snap, other)] == [ActionKind.REBATCH]
+
+
+def test_no_rebatch_for_an_endo_job_whose_gpus_do_not_divide_its_batch() -> None:
+    """An endo-elastic job keeps its global batch; the launcher spreads it as round(B / k) per worker
+    (100 on 3 GPUs: 33, reported so), where a plan says ceil(B / k) = 34. The same global batch on the
+    same GPUs needs no REBATCH (it got one every round, which the job never reported done); another
+    global batch still does."""
+    from slurm_elastic.core.model import ElasticMode
+
+    job = replace(make_job("endo", placement=[("n000", 0), ("n000", 1), ("n000", 2)], local_batch=33),
+                  base_batch=100, min_batch=1, mode=ElasticMode.ENDO)
+    snap = make_snapshot(make_nodes(1), [job])
+    same = Plan("t", (JobPlan(JobId("endo"), job.placement, 100, 34, 1, 0.1),), ())
+    assert diff(snap, same) == ()
+    other = Plan("t", (JobPlan(JobId("endo"), job.placement, 120, 40, 1, 0.1),), ())
+    assert [a.kind for a in diff(snap, other)] == [ActionKind.REBATCH]
