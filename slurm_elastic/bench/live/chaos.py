@@ -7,6 +7,8 @@ small workload that reaches that point (:data:`WORKLOADS`, :func:`workload_of`):
 * ``mixed``: a launcher job (the demo's CNN, 1..4 GPUs) between two plain elastic jobs (``sleep``)
   arriving seconds apart, for starts, the launcher's grows and the requeue path of a plain job's
   shrink;
+* ``launcher-grow``: ``mixed`` with a launcher job trained 8 times as long, for its grow onto a
+  satellite (``order``, ``sbatch``, ``mark``): it still runs when the first plain job ends;
 * ``launcher-shrink``: a launcher job that declares a batch range (so the planner rebatches it)
   alone on the cluster, then a plain job of 4 GPUs that makes the planner shrink it in place;
 * ``plain-grow``: a plain job started on the 2 GPUs a 4-GPU job leaves, grown (by requeue) when
@@ -103,9 +105,15 @@ class Workload:
 
 
 LAUNCHER_JOB = DemoJob("chaos-cnn", 1, 4, at=0.0, epochs=3, dataset_size=16384)
+LONG_LAUNCHER_JOB = DemoJob("chaos-cnn-g", 1, 4, at=0.0, epochs=6, dataset_size=65536)
+"""The launcher job of ``launcher-grow``: ``mixed``'s, trained 8 times as long, so that it still runs
+when the first plain job ends and its GPUs let it grow onto a satellite (on an idle host ``mixed``'s
+own launcher job trained its 3 epochs in about 4 s, before any grow: ``grow:mark`` was not reached)."""
 WORKLOADS: dict[str, Workload] = {w.name: w for w in (
     Workload("mixed", (Submission("plain-1", 0.0), Submission("launcher", 3.0, launcher=LAUNCHER_JOB),
                        Submission("plain-2", 25.0))),
+    Workload("launcher-grow", (Submission("plain-1", 0.0), Submission("launcher", 3.0, launcher=LONG_LAUNCHER_JOB),
+                               Submission("plain-2", 25.0))),
     Workload("launcher-shrink",
              (Submission("launcher", 0.0, launcher=DemoJob("chaos-cnn-b", 1, 4, at=0.0, epochs=4, dataset_size=65536),
                          batch="32:1024"),
@@ -122,10 +130,13 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (
 
 def workload_of(point: str) -> Workload:
     """The workload that reaches ``point``: the launcher's own shrink steps and rebatch on
-    ``launcher-shrink``, a plain job's grow (the requeue path) on ``plain-grow``, preempt and move
+    ``launcher-shrink``, its grow onto a satellite on ``launcher-grow``, a plain job's grow (the
+    requeue path) on ``plain-grow``, preempt and move
     on ``drain``, drop on ``drop``, the rest on ``mixed``."""
     kind, _, step = point.partition(":")
     step = step.rstrip("+")
+    if kind == "grow" and step in ("order", "sbatch", "mark"):
+        return WORKLOADS["launcher-grow"]
     if kind == "rebatch" or (kind == "shrink" and step in ("order", "owe-release")):
         return WORKLOADS["launcher-shrink"]
     if kind == "grow" and step in ("requeuehold", "shape", "release", "start"):
