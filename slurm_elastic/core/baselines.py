@@ -129,7 +129,7 @@ def keep_running(snapshot: ClusterSnapshot, jobs: Sequence[Job], size_of: Callab
     Returns:
         ``(counts, reasons, free GPUs left)``.
     """
-    sched = set(snapshot.schedulable_gpus())
+    sched = snapshot.schedulable_set()
     counts: dict[JobId, int] = {}
     reasons: dict[JobId, str] = {}
     running = sorted((j for j in jobs if j.state is JobState.RUNNING),

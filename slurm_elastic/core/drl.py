@@ -278,7 +278,7 @@ def allocate(snapshot: ClusterSnapshot, spec: FeatureSpec, choose: Chooser, *, r
     """
     jobs = sorted(snapshot.elastic_jobs(), key=submit_order)
     total = len(snapshot.schedulable_gpus())
-    sched = set(snapshot.schedulable_gpus())
+    sched = snapshot.schedulable_set()
     counts: dict[JobId, int] = {}
     reasons: dict[JobId, str] = {}
     free = total

@@ -123,7 +123,7 @@ def _choose_reserved(snapshot: ClusterSnapshot, rho: dict[JobId, float], bound: 
 
 def _view(snapshot: ClusterSnapshot, reserved: dict[JobId, int]) -> ClusterSnapshot:
     """The snapshot without the reserved jobs and with ``sum(reserved)`` fewer schedulable GPUs."""
-    sched = set(snapshot.schedulable_gpus())
+    sched = snapshot.schedulable_set()
     elastic_held = {g for j in snapshot.elastic_jobs() for g in j.placement.gpu_set()}
     need = sum(reserved.values())
     # GPUs reserved jobs already hold (up to their reserved size) vanish with them.

@@ -132,7 +132,7 @@ class GuardedPlanner(PlannerWrapper):
             view = replace(view, jobs=tuple(
                 replace(j, max_gpus=max(j.min_gpus, min(j.max_gpus, j.num_gpus))) if not j.can_grow and j.num_gpus
                 else j for j in view.jobs))
-        sched = set(snapshot.schedulable_gpus())
+        sched = snapshot.schedulable_set()
         pinned = {j.job_id for j in view.jobs if j.elastic and j.state is JobState.RUNNING and not j.can_rebatch
                   and self._unpreemptable(j, snapshot.now) and j.placement.gpu_set() <= sched}
         if pinned:  # a resize would requeue them: the inner planner gives their growth to others
