@@ -58,7 +58,7 @@ from slurm_elastic.reports.allocation import JobUsage, group_jobs
 from slurm_elastic.reports.site_physics import SitePhysics, measure_site_physics
 from slurm_elastic.sim.cluster import Overhead, overhead_for
 from slurm_elastic.sim.engine import Cadence
-from slurm_elastic.sim.workload import SimJobSpec, _trace_job
+from slurm_elastic.sim.workload import SimJobSpec, trace_job
 from slurm_elastic.slurm.commands import Runner, run_command, run_json, slurm_release
 from slurm_elastic.slurm.records import AccountingRecord, parse_nodes, parse_sacct
 
@@ -167,7 +167,7 @@ def history_to_trace(records: Sequence[AccountingRecord], *, elastic_range: floa
     where = Path("<sacct history>")
     seen: set[str] = set()
     # line k + 2: the row's line in the CSV written by what_if (line 1 is the header)
-    return [_trace_job(where, k + 2, k, row, elastic_range, seen) for k, row in enumerate(rows)]
+    return [trace_job(where, k + 2, k, row, elastic_range, seen) for k, row in enumerate(rows)]
 
 
 def apply_site_physics(rows: Sequence[dict[str, str]], records: Sequence[AccountingRecord],

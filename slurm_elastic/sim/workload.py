@@ -271,7 +271,7 @@ def load_trace(path: Path, *, elastic_range: float = 4.0) -> list[SimJobSpec]:
             if len(value) > MAX_FIELD_CHARS:
                 raise _too_long(path, line, name, value)
             row[name] = value.strip()
-        jobs.append(_trace_job(path, line, index, row, elastic_range, seen))
+        jobs.append(trace_job(path, line, index, row, elastic_range, seen))
         index += 1
     if not header:
         raise TraceError(f"{path}:1: header lacks required column(s) {', '.join(_REQUIRED)}")
@@ -332,8 +332,14 @@ def _text(path: Path, line: int, row: dict[str, str], col: str) -> str:
     return value
 
 
-def _trace_job(path: Path, line: int, index: int, row: dict[str, str], elastic_range: float,
+def trace_job(path: Path, line: int, index: int, row: dict[str, str], elastic_range: float,
                seen: set[str]) -> SimJobSpec:
+    """One trace row as a job to replay (the trace CSV reader's, and what-if's on sacct's rows):
+    every field checked, ``seen`` the job ids so far.
+
+    Raises:
+        TraceError: the file, the line, the field and the rule.
+    """
     if not (math.isfinite(elastic_range) and 0 <= elastic_range <= MAX_TRACE_GPUS):
         raise TraceError(f"{path}: elastic range {elastic_range!r}: must be a finite number >= 0")
     job_id = _text(path, line, row, "job_id")
