@@ -175,7 +175,7 @@ def test_ported_ddp_script_grows_shrinks_and_resumes_after_a_requeue(cluster: De
     from slurm_elastic_launcher.examples import make_npy_data
 
     data = cluster.root / "npy-data"  # under the dev root: readable by the job's user
-    samples, epochs = make_npy_data.write(data, 2048), 60
+    samples, epochs = make_npy_data.write(data, 2048), 150
     script = EXAMPLE_TRAINER.with_name("train_elastic.py")
     out = cluster.root / "jobs" / "ported-grow-%j.out"
     events = cluster.root / "jobs" / f"ported-grow-events-{tmp_path.name}.jsonl"
@@ -208,7 +208,6 @@ def test_ported_ddp_script_grows_shrinks_and_resumes_after_a_requeue(cluster: De
     (outcome,) = act.apply(seen, (Action(ActionKind.SHRINK, JobId(job), snap.job(JobId(job)).placement, held,
                                          32, 16, 1, 0.1),))
     assert outcome.ok and f"satellites {sat} end" in outcome.message, outcome.message
-    _wait("the satellite to end by itself", lambda: cluster.job(int(sat))["job_state"] == "COMPLETED")
     _wait("the shrunk world of 2 workers", lambda: world(2) and len(_bindings(events)) >= 3)
     log = Path(str(out).replace("%j", job)).read_text()
     assert "2 -> 4 workers" in log and "4 -> 2 workers" in log, log[-3000:]
@@ -218,8 +217,12 @@ def test_ported_ddp_script_grows_shrinks_and_resumes_after_a_requeue(cluster: De
         _check_one_gpu_each(w, owner, allocated)
     before_requeue = events.stat().st_size
 
-    # Slurm requeues the job (as a preemption would): its tasks get SIGTERM and checkpoint
+    # Slurm requeues the job (as a preemption would): its tasks get SIGTERM and checkpoint. The
+    # requeue must find the job training: the satellite's end is awaited after it, not before (on a
+    # loaded machine that wait once let the job finish all its epochs first, and nothing checkpointed)
+    assert not [r for r in store.progress_of(job) if r.kind == "end"], "the job finished before its requeue"
     cluster.run(["scontrol", "requeue", job], check=True)
+    _wait("the satellite to end by itself", lambda: cluster.job(int(sat))["job_state"] == "COMPLETED")
     _wait("the job requeued", lambda: base_state(cluster.job(int(job))) == "PENDING", timeout=60)
     cluster.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True)  # not the 2-minute BeginTime
     cluster.wait_state(int(job), "RUNNING", timeout=60)
