@@ -60,7 +60,8 @@ from slurm_elastic.sim.cluster import Overhead, overhead_for
 from slurm_elastic.sim.engine import Cadence
 from slurm_elastic.sim.workload import SimJobSpec, trace_job
 from slurm_elastic.slurm.commands import Runner, run_command, run_json, slurm_release
-from slurm_elastic.slurm.records import AccountingRecord, parse_nodes, parse_sacct
+from slurm_elastic.slurm.json_records import parse_nodes, parse_sacct
+from slurm_elastic.slurm.records import AccountingRecord
 
 log = logging.getLogger(__name__)
 

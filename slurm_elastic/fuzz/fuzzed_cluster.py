@@ -1,7 +1,7 @@
 """A small cluster for the daemon-level fuzz families: one hostile job beside honest ones.
 
 Four jobs on three nodes of four GPUs, read the way the daemon reads them (a ``squeue --json``
-document of either dialect through :func:`~slurm_elastic.slurm.records.parse_jobs`, with
+document of either dialect through :func:`~slurm_elastic.slurm.json_records.parse_jobs`, with
 ``refused``), each launcher job with its channel files in a temporary folder:
 
 * ``7``, the **hostile** job: a running launcher job (``gpus=1:8``) on ``n000`` and ``n002``; a family puts its
@@ -39,7 +39,8 @@ from slurm_elastic.fuzz.case import CaseResult
 from slurm_elastic.observe.view import ClusterView
 from slurm_elastic.orders import COMMENT_KEY
 from slurm_elastic.slurm.actions import SlurmActuator
-from slurm_elastic.slurm.records import JobRecord, NodeRecord, parse_jobs
+from slurm_elastic.slurm.json_records import parse_jobs
+from slurm_elastic.slurm.records import JobRecord, NodeRecord
 from slurm_elastic.store import Store
 from slurm_elastic.testing import shipped_profiles
 from slurm_elastic_launcher.orders import sign_report

@@ -39,7 +39,7 @@ from slurm_elastic.fuzz.hostile import (
 )
 from slurm_elastic.slurm.commands import SlurmCommandError, run_command, run_json
 from slurm_elastic.slurm.dialects import SlurmJsonError
-from slurm_elastic.slurm.records import parse_jobs, parse_nodes, parse_sacct
+from slurm_elastic.slurm.json_records import parse_jobs, parse_nodes, parse_sacct
 
 Command = Callable[[Sequence[str]], int]
 """The ``slurm-elastic`` command's entry point (:func:`slurm_elastic.cli.main`), handed in by the caller."""

@@ -190,8 +190,8 @@ def build_snapshot(
       configurations (0: the prior as is).
 
     Args:
-        nodes: from :func:`~slurm_elastic.slurm.records.parse_nodes` (already filtered to the managed partitions).
-        jobs: from :func:`~slurm_elastic.slurm.records.parse_jobs` (already filtered to the managed partitions).
+        nodes: from :func:`~slurm_elastic.slurm.json_records.parse_nodes` (already filtered to the managed partitions).
+        jobs: from :func:`~slurm_elastic.slurm.json_records.parse_jobs` (already filtered to the managed partitions).
         now: the snapshot instant, seconds since the epoch.
         profiles: throughput models by model key.
         default_model: model assumed for elastic jobs without a reported one.

@@ -106,7 +106,7 @@ def measure_site_physics(records: Sequence[AccountingRecord]) -> SitePhysics:
     """The site's start and end latencies per node count, from ``sacct`` records (module docstring).
 
     Args:
-        records: ``sacct --json`` records (:func:`~slurm_elastic.slurm.records.parse_sacct`), every
+        records: ``sacct --json`` records (:func:`~slurm_elastic.slurm.json_records.parse_sacct`), every
             segment of a resized job; a satellite (its own job id) is a job of its own.
     """
     by_job: dict[int, list[AccountingRecord]] = {}

@@ -20,9 +20,10 @@ from typing import Any
 
 from slurm_elastic.slurm.commands import Runner, run_command, slurm_release
 from slurm_elastic.slurm.dialects import detect_version
+from slurm_elastic.slurm.json_records import parse_jobs, parse_nodes
 from slurm_elastic.slurm.listing_json import decode_listing
 from slurm_elastic.slurm.read_memo import ReadMemo
-from slurm_elastic.slurm.records import JobRecord, NodeRecord, parse_jobs, parse_nodes
+from slurm_elastic.slurm.records import JobRecord, NodeRecord
 
 
 @dataclass

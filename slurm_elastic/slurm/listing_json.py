@@ -1,11 +1,11 @@
 """Decoding Slurm's large listings (``squeue --json``, ``sinfo --json``) into the keys the records read.
 
 This module owns :func:`decode_listing`. A 50,000-job ``squeue --json`` of Slurm 25.11 is about
-300 MB, of which the readers of :mod:`slurm_elastic.slurm.records` use a few dozen keys per job;
+300 MB, of which the readers of :mod:`slurm_elastic.slurm.json_records` use a few dozen keys per job;
 Python's ``json`` builds every other value too (2.3 s for that document here). msgspec decodes
 the same text into typed records that keep only the keys listed in
-:data:`~slurm_elastic.slurm.records.JOB_KEYS`, :data:`~slurm_elastic.slurm.records.NODE_KEYS` and
-:data:`~slurm_elastic.slurm.records.SINFO_ROW_KEYS` (every other key of a record is skipped as it
+:data:`~slurm_elastic.slurm.json_records.JOB_KEYS`, :data:`~slurm_elastic.slurm.json_records.NODE_KEYS` and
+:data:`~slurm_elastic.slurm.json_records.SINFO_ROW_KEYS` (every other key of a record is skipped as it
 is scanned, without being built; ``bench observe`` gives the figures), and hands each on as a
 read-only mapping (:class:`ListedRecord`) that reads like the dict ``json`` makes, so the readers,
 their rules and their error messages are the same for both decoders. The decoded records are
@@ -29,7 +29,7 @@ from typing import Any
 import msgspec
 
 from slurm_elastic.slurm.commands import decode_json
-from slurm_elastic.slurm.records import JOB_KEYS, NODE_KEYS, SINFO_ROW_KEYS
+from slurm_elastic.slurm.json_records import JOB_KEYS, NODE_KEYS, SINFO_ROW_KEYS
 
 _TOP_KEYS = ("meta", "errors", "warnings")
 _LISTS = (("jobs", JOB_KEYS), ("nodes", NODE_KEYS), ("sinfo", SINFO_ROW_KEYS))

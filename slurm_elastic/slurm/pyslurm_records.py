@@ -299,7 +299,7 @@ def node_records(nodes: Iterable[PyslurmNode], jobs: Iterable[JobRecord],
     (``RUNNING``, ``SUSPENDED``, ``CONFIGURING``, ``COMPLETING`` …): pass every job, not only the
     managed partitions' ones. With ``refused``, a node that does not convert is left out and its
     reason stored there under its name (``record <i>`` when the name is unreadable), as
-    :func:`~slurm_elastic.slurm.records.parse_nodes` does.
+    :func:`~slurm_elastic.slurm.json_records.parse_nodes` does.
 
     Raises:
         SlurmJsonError: without ``refused``: a missing name or state, malformed GRES, a node listed

@@ -37,7 +37,7 @@ from slurm_elastic.fuzz.fuzzed_cluster import NOW, FuzzCluster, report_body
 from slurm_elastic.orders import COMMENT_KEY
 from slurm_elastic.slurm.commands import SlurmCommandError, run_command, run_json
 from slurm_elastic.slurm.dialects import SlurmJsonError
-from slurm_elastic.slurm.records import parse_jobs
+from slurm_elastic.slurm.json_records import parse_jobs
 from slurm_elastic.testing import shipped_profiles
 
 REQUIRED_KEYS = {"cases", "outcomes", "foreign_exceptions", "rounds_failed", "other_jobs_unplanned"}

@@ -27,7 +27,8 @@ from slurm_elastic.reports.allocation import (
     write_json,
 )
 from slurm_elastic.sim.workload import load_trace
-from slurm_elastic.slurm.records import AccountingRecord, parse_sacct
+from slurm_elastic.slurm.json_records import parse_sacct
+from slurm_elastic.slurm.records import AccountingRecord
 from slurm_elastic.slurm.satellites import mark_argv
 from slurm_elastic.store import JournalEntry, ProgressRow
 from slurm_elastic.whatif import (

@@ -37,7 +37,8 @@ from slurm_elastic.observe.progress import END_REPORT_TRUST_S
 from slurm_elastic.observe.view import ClusterView
 from slurm_elastic.orders import Channel, ChannelError, NoChannel
 from slurm_elastic.slurm.actions import SlurmActuator
-from slurm_elastic.slurm.records import GpuRequest, JobRecord, NodeRecord, parse_jobs
+from slurm_elastic.slurm.json_records import parse_jobs
+from slurm_elastic.slurm.records import GpuRequest, JobRecord, NodeRecord
 from slurm_elastic.store import Store, StoreError
 from slurm_elastic.testing import make_job, make_nodes, make_snapshot, shipped_profiles
 from slurm_elastic_launcher.orders import sign_order, sign_report

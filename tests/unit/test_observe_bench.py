@@ -14,7 +14,8 @@ from slurm_elastic.cli import main
 from slurm_elastic.core.model import JobState
 from slurm_elastic.observe.view import ClusterView, gc_paused
 from slurm_elastic.slurm.cli_backend import SlurmCli
-from slurm_elastic.slurm.records import JobRecord, NodeRecord, parse_jobs, parse_nodes
+from slurm_elastic.slurm.json_records import parse_jobs, parse_nodes
+from slurm_elastic.slurm.records import JobRecord, NodeRecord
 from slurm_elastic.testing import shipped_profiles
 
 

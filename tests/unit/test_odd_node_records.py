@@ -21,8 +21,8 @@ from slurm_elastic.core.model import JobState, NodeName
 from slurm_elastic.daemon import Daemon
 from slurm_elastic.slurm.cli_backend import SlurmCli
 from slurm_elastic.slurm.dialects import SlurmJsonError
+from slurm_elastic.slurm.json_records import parse_nodes
 from slurm_elastic.slurm.pyslurm_records import node_records
-from slurm_elastic.slurm.records import parse_nodes
 
 from .test_hostile_job_input import NOW, Source, nodes, record, view
 from .test_pyslurm_backend import FakeNode

@@ -17,7 +17,8 @@ from slurm_elastic.experiments.comparison import PolicySpec
 from slurm_elastic.reports.site_physics import NodeCountLatency, measure_site_physics
 from slurm_elastic.sim import cluster as sim_cluster
 from slurm_elastic.sim.cluster import ResizeCost, VirtualCluster, overhead_for
-from slurm_elastic.slurm.records import AccountingRecord, parse_sacct
+from slurm_elastic.slurm.json_records import parse_sacct
+from slurm_elastic.slurm.records import AccountingRecord
 from slurm_elastic.whatif import MIN_REPLAYED_S, apply_site_physics, history_rows, read_accounting, what_if
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm-json"

@@ -1,4 +1,4 @@
-"""Unit tests of the pure Slurm JSON readers (:mod:`slurm_elastic.slurm.records` and friends), snapshot builder.
+"""Unit tests of the pure Slurm JSON readers (:mod:`slurm_elastic.slurm.json_records` and friends), snapshot builder.
 
 Three sources: the real Slurm 25.11.7 recordings in ``tests/fixtures/slurm-json/25.11`` (values
 checked by reading the files), the real Slurm 22.05 recordings in ``…/22.05`` (skipped until they
@@ -33,7 +33,8 @@ from slurm_elastic.slurm.hostlist import (
     parse_index_list,
     parse_tres_gpus,
 )
-from slurm_elastic.slurm.records import GpuRequest, parse_jobs, parse_nodes, parse_sacct
+from slurm_elastic.slurm.json_records import parse_jobs, parse_nodes, parse_sacct
+from slurm_elastic.slurm.records import GpuRequest
 from slurm_elastic.testing import shipped_profiles
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm-json"

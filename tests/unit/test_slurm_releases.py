@@ -18,7 +18,7 @@ import pytest
 
 from slurm_elastic.core.model import JobState
 from slurm_elastic.slurm.dialects import DATA_PARSERS, JsonDialect, SlurmJsonError, detect_version
-from slurm_elastic.slurm.records import parse_jobs, parse_nodes, parse_sacct
+from slurm_elastic.slurm.json_records import parse_jobs, parse_nodes, parse_sacct
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "slurm-json"
 RECORDED = ("23.02", "23.11", "24.05", "24.11", "25.05")
