@@ -56,7 +56,7 @@ from slurm_elastic.experiments.comparison import PolicySpec, run_comparison
 from slurm_elastic.experiments.pool import PairPool, Progress
 from slurm_elastic.reports.allocation import JobUsage, group_jobs
 from slurm_elastic.reports.site_physics import SitePhysics, measure_site_physics
-from slurm_elastic.sim.cluster import Overhead, overhead_for
+from slurm_elastic.sim.costs import Overhead, overhead_for
 from slurm_elastic.sim.engine import Cadence
 from slurm_elastic.sim.workload import SimJobSpec, trace_job
 from slurm_elastic.slurm.commands import Runner, run_command, run_json, slurm_release

@@ -66,7 +66,7 @@ class SitePhysics:
 
     def overhead_by_nodes(self) -> dict[int, float]:
         """Start and end latency per node count measured: the simulator's ``overhead_s``
-        (:func:`slurm_elastic.sim.cluster.overhead_for` says which a job on another node count pays)."""
+        (:func:`slurm_elastic.sim.costs.overhead_for` says which a job on another node count pays)."""
         return {x.nodes: x.overhead_s for x in self.by_nodes}
 
     def describe(self) -> str:

@@ -9,43 +9,14 @@ Slurm and never reads a real clock.
 
 Moving the clock touches no job: a running job progresses at a constant rate until its
 configuration changes, so its finish time is known when it is configured, and its progress is
-brought up to the clock (:meth:`SimJob.sync`) only where it is read or changed (an observation, an
-action, a completion). A 10,000-job trace has tens of thousands of events and hundreds of running
-jobs at each.
+brought up to the clock (:meth:`~slurm_elastic.sim.job.SimJob.sync`) only where it is read or
+changed (an observation, an action, a completion). A 10,000-job trace has tens of thousands of
+events and hundreds of running jobs at each.
 
-A running job trains the batch the launcher makes of its plan (:func:`launcher_batch`): ``k`` workers
-of ``local_batch x accumulation`` samples (exo-elastic) or of ``round(B / k)`` (endo-elastic), so the
-plan's global batch where ``k`` does not divide it; the planner's view keeps the plan's batch.
-
-Resize costs (a job makes no progress while paused):
-
-* ``in-place`` (default): the launcher's measured pause on our machines
-  (../shared/PYTHON-STACK-FACTS.md): grow 2.7 s, shrink/move/re-batch 0.9 s; a preempted job
-  that resumes restarts from a checkpoint (30 s);
-* ``checkpoint``: every change is a checkpoint-restart, 30 s (Pollux's figure);
-* a number: that many seconds for every change.
-
-Three physics of a real cluster that the profiles leave out, off unless asked for
-(``bench fidelity`` measured them on the dev cluster):
-
-* ``overhead_s``: seconds a job holds its GPUs without training beyond its work: its start-up
-  (Slurm launching the tasks, the interpreter and the framework loading, the data built) and its
-  ending (the processes exiting, Slurm ending the job), paid as a pause at every start (the same
-  JCT and GPU time as paying the ending at the end); one figure for every job, or one per node
-  count the job starts on (a site's, measured from its accounting: ``what-if``), where a node count
-  not measured pays the nearest measured one's (:func:`overhead_for`);
-* ``equal_start``: Slurm gives a job the same GPU count on every node, so the actuator starts a job
-  planned on an unequal placement at the largest equal shape inside it (its nodes x their smallest
-  count, :mod:`slurm_elastic.slurm.actions`); a later round grows it;
-* ``host_cores``: the jobs' workers share this many CPU cores ``C`` (the dev cluster, where a "GPU"
-  is a CPU process). A worker computes for the part ``c = min(1, step(1) / step(shape))`` of its
-  step that its job's step on one GPU takes (from the profile) and spends the rest in the
-  all-reduce, on the CPU too for :data:`COMM_CPU_SHARE` of it (gloo's copies and sockets) and
-  waiting for the rest: it asks ``d = c + COMM_CPU_SHARE * (1 - c)`` of a core. The cores are
-  shared in proportion to what is asked: with ``D`` asked in all (``k * d`` per job), each worker
-  gets ``s = min(1, C / D)`` of what it asks, against ``s0 = min(1, C / (k * d))`` when its job
-  ran alone (as profiled). Its busy part stretches by ``s0 / s``, so the job runs at
-  ``1 / (d * s0 / s + 1 - d)`` of its profiled speed.
+What a change or the sharing of the host's cores costs a job (the resize costs, the start-up
+overhead, the equal start, the shared cores) is :mod:`slurm_elastic.sim.costs`'; one job's state and
+the batch it trains, :mod:`slurm_elastic.sim.job`'s; the completed jobs' progress points the
+progress model is refitted from, :mod:`slurm_elastic.sim.progress_pool`'s.
 """
 
 from __future__ import annotations
@@ -54,7 +25,6 @@ import bisect
 import heapq
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -74,295 +44,17 @@ from slurm_elastic.core.model import (
 )
 from slurm_elastic.core.rounds import ActionOutcome
 from slurm_elastic.errors import ConfigError, ProfileError
+from slurm_elastic.sim.costs import Overhead, ResizeCost, cpu_ask, overhead_for
+from slurm_elastic.sim.job import DONE_EPS, Finish, SimJob, launcher_batch
+from slurm_elastic.sim.progress_pool import ProgressPool, job_reports
 from slurm_elastic.sim.workload import SimJobSpec
-from slurm_elastic_predictor.errors import ProfileError as FitError
-from slurm_elastic_predictor.progress import (
-    TRAINING_POINTS,
-    BetaProgressModel,
-    JobHistory,
-    ProgressPoint,
-    learn,
-    refit_due,
-)
+from slurm_elastic_predictor.progress import TRAINING_POINTS, BetaProgressModel, learn, refit_due
 from slurm_elastic_predictor.throughput import ThroughputModel
 
-CHECKPOINT_RESTART_S = 30.0
-IN_PLACE_GROW_S = 2.7
-IN_PLACE_SHRINK_S = 0.9
 ARRIVAL_WINDOW_S = 3600.0
-DONE_EPS = 1e-9
-"""A job is finished once it has done ``1 - DONE_EPS`` of its work (rounding of the event times)."""
-
-
-def _reports(spec: SimJobSpec, processed: float, batch: float) -> tuple[float, float]:
-    """(training loss, validation metric) a simulated job reports after ``processed`` samples.
-
-    The metric is the measured validation curve of the job's model at the nearest measured batch,
-    at the same point of training (relative to the target), so the ONES progress regression sees
-    a real, noisy signal and not the true progress. Loss curves are not in the profiles, so the
-    loss stays at its initial value (no information, rather than invented information).
-    """
-    epochs_done = processed / spec.epoch_size / spec.work_scale
-    conv = spec.model_truth.convergence
-    if spec.epochs is not None or conv is None:  # a set number of epochs: the metric is the share done
-        return 1.0, min(1.0, epochs_done / (spec.epochs or 1.0))
-    return 1.0, conv.relative_metric(batch or spec.base_batch, epochs_done)
-
-
-class ProgressPool:
-    """The progress points of the completed jobs, as the ONES progress fit draws them, kept as the jobs.
-
-    A completed job's history is one point per epoch it ended (its samples then, the validation
-    metric it reported, :func:`_reports`), all of it a function of the job's spec and the samples it
-    processed in all. The pool keeps only those two per job (and the running count of points), not
-    the points: a million-job trace ends tens of millions of epochs, and keeping them as objects cost
-    about 40 KiB per job. :meth:`sample` draws the fit's points by their place in the pool, as
-    :func:`~slurm_elastic_predictor.progress.bounded_uniform_sample` draws them from the pooled list
-    (the same random draw, the same points, in the same order), and builds only those.
-    """
-
-    def __init__(self) -> None:
-        self._jobs: list[tuple[SimJobSpec, float]] = []  # (spec, samples processed), one per history
-        self._ends: list[int] = []  # points of the histories up to and including each
-        self.malformed = False  # a history the fit refuses (the predictor's ProfileError): no fit from then on
-
-    def __len__(self) -> int:
-        """Points in the pool."""
-        return self._ends[-1] if self._ends else 0
-
-    @property
-    def histories(self) -> int:
-        """Histories (completed jobs with at least one point) in the pool."""
-        return len(self._jobs)
-
-    @staticmethod
-    def _point(spec: SimJobSpec, total: float, epoch: int) -> tuple[float, float, float]:
-        """The history point of the ``epoch``-th epoch end (from 1) of a job that processed ``total``."""
-        processed = min(total, epoch * spec.epoch_size)
-        return (processed, *_reports(spec, processed, spec.base_batch))
-
-    @staticmethod
-    def _count(spec: SimJobSpec, total: float) -> int:
-        """Points of the history of a job that processed ``total`` samples: its epoch ends before its end."""
-        epochs = max(1, int(total // spec.epoch_size))
-        n = 0
-        for e in range(1, epochs + 1):
-            if min(total, e * spec.epoch_size) >= total:
-                break
-            n += 1
-        return n
-
-    def add(self, spec: SimJobSpec, total: float) -> JobHistory | None:
-        """Pool a completed job's history (``None`` when it has no point, and nothing is pooled); a
-        history the fit refuses marks the pool :attr:`malformed`."""
-        n = self._count(spec, total)
-        if not n:
-            return None
-        history = JobHistory(float(spec.epoch_size), 1.0, float(total),
-                             tuple(self._point(spec, total, e) for e in range(1, n + 1)))
-        try:
-            history.progress_points()  # checked once, as the fit would
-        except FitError:
-            self.malformed = True
-        self._jobs.append((spec, total))
-        self._ends.append(len(self) + n)
-        return history
-
-    def points(self, indices: Any) -> list[tuple[ProgressPoint, float]]:
-        """The pooled ``(features, true progress)`` pairs at ``indices`` (ascending), built now."""
-        out = []
-        for i in indices:
-            h = bisect.bisect_right(self._ends, int(i))
-            spec, total = self._jobs[h]
-            epoch = int(i) - (self._ends[h - 1] if h else 0) + 1
-            point = JobHistory(float(spec.epoch_size), 1.0, float(total), (self._point(spec, total, epoch),))
-            out.extend(point.progress_points())
-        return out
-
-    def sample(self, max_points: int, rng: np.random.Generator) -> list[tuple[ProgressPoint, float]]:
-        """What :func:`~slurm_elastic_predictor.progress.bounded_uniform_sample` draws from the pooled
-        points with ``rng``: all of them when at most ``max_points``, else ``max_points`` of them drawn
-        uniformly without replacement, in pool order."""
-        n = len(self)
-        if n <= max_points:
-            return self.points(range(n))
-        return self.points(np.sort(rng.choice(n, size=max_points, replace=False)))
-
 
 _NO_PROGRESS = ProgressReport()
 """What a job reports without the progress model (one value, shared: it never changes)."""
-
-COMM_CPU_SHARE = 0.75
-"""The part of a worker's all-reduce (its step beyond its one-GPU step) spent on a CPU core, with
-``host_cores``. Fitted with ``bench fidelity --replay`` on two recorded dev-cluster runs (seeds 0
-and 1: 0 gave fidelity ratios 0.62 and 0.82, 1 gave 1.10 and 1.20, 0.75 gave 0.96 and 1.08),
-then checked on a third run (docs/throughput-model.md)."""
-
-
-Overhead = float | Mapping[int, float]
-"""Seconds of start-up and ending a job pays at each start: one figure, or one per node count."""
-
-
-def overhead_for(overhead: Overhead, nodes: int) -> float:
-    """What a job starting on ``nodes`` nodes pays: the figure, or its node count's, else the nearest
-    node count's given (the smaller on a tie); 0 for an empty mapping."""
-    if not isinstance(overhead, Mapping):
-        return overhead
-    if not overhead:
-        return 0.0
-    return overhead[min(overhead, key=lambda n: (abs(n - nodes), n))]
-
-
-def launcher_batch(mode: ElasticMode, gpus: int, global_batch: int, local_batch: int, accumulation: int,
-                   limit: int) -> tuple[int, int, int]:
-    """What the launcher trains for a planned batch on ``gpus`` workers: ``(global batch, per-GPU
-    micro-batch, micro-steps)``.
-
-    The daemon's order carries an exo-elastic job's per-worker batch, ``local_batch * accumulation``
-    (:func:`slurm_elastic.act.launcher.batch_of`), and an endo-elastic job's global batch, which the
-    launcher's batch policy spreads as ``max(1, round(B / k))`` per worker (Python's rounding, half to
-    even: ``slurm_elastic_launcher.batch_policy``). Each worker trains its batch ``L`` in
-    ``ceil(L / limit)`` micro-batches of ``ceil(L / micro-steps)`` samples (its step driver; the
-    per-GPU limit here is the job's, ``limit``). So the batch trained is ``k * L``, not the plan's
-    global batch where ``k`` does not divide it (a plan's 100 on 3 GPUs of an exo job trains 102).
-    """
-    per_worker = local_batch * accumulation if mode is ElasticMode.EXO else max(1, round(global_batch / gpus))
-    steps = max(1, math.ceil(per_worker / limit))
-    return gpus * per_worker, math.ceil(per_worker / steps), steps
-
-
-def _cpu_ask(job: SimJob) -> float:
-    """The part of a core each worker of a running job asks (module docstring): the part of its step
-    it computes (its step on one GPU over its step on its placement), and :data:`COMM_CPU_SHARE`
-    of the rest."""
-    speed = job.spec.model_truth.speed
-    shape = tuple(len(g) for _, g in job.placement.slots)
-    one = speed.step_time(job.run_local, (1,), job.run_steps)
-    computing = min(1.0, one / speed.step_time(job.run_local, shape, job.run_steps))
-    return computing + COMM_CPU_SHARE * (1.0 - computing)
-
-
-@dataclass(frozen=True, slots=True)
-class ResizeCost:
-    """Seconds of pause per kind of change."""
-
-    grow: float
-    shrink: float
-    restart: float
-    label: str
-
-    @classmethod
-    def parse(cls, text: str | ResizeCost) -> ResizeCost:
-        """``in-place``, ``checkpoint`` or a number of seconds (a :class:`ResizeCost` as it is)."""
-        if isinstance(text, ResizeCost):
-            return text
-        if text == "in-place":
-            return cls(IN_PLACE_GROW_S, IN_PLACE_SHRINK_S, CHECKPOINT_RESTART_S, text)
-        if text == "checkpoint":
-            return cls(CHECKPOINT_RESTART_S, CHECKPOINT_RESTART_S, CHECKPOINT_RESTART_S, text)
-        try:
-            value = float(text)
-        except ValueError:
-            raise ConfigError(f"resize cost {text!r}: must be in-place, checkpoint or seconds >= 0") from None
-        if not math.isfinite(value) or value < 0:
-            raise ConfigError(f"resize cost {text!r}: must be in-place, checkpoint or seconds >= 0")
-        return cls(value, value, value, f"{value:g}s")
-
-
-Finish = tuple[float, int, int, "SimJob"]
-"""A running job's finish time in :meth:`VirtualCluster.next_finish`'s heap: ``(finish_at, seq, configured, job)``."""
-
-
-@dataclass
-class SimJob:
-    """Mutable state of one simulated job."""
-
-    spec: SimJobSpec
-    seq: int = 0  # its place in the order of arrival
-    synced: float = 0.0  # the time up to which its progress is accounted (SimJob.sync)
-    state: JobState = JobState.PENDING
-    placement: Placement = field(default_factory=Placement)
-    global_batch: int = 0  # as planned (what the planner sees)
-    local_batch: int = 0
-    accumulation: int = 1
-    run_batch: int = 0  # as the launcher trains it (launcher_batch)
-    run_local: int = 0
-    run_steps: int = 1
-    done: float = 0.0  # fraction of the work to the target
-    samples: float = 0.0
-    start: float | None = None
-    end: float | None = None
-    run_time: float = 0.0
-    gpu_seconds: float = 0.0
-    paused_until: float = 0.0
-    last_change: float | None = None
-    samples_at_change: float = 0.0
-    resizes: int = 0
-    preemptions: int = 0
-    dropped: bool = False
-    speed: float = 0.0  # samples/s while not paused
-    rate: float = 0.0  # work fraction/s while not paused
-    cpu_share: float = 1.0  # of its profiled speed, with the host's cores shared (VirtualCluster.host_cores)
-    finish_at: float = math.inf  # absolute time of completion at the current configuration
-    configured: int = 0  # how many times it was configured
-    view: Job | None = None  # the planner's view, as last seen
-    viewed: int = -1  # ``configured`` when the view was last brought up to date
-    finishes: list[Finish] | None = field(default=None, repr=False, compare=False)  # its cluster's (next_finish)
-
-    @property
-    def active(self) -> bool:
-        return self.end is None
-
-    def sync(self, now: float) -> None:
-        """Account its progress up to ``now`` at its current configuration."""
-        if now > self.synced:
-            self.advance(self.synced, now)
-            self.synced = now
-
-    def configure(self, now: float) -> None:
-        """Recompute speed, rate and finish time after a change (of placement, batch, pause or core
-        share) at ``now``, its progress accounted up to ``now`` first. The finish time then stays put
-        while the job runs unchanged: progress at a constant rate moves the job and the clock alike."""
-        self.sync(now)
-        self.configured += 1
-        if self.state is not JobState.RUNNING:
-            self.speed = self.rate = 0.0
-            self.finish_at = math.inf
-            return
-        shape = tuple(len(g) for _, g in self.placement.slots)
-        self.speed = self.cpu_share * self.spec.model_truth.speed.throughput(self.run_batch, self.run_local, shape,
-                                                                             self.run_steps)
-        self.rate = self.speed / (self.spec.epoch_size * self.spec.epochs_needed(self.run_batch))
-        self.finish_at = self.time_to_finish(now)
-        if self.finishes is not None and self.finish_at < math.inf:
-            heapq.heappush(self.finishes, (self.finish_at, self.seq, self.configured, self))
-
-    def advance(self, t0: float, t1: float) -> None:
-        """Progress from ``t0`` to ``t1`` at the current configuration."""
-        if self.state is not JobState.RUNNING or t1 <= t0:
-            return
-        k = self.placement.num_gpus
-        self.run_time += t1 - t0
-        self.gpu_seconds += k * (t1 - t0)
-        busy = max(0.0, t1 - max(t0, self.paused_until))
-        self.done += self.rate * busy
-        self.samples += self.speed * busy
-
-    def time_to_finish(self, now: float) -> float:
-        """Absolute time of completion at the current configuration (inf if not running)."""
-        if self.state is not JobState.RUNNING or self.rate <= 0:
-            return math.inf
-        return max(now, self.paused_until) + max(0.0, 1.0 - self.done) / self.rate
-
-    def time_to_epoch_end(self, now: float) -> float:
-        """Absolute time of the next epoch boundary (inf if not running)."""
-        if self.state is not JobState.RUNNING or self.speed <= 0:
-            return math.inf
-        size = self.spec.epoch_size
-        left = size - (self.samples % size)
-        if left <= size * DONE_EPS:  # at a boundary but for the rounding of the samples: the next one
-            left += size
-        return max(now, self.paused_until) + left / self.speed
 
 
 class VirtualCluster:
@@ -374,9 +66,11 @@ class VirtualCluster:
         cost: resize cost.
         fit_progress: refit the ONES progress model from completed jobs (as ONES does online).
         overhead_s: seconds of start-up and ending a job pays at each start, one figure or one per
-            node count (module docstring).
-        equal_start: start a job at the equal shape inside its planned placement (module docstring).
-        host_cores: CPU cores every job's workers share (module docstring); ``None``: none shared.
+            node count (:mod:`slurm_elastic.sim.costs`).
+        equal_start: start a job at the equal shape inside its planned placement
+            (:mod:`slurm_elastic.sim.costs`).
+        host_cores: CPU cores every job's workers share (:mod:`slurm_elastic.sim.costs`); ``None``: none
+            shared.
     """
 
     def __init__(self, nodes: int, gpus_per_node: int, cost: ResizeCost, fit_progress: bool = True, *,
@@ -507,11 +201,12 @@ class VirtualCluster:
         return done
 
     def _share_cores(self) -> None:
-        """Rescale every running job's speed to its workers' share of the host's cores (module docstring)."""
+        """Rescale every running job's speed to its workers' share of the host's cores
+        (:mod:`slurm_elastic.sim.costs`)."""
         if self.host_cores is None:
             return
         running = [j for j in self.running.values() if j.placement.num_gpus]
-        asks = {j.spec.job_id: _cpu_ask(j) for j in running}
+        asks = {j.spec.job_id: cpu_ask(j) for j in running}
         given = min(1.0, self.host_cores / sum(j.placement.num_gpus * asks[j.spec.job_id] for j in running)) \
             if running else 1.0
         for job in running:
@@ -547,7 +242,7 @@ class VirtualCluster:
         rng = np.random.default_rng(n)
         try:  # the fit's bounded sample drawn from the pool (ProgressPool.sample), then learned as it is
             self.progress_model, _ = learn((), self.progress_model, rng, self.histories.sample(TRAINING_POINTS, rng))
-        except (ProfileError, FitError):  # the predictor's own error (slurm_elastic's was never raised here)
+        except ProfileError:  # the predictor's (the one ProfileError: slurm_elastic.errors re-exports it)
             return
         self._fitted_at = n
 
@@ -588,7 +283,7 @@ class VirtualCluster:
         return view
 
     def _progress(self, j: SimJob) -> ProgressReport:
-        return ProgressReport(1.0, *_reports(j.spec, j.samples, j.run_batch)) if self.fit_progress \
+        return ProgressReport(1.0, *job_reports(j.spec, j.samples, j.run_batch)) if self.fit_progress \
             else _NO_PROGRESS
 
     def _job(self, j: SimJob) -> Job:

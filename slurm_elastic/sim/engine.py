@@ -66,7 +66,8 @@ from slurm_elastic.config import MAX_IDLE_S, MAX_POLL_INTERVAL_S, MIN_POLL_INTER
 from slurm_elastic.core.planner import Planner
 from slurm_elastic.core.rounds import run_round
 from slurm_elastic.errors import ConfigError
-from slurm_elastic.sim.cluster import ResizeCost, VirtualCluster
+from slurm_elastic.sim.cluster import VirtualCluster
+from slurm_elastic.sim.costs import ResizeCost
 from slurm_elastic.sim.metrics import metrics
 from slurm_elastic.sim.workload import MAX_HORIZON_S, SIM_HORIZON_S, SimJobSpec, requested_time
 

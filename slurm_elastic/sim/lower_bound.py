@@ -11,7 +11,7 @@ node, at most ``gpus_per_node`` on each of at most ``nodes`` nodes), a global ba
 ``max(min_batch, k)..max_batch`` (exactly ``base_batch`` for an endo-elastic job), an accumulation
 ``a >= 1`` and a per-GPU batch ``l`` in ``1..local_limit`` with ``l * k * a >= B``: the rules of
 :func:`~slurm_elastic.core.constraints.validate_plan`, which the simulator enforces. The simulator
-trains what the launcher makes of it (:func:`~slurm_elastic.sim.cluster.launcher_batch`): ``k``
+trains what the launcher makes of it (:func:`~slurm_elastic.sim.job.launcher_batch`): ``k``
 workers of ``L`` samples (``l * a`` for an exo-elastic job, ``round(B / k)`` for an endo one), in
 ``a' = ceil(L / local_limit)`` micro-steps of ``l' = ceil(L / a')``. Alone in a configuration a job
 finishes in ``T = epoch_size * epochs_needed(k L) * step_time(l', shape, a') / (k L)`` seconds and
@@ -61,7 +61,7 @@ from numpy.typing import NDArray
 from scipy.optimize import linprog
 
 from slurm_elastic.core.model import ElasticMode
-from slurm_elastic.sim.cluster import DONE_EPS
+from slurm_elastic.sim.job import DONE_EPS
 from slurm_elastic.sim.truth import MeasuredSpeed, Shape
 from slurm_elastic.sim.workload import SimJobSpec
 from slurm_elastic_predictor import portable
@@ -276,7 +276,7 @@ def _count_times(spec: SimJobSpec, gpus: int, gpus_per_node: int) -> tuple[tuple
     over every configuration the module docstring defines, exactly (without ``SLACK``).
 
     What a configuration trains is the launcher's per-worker batch ``L``
-    (:func:`~slurm_elastic.sim.cluster.launcher_batch`): ``k L`` samples a step, in
+    (:func:`~slurm_elastic.sim.job.launcher_batch`): ``k L`` samples a step, in
     ``a = ceil(L / limit)`` micro-steps of ``l = ceil(L / a)``, in ``T = g(k L) * step(l, shape, a)``.
     An endo-elastic job has one ``L`` per ``k``, ``round(base_batch / k)``. An exo-elastic job may
     have any ``L >= ceil(lo / k)`` (a plan's ``l * a`` with ``l k a >= B >= lo``): every ``L`` up to

@@ -33,7 +33,8 @@ from slurm_elastic.core.constraints import validate_plan
 from slurm_elastic.core.efq import EfqPlanner
 from slurm_elastic.core.model import Job
 from slurm_elastic.sim import engine
-from slurm_elastic.sim.cluster import SimJob, VirtualCluster
+from slurm_elastic.sim.cluster import VirtualCluster
+from slurm_elastic.sim.job import SimJob
 from slurm_elastic.sim.workload import SimJobSpec, requested_time, scaled_to
 from slurm_elastic.testing import snapshot_strategy
 from slurm_elastic_predictor.profiles import MODEL_DEFAULTS

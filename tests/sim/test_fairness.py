@@ -10,7 +10,8 @@ from slurm_elastic import policies
 from slurm_elastic.core.model import Job
 from slurm_elastic.experiments import papers
 from slurm_elastic.sim import engine
-from slurm_elastic.sim.cluster import SimJob, VirtualCluster
+from slurm_elastic.sim.cluster import VirtualCluster
+from slurm_elastic.sim.job import SimJob
 from slurm_elastic.sim.workload import SimJobSpec, scaled_to
 from slurm_elastic_predictor.profiles import MODEL_DEFAULTS
 

@@ -17,8 +17,9 @@ import pytest
 
 from slurm_elastic import policies
 from slurm_elastic.core.model import ClusterSnapshot, Job, JobState, Node
-from slurm_elastic.sim.cluster import SimJob, VirtualCluster
+from slurm_elastic.sim.cluster import VirtualCluster
 from slurm_elastic.sim.engine import simulate
+from slurm_elastic.sim.job import SimJob
 from slurm_elastic.workloads.philly import philly_like
 
 

@@ -12,7 +12,9 @@ from slurm_elastic import policies
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, JobState, NodeName, Placement
 from slurm_elastic.sim import engine
-from slurm_elastic.sim.cluster import DONE_EPS, ResizeCost, SimJob, VirtualCluster
+from slurm_elastic.sim.cluster import VirtualCluster
+from slurm_elastic.sim.costs import ResizeCost
+from slurm_elastic.sim.job import DONE_EPS, SimJob
 from slurm_elastic.workloads.philly import philly_like
 
 

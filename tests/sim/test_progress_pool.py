@@ -11,10 +11,12 @@ import tracemalloc
 import numpy as np
 import pytest
 
-import slurm_elastic.sim.cluster as cluster_module
+import slurm_elastic.sim.progress_pool as progress_pool_module
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, Placement
-from slurm_elastic.sim.cluster import ProgressPool, ResizeCost, VirtualCluster
+from slurm_elastic.sim.cluster import VirtualCluster
+from slurm_elastic.sim.costs import ResizeCost
+from slurm_elastic.sim.progress_pool import ProgressPool
 from slurm_elastic.workloads.philly import philly_like
 from slurm_elastic_predictor.progress import JobHistory, bounded_uniform_sample
 
@@ -46,7 +48,7 @@ def test_a_history_the_fit_refuses_marks_the_pool(monkeypatch: pytest.MonkeyPatc
     spec = philly_like(1, 64, 3)[0]
     pool.add(spec, 5.5 * spec.epoch_size)
     assert not pool.malformed
-    monkeypatch.setattr(cluster_module, "_reports", lambda spec, processed, batch: (1.0, math.nan))
+    monkeypatch.setattr(progress_pool_module, "job_reports", lambda spec, processed, batch: (1.0, math.nan))
     assert pool.add(spec, 5.5 * spec.epoch_size) is not None
     assert pool.malformed
 

@@ -10,7 +10,7 @@ import pytest
 
 from slurm_elastic.bench.live.fidelity import LOCAL_BATCH, RANGES, _phases, _physics, make_trace, replay_fidelity
 from slurm_elastic.errors import ConfigError
-from slurm_elastic.sim.cluster import IN_PLACE_SHRINK_S
+from slurm_elastic.sim.costs import IN_PLACE_SHRINK_S
 
 
 def test_the_trace_is_seeded_poisson_and_each_job_is_as_long_as_asked() -> None:

@@ -9,7 +9,9 @@ import pytest
 
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import ElasticMode, JobId, NodeName, Placement
-from slurm_elastic.sim.cluster import ResizeCost, VirtualCluster, launcher_batch
+from slurm_elastic.sim.cluster import VirtualCluster
+from slurm_elastic.sim.costs import ResizeCost
+from slurm_elastic.sim.job import launcher_batch
 from slurm_elastic.sim.workload import SimJobSpec
 
 NODE = NodeName("sim000")

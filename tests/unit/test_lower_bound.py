@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from slurm_elastic.core.model import ElasticMode
-from slurm_elastic.sim.cluster import launcher_batch
+from slurm_elastic.sim.job import launcher_batch
 from slurm_elastic.sim.lower_bound import (
     SLACK,
     _curves,

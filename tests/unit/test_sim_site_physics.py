@@ -12,7 +12,7 @@ import pytest
 from slurm_elastic import policies
 from slurm_elastic.core.model import ElasticMode
 from slurm_elastic.errors import ConfigError, ProfileError
-from slurm_elastic.sim.cluster import COMM_CPU_SHARE, ResizeCost
+from slurm_elastic.sim.costs import COMM_CPU_SHARE, ResizeCost
 from slurm_elastic.sim.engine import simulate
 from slurm_elastic.sim.truth import truth
 from slurm_elastic.sim.workload import SimJobSpec

@@ -15,8 +15,8 @@ from slurm_elastic.core.model import JobId, JobState, NodeName
 from slurm_elastic.errors import ConfigError
 from slurm_elastic.experiments.comparison import PolicySpec
 from slurm_elastic.reports.site_physics import NodeCountLatency, measure_site_physics
-from slurm_elastic.sim import cluster as sim_cluster
-from slurm_elastic.sim.cluster import ResizeCost, VirtualCluster, overhead_for
+from slurm_elastic.sim.cluster import VirtualCluster
+from slurm_elastic.sim.costs import ResizeCost, overhead_for
 from slurm_elastic.slurm.json_records import parse_sacct
 from slurm_elastic.slurm.records import AccountingRecord
 from slurm_elastic.whatif import MIN_REPLAYED_S, apply_site_physics, history_rows, read_accounting, what_if
@@ -97,7 +97,7 @@ def test_each_replayed_job_loses_its_node_counts_latency_from_its_work() -> None
     assert {r["job_id"]: r["duration"] for r in rows} == {"1": "95", "2": "1", "3": "1"}  # 10 - 9.5 s: MIN_REPLAYED_S
     assert MIN_REPLAYED_S == 1.0
     assert apply_site_physics(history_rows(records), records, {})[0]["duration"] == "100"
-    assert sim_cluster.overhead_for({1: 5.0, 2: 9.5}, 2) == 9.5
+    assert overhead_for({1: 5.0, 2: 9.5}, 2) == 9.5
 
 
 def test_what_if_applies_the_site_latencies_by_default_and_says_so() -> None:

@@ -13,7 +13,7 @@ dev cluster (its own, under ``root``, unless told to use one already up) it
 4. simulates the same trace (the real submission times) with the same policy, guards and round
    gap (the daemon's poll interval), the measured profile as the physics, and then, one at a time,
    the physics the bench found the profiles leave out (:data:`PHYSICS`, see
-   :mod:`slurm_elastic.sim.cluster`): Slurm's equal GPUs per node when a job starts, the resize
+   :mod:`slurm_elastic.sim.costs`): Slurm's equal GPUs per node when a job starts, the resize
    pauses the real jobs reported, their start-up and ending (Slurm's start to their first step, and
    their end report to Slurm's end: the median over the trace's jobs of each), and the host's CPU
    cores shared by every worker (a dev cluster's "GPU" is a CPU process).
@@ -60,7 +60,7 @@ from slurm_elastic.dev import devcluster
 from slurm_elastic.dev.processes import die_with_parent
 from slurm_elastic.errors import ConfigError, ElasticError
 from slurm_elastic.reports.site_physics import measure_site_physics
-from slurm_elastic.sim.cluster import CHECKPOINT_RESTART_S, IN_PLACE_GROW_S, IN_PLACE_SHRINK_S, ResizeCost
+from slurm_elastic.sim.costs import CHECKPOINT_RESTART_S, IN_PLACE_GROW_S, IN_PLACE_SHRINK_S, ResizeCost
 from slurm_elastic.sim.engine import simulate
 from slurm_elastic.sim.workload import SimJobSpec
 from slurm_elastic.site_profile import EXAMPLE, profile_site
