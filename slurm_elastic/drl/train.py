@@ -41,6 +41,16 @@ The two phases of DL2 (arXiv:1909.06040, §4.2-4.3), adapted to all-reduce jobs 
    mini-batch) minus ``entropy`` times the policy's entropy (*entropy regularisation*). The
    critic is warmed up with the policy, on the teacher's returns.
 
+With ``standardise``, both networks see each input as ``(x - mean) / std`` with the warm-up
+samples' mean and standard deviation (a fixed first module, not trained), and the saved policy has
+them folded into its first layer (:func:`~slurm_elastic.drl.imitation.fold_standardisation`), so
+it takes the raw state like any other. Without it, DRF is not learned at all (docs/drl.md): its
+choice depends on ``allocated`` (1/16 per GPU) among inputs that reach 7-14. It is off by default
+because the shipped models were trained without it.
+
+The warm-up's summary also gives what imitation can reach: the majority-action baseline and the
+ceiling the features allow (:mod:`slurm_elastic.drl.imitation`).
+
 The policy with the lowest average JCT on the validation workloads (``eval_seeds``, evaluated
 greedily after the warm-up and every ``eval_every`` episodes) is the one returned.
 """
@@ -75,6 +85,7 @@ from slurm_elastic.core.drl import (
 from slurm_elastic.core.model import ClusterSnapshot, Job, JobId, JobState
 from slurm_elastic.core.planner import Planner, PlanResult, build_plan
 from slurm_elastic.core.sizing import Sizing
+from slurm_elastic.drl.imitation import feature_ceiling, fold_standardisation, input_moments, majority_accuracy
 from slurm_elastic.errors import ConfigError
 from slurm_elastic.sim.engine import simulate
 from slurm_elastic.sim.workload import SimJobSpec
@@ -118,6 +129,10 @@ class TrainConfig:
         eval_seeds: validation workload seeds (the best policy on them is returned).
         eval_every: evaluate every this many episodes (0: only after the warm-up and at the end).
         round_gap: the simulator's least seconds between rounds.
+        standardise: feed both networks ``(x - mean) / std`` with the warm-up samples' statistics
+            (folded into the saved policy's first layer); needs warm-up traces. Without it the
+            ``drf`` teacher is not learned (docs/drl.md); off because the shipped models were
+            trained without it.
     """
 
     workload: str = "ones-longhorn"
@@ -147,6 +162,7 @@ class TrainConfig:
     eval_every: int = 3
     round_gap: float = 30.0
     models: tuple[str, ...] = field(default_factory=lambda: tuple(sorted(MODEL_DEFAULTS)))
+    standardise: bool = False
 
     def __post_init__(self) -> None:
         def rule(ok: bool, key: str, value: object, what: str) -> None:
@@ -180,6 +196,9 @@ class TrainConfig:
         rule(self.reward in REWARDS, "reward", self.reward, f"must be one of {', '.join(REWARDS)}")
         rule(math.isfinite(self.round_gap) and 0 <= self.round_gap <= 86_400, "round_gap", self.round_gap,
              "must be finite, >= 0 and <= 86400 seconds (the simulate --round-gap range)")
+        rule(isinstance(self.standardise, bool), "standardise", self.standardise, "must be true or false")
+        rule(not self.standardise or self.warmup_traces >= 1, "standardise", self.standardise,
+             "needs warm-up traces (the statistics are the warm-up samples')")
 
     @property
     def teacher_kwargs(self) -> dict[str, Any]:
@@ -220,11 +239,27 @@ def _mlp(sizes: Sequence[int]) -> nn.Sequential:
     return nn.Sequential(*mods)
 
 
+class _Standardise(nn.Module):
+    """``(x - mean) / std`` per input: fixed statistics, not trained."""
+
+    def __init__(self, mean: FloatArr, std: FloatArr) -> None:
+        super().__init__()
+        self.stats = (mean, std)
+        self.mean, self.std = torch.from_numpy(mean), torch.from_numpy(std)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self.mean) / self.std
+
+
 def to_weights(net: nn.Sequential, spec: FeatureSpec, meta: dict[str, str] | None = None) -> PolicyWeights:
-    """The numpy :class:`PolicyWeights` of a torch policy network (``W`` transposed to (in, out))."""
-    layers = tuple((m.weight.detach().double().numpy().T.copy(), m.bias.detach().double().numpy().copy())
-                   for m in net if isinstance(m, nn.Linear))
-    return PolicyWeights(spec, layers, meta or {})
+    """The numpy :class:`PolicyWeights` of a torch policy network (``W`` transposed to (in, out));
+    a leading :class:`_Standardise` is folded into the first layer, so the weights take the raw state."""
+    layers = [(m.weight.detach().double().numpy().T.copy(), m.bias.detach().double().numpy().copy())
+              for m in net if isinstance(m, nn.Linear)]
+    first = net[0]
+    if isinstance(first, _Standardise):
+        layers[0] = fold_standardisation(*layers[0], *first.stats)
+    return PolicyWeights(spec, tuple(layers), meta or {})
 
 
 def to_torch(weights: PolicyWeights) -> nn.Sequential:
@@ -467,6 +502,11 @@ def train(cfg: TrainConfig, progress: Progress | None = None) -> TrainResult:
         xs, ms, acts = _samples(traces)
         if not len(acts):
             raise ConfigError(f"train-drl: teacher {cfg.teacher} made no decision to learn from")
+        summary["warmup_baselines"] = {"majority": majority_accuracy(acts), "ceiling": feature_ceiling(xs, acts)}
+        if cfg.standardise:
+            mean, std = input_moments(xs)
+            policy = nn.Sequential(_Standardise(mean, std), *policy)
+            value = nn.Sequential(_Standardise(mean, std), *value)
         x, m, a = torch.from_numpy(xs), torch.from_numpy(ms), torch.from_numpy(acts)
         ret = torch.tensor(trace_returns, dtype=torch.float64)
         opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr_warmup)
