@@ -34,8 +34,10 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from .agent import Agent, AgentResult, AgentState, ElasticJob, make_order_source, stop_on_sigterm
+from .agent import Agent, stop_on_sigterm
+from .agent_types import AgentResult, AgentState, ElasticJob
 from .env import EnvError, LauncherEnv, ScalingMode
+from .order_sources import make_order_source
 from .orders import Order, OrderRejectedError
 from .sampler import ElasticSampler, SamplerState
 from .state import TrainingState

@@ -28,7 +28,7 @@ The agent is split along its state machine's seams. This module owns its face an
 its typed counters, :mod:`.counters`), membership and rendezvous (:mod:`.membership`), the resize
 protocol (:mod:`.resize`) and the step driver (:mod:`.step_driver`), which the user's loop
 (:mod:`.user_loop`) drives too. The types they share are :mod:`.agent_types`'; the order sources
-:mod:`.order_sources`'. The names the rest of the launcher imports from here are kept.
+:mod:`.order_sources`'. Each is imported from the module that owns it; this one re-exports none.
 """
 
 from __future__ import annotations
@@ -41,29 +41,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .agent_types import CONTROL_WORDS
-from .agent_types import AgentResult as AgentResult
-from .agent_types import AgentState as AgentState
-from .agent_types import Backend as Backend
-from .agent_types import BatchDataset as BatchDataset
-from .agent_types import ElasticJob as ElasticJob
-from .agent_types import Interrupt as Interrupt
-from .agent_types import KeyValue as KeyValue
-from .agent_types import PeerLostError as PeerLostError
-from .agent_types import Resize as Resize
-from .agent_types import StepPlan as StepPlan
-from .agent_types import Stop as Stop
-from .agent_types import WorkerLost as WorkerLost
+from .agent_types import AgentResult, AgentState, Backend, ElasticJob
 from .counters import Counters
 from .env import LauncherEnv
 from .membership import Membership
-from .membership import transfer_plan as transfer_plan
-from .order_sources import FileOrderSource as FileOrderSource
 from .order_sources import OrderSource
-from .order_sources import StoreOrderSource as StoreOrderSource
-from .order_sources import make_order_source as make_order_source
-from .orders import Order as Order
-from .orders import OrderRejectedError as OrderRejectedError
 from .reports import Reporter
 from .resize import ResizeProtocol
 from .sampler import ElasticSampler, SamplerState
@@ -104,7 +86,6 @@ class Agent:
             value and the rule).
     """
 
-    CONTROL_WORDS = CONTROL_WORDS  # [resize seq, stop seq, ranks asked to stop (SIGTERM)]
     ORDERS_EVERY_S = ResizeProtocol.ORDERS_EVERY_S  # rank 0 reads the orders at most this often
 
     def __init__(

@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .agent import Order, StoreOrderSource
+from .order_sources import StoreOrderSource
+from .orders import Order
 from .signed_store import SignedStore, make_store
 from .torch_backend import TorchBackend
 

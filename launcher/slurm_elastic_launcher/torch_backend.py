@@ -7,7 +7,7 @@ It owns process groups (gloo on CPU, NCCL when CUDA is available) on the job's l
 :mod:`.grad_reducer`; then rank 0's BatchNorm buffers and the agent's control words), the tensor
 operations of the state sync, checkpoints and RNG. Group timeouts are short
 (``SLURM_ELASTIC_GROUP_TIMEOUT_S``) so a dead or hung peer surfaces as
-:class:`~slurm_elastic_launcher.agent.PeerLostError` within seconds. It decides nothing about resizes:
+:class:`~slurm_elastic_launcher.agent_types.PeerLostError` within seconds. It decides nothing about resizes:
 the agent does.
 
 Nothing read from the store is believed unsigned (:mod:`.signed_store`). The skeleton of the state
@@ -35,7 +35,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import HashStore, PrefixStore
 from torch.utils.data import default_collate
 
-from .agent import Agent, PeerLostError
+from .agent_types import CONTROL_WORDS, PeerLostError
 from .env import LauncherEnv
 from .gpu_binding import bind
 from .grad_reducer import GradReducer
@@ -371,7 +371,7 @@ class TorchBackend:
             if self._reducer is not None:
                 self._reducer.remove()
             self._reducer = GradReducer(model, lambda: self.group, self._control_group,
-                                        control_words=Agent.CONTROL_WORDS)
+                                        control_words=CONTROL_WORDS)
             self._reduced_model = model
         return self._reducer
 

@@ -263,7 +263,7 @@ class Job:
 
     def order(self, kind: str, workers: list[str]) -> int:
         """Publish the next signed order of this run; its number."""
-        from slurm_elastic_launcher.agent import StoreOrderSource
+        from slurm_elastic_launcher.order_sources import StoreOrderSource
         from slurm_elastic_launcher.orders import Order
 
         self.seq += 1

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from slurm_elastic_launcher import examples
-from slurm_elastic_launcher.agent import Order, StoreOrderSource
+from slurm_elastic_launcher.order_sources import StoreOrderSource
+from slurm_elastic_launcher.orders import Order
 from slurm_elastic_launcher.signed_store import SignedStore, make_store
 from slurm_elastic_launcher.torch_backend import TorchBackend
 

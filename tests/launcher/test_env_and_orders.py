@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from slurm_elastic_launcher.agent import FileOrderSource, Order, OrderRejectedError, transfer_plan
 from slurm_elastic_launcher.env import EnvError, LauncherEnv, ScalingMode
+from slurm_elastic_launcher.membership import transfer_plan
+from slurm_elastic_launcher.order_sources import FileOrderSource
+from slurm_elastic_launcher.orders import Order, OrderRejectedError
 
 SECRET = b"0123456789abcdef-secret"
 BASE = {

@@ -17,8 +17,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from slurm_elastic_launcher.agent import Agent, ElasticJob, FileOrderSource  # noqa: E402
+from slurm_elastic_launcher.agent import Agent  # noqa: E402
+from slurm_elastic_launcher.agent_types import ElasticJob  # noqa: E402
 from slurm_elastic_launcher.env import EnvError, LauncherEnv  # noqa: E402
+from slurm_elastic_launcher.order_sources import FileOrderSource  # noqa: E402
 from slurm_elastic_launcher.orders import Order, OrderRejectedError, sign_order  # noqa: E402
 from slurm_elastic_launcher.signed_store import SignedStore, make_store  # noqa: E402
 from slurm_elastic_launcher.torch_backend import TensorBatchDataset, TorchBackend  # noqa: E402

@@ -29,8 +29,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from slurm_elastic_launcher import control  # noqa: E402
-from slurm_elastic_launcher.agent import Agent, ElasticJob, PeerLostError, StoreOrderSource  # noqa: E402
+from slurm_elastic_launcher.agent import Agent  # noqa: E402
+from slurm_elastic_launcher.agent_types import ElasticJob, PeerLostError  # noqa: E402
 from slurm_elastic_launcher.env import LauncherEnv  # noqa: E402
+from slurm_elastic_launcher.order_sources import StoreOrderSource  # noqa: E402
 from slurm_elastic_launcher.orders import Order, ValueRejectedError, open_value, sign_value  # noqa: E402
 from slurm_elastic_launcher.signed_store import SignedStore, make_store  # noqa: E402
 from slurm_elastic_launcher.state import (  # noqa: E402
@@ -323,7 +325,7 @@ PEER = textwrap.dedent("""
     import sys
     import torch
     import torch.distributed as dist
-    from slurm_elastic_launcher.agent import PeerLostError
+    from slurm_elastic_launcher.agent_types import PeerLostError
     from slurm_elastic_launcher.orders import sign_value
     from slurm_elastic_launcher.signed_store import SignedStore, make_store
     from slurm_elastic_launcher.torch_backend import TorchBackend

@@ -27,14 +27,14 @@ def _channel(tmp_path: Path, secret: str = "s" * 32, mode: int = 0o600) -> Path:
 
 
 def test_signed_orders_are_accepted_by_the_launcher() -> None:
-    agent = pytest.importorskip("slurm_elastic_launcher.agent")
+    wire = pytest.importorskip("slurm_elastic_launcher.orders")
     line = sign("42", 1, "resize", ["w0", "w2"], 0, b"k" * 32)
-    order = agent.Order.parse(line, "42", b"k" * 32)
+    order = wire.Order.parse(line, "42", b"k" * 32)
     assert order.workers == ("w0", "w2") and order.seq == 1
-    with pytest.raises(agent.OrderRejectedError):
-        agent.Order.parse(line, "43", b"k" * 32)
-    with pytest.raises(agent.OrderRejectedError):
-        agent.Order.parse(line, "42", b"x" * 32)
+    with pytest.raises(wire.OrderRejectedError):
+        wire.Order.parse(line, "43", b"k" * 32)
+    with pytest.raises(wire.OrderRejectedError):
+        wire.Order.parse(line, "42", b"x" * 32)
 
 
 def test_channel_appends_numbered_orders_and_remembers_the_workers(tmp_path: Path) -> None:
@@ -79,7 +79,7 @@ GOLDEN_REPORT = ('{"job_id":"42","kind":"progress","loss":null,'
 
 def test_the_wire_form_is_frozen_and_both_sides_share_it() -> None:
     from slurm_elastic_launcher import orders as wire
-    from slurm_elastic_launcher.agent import Order
+    from slurm_elastic_launcher.orders import Order
     from slurm_elastic_launcher.reports import sign_report
 
     assert sign("42", 3, "resize", ["w0", "w2"], 16, SECRET) == GOLDEN_ORDER

@@ -31,7 +31,7 @@ from slurm_elastic.slurm.satellites import (
 )
 from slurm_elastic.store import ProgressRow, Store
 from slurm_elastic.testing import make_job, make_nodes, make_snapshot, report_limits, shipped_profiles
-from slurm_elastic_launcher.agent import Order
+from slurm_elastic_launcher.orders import Order
 from slurm_elastic_launcher.reports import Reporter
 
 USER = getpass.getuser()
