@@ -177,7 +177,9 @@ def test_bench_load_drains_a_queue_without_preemption_churn(cluster: DevCluster)
     cluster.cancel_all()
     out = bench_load(root=cluster.root, jobs=24, sleep_s=5, bring_up=False, timeout_s=300)
     assert out["completed"] == 24 and out["preemptions"] == 0, out
-    assert {"preemptions", "preemptions_per_job", "drain_s", "ideal_drain_s", "round_p50_s", "round_p99_s"} <= set(out)
+    assert {"preemptions", "preemptions_per_job", "drain_s", "ideal_drain_s", "round_p50_s", "round_p99_s",
+            "actions", "actions_refused", "refusals"} <= set(out)
+    assert out["actions"].get("start", 0) >= 1 and out["actions_refused"] == sum(out["refusals"].values()), out
 
 
 @pytest.mark.parametrize("point", ["start:start+", "move:release+", "ctld:outage", "worker:kill"])

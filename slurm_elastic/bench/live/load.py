@@ -6,8 +6,8 @@ the daemon (policy ``efq``, the site guards' defaults) run in this process until
 (until slurmctld is done with every job), and what it cost: how many jobs completed (slurmctld's
 final state; accounting's for a job it no longer lists), how many times Slurm requeued each job (the
 largest ``restart_count`` seen, whoever requeued it), how long the queue took to drain against the
-ideal (every job at one GPU, the GPUs never idle: ``ceil(jobs / gpus) * S``), and how long the
-daemon's rounds took.
+ideal (every job at one GPU, the GPUs never idle: ``ceil(jobs / gpus) * S``), how long the
+daemon's rounds took, and what it did (its journal: actions by kind, and the refused ones by reason).
 
 It brings up its own dev cluster under ``root`` and takes it down when done (``bring_up=False``
 uses one that is already running there: the tests' cluster).
@@ -16,10 +16,12 @@ uses one that is already running there: the tests' cluster).
 from __future__ import annotations
 
 import math
+import re
 import statistics
 import subprocess
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +33,7 @@ from slurm_elastic.slurm.cli_backend import SlurmCli
 from slurm_elastic.slurm.commands import run_command
 from slurm_elastic.slurm.dialects import has_settled
 from slurm_elastic.slurm.records import JobRecord
-from slurm_elastic.store import Store
+from slurm_elastic.store import JournalEntry, Store
 from slurm_elastic.testing import shipped_profiles
 from slurm_elastic.wiring import cluster_view, slurm_daemon
 
@@ -90,6 +92,7 @@ def _run(root: Path, jobs: int, sleep_s: int, policy: str, timeout_s: float) -> 
                 raise ConfigError(f"bench load: {len(queued)} of {jobs} jobs still queued after {timeout_s:.0f} s")
             time.sleep(cfg.daemon.poll_interval)
         drain = time.monotonic() - t0
+        journal = store.actions_between(0.0, math.inf)
         store.close()
     ended = {j: live[j].slurm_state[0] for j in ids if j in live}
     states = {**_accounted_states(env, [j for j in ids if j not in ended]), **ended}
@@ -104,7 +107,18 @@ def _run(root: Path, jobs: int, sleep_s: int, policy: str, timeout_s: float) -> 
             "preemptions_per_job": round(preemptions / jobs, 3), "most_preemptions_of_one_job": max(restarts.values()),
             "drain_s": round(drain, 1), "ideal_drain_s": ideal, "drain_over_ideal": round(drain / ideal, 3),
             "rounds": len(rounds), "round_p50_s": round(statistics.median(rounds), 4),
-            "round_p99_s": round(_percentile(rounds, 0.99), 4)}
+            "round_p99_s": round(_percentile(rounds, 0.99), 4), **_journal_counts(journal)}
+
+
+def _journal_counts(journal: list[JournalEntry]) -> dict[str, Any]:
+    """What the daemon did, from its journal: its actions by kind, how many Slurm or the actor
+    refused, and each refusal's reason with its count (the job id taken out, so one reason met by
+    many jobs is one line): a refused action is otherwise seen only as a log line on stderr."""
+    kinds = Counter(e.action.kind.value for e in journal)
+    refused = [e for e in journal if e.state == "failed"]
+    reasons = Counter(re.sub(r"\b(?:job|JobId=?)\s*\d+", "job J", e.message) for e in refused)
+    return {"actions": dict(sorted(kinds.items())), "actions_refused": len(refused),
+            "refusals": dict(reasons.most_common())}
 
 
 def _submit(env: dict[str, str], cwd: str, sleep_s: int) -> str:
