@@ -6,7 +6,9 @@ torch-free so that they can be tested alone:
 * :func:`majority_accuracy`: the accuracy of always naming the teacher's most frequent action
   (the trivial baseline an imitation must beat);
 * :func:`feature_ceiling`: the best accuracy any function of the state can reach on the
-  samples: identical state vectors that the teacher answered differently cap it below 1;
+  samples: identical state vectors that the teacher answered differently cap it below 1 (an
+  upper bound: where every state is distinct, as the continuous ages of a trace make them, it is
+  1 whatever the teacher, and says only that no repeated state contradicts itself);
 * :func:`input_moments` and :func:`fold_standardisation`: the per-input mean and standard
   deviation of the warm-up states, and a network trained on standardised inputs rewritten
   as one that takes the raw state, so that the saved model and the pure

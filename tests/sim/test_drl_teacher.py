@@ -16,9 +16,22 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from slurm_elastic.core.drl import forward  # noqa: E402
+from slurm_elastic.core.drl import SLOT_FEATURES, forward  # noqa: E402
 from slurm_elastic.drl import command  # noqa: E402
-from slurm_elastic.drl.train import TrainConfig, _mlp, _Standardise, to_weights, train  # noqa: E402
+from slurm_elastic.drl.train import (  # noqa: E402
+    TrainConfig,
+    _always,
+    _drf,
+    _LoopPlanner,
+    _mlp,
+    _run,
+    _samples,
+    _Standardise,
+    _totals,
+    _workload,
+    to_weights,
+    train,
+)
 from slurm_elastic.errors import ConfigError  # noqa: E402
 
 SMALL = dict(workload="dl2-simulation", gpus=80, jobs=40, slots=8, hidden=(32,), warmup_traces=2, warmup_epochs=20,
@@ -65,3 +78,21 @@ def test_standardise_is_a_setting_of_the_command_and_needs_warm_up_traces() -> N
         TrainConfig(standardise=True, warmup_traces=0)
     with pytest.raises(ConfigError, match="standardise = 1: must be true or false"):
         TrainConfig(standardise=1)  # type: ignore[arg-type]
+
+
+def test_drf_labels_are_read_off_the_state_the_network_sees() -> None:
+    """Each label is the slot the state shows holding the fewest GPUs among those it marks
+    addable (``allocated``, ``can_add``), ties to the earlier slot, and DRF never says "stop"
+    (it fills the cluster): the teacher hides nothing from the student."""
+    cfg = TrainConfig(**SMALL)  # type: ignore[arg-type]
+    jobs = _workload(cfg, 10_001)
+    teacher = _LoopPlanner("teacher-drf", cfg.spec, _always(_drf), _totals(jobs))
+    _run(cfg, teacher, jobs, 10_001)
+    states, masks, actions = _samples(teacher.rounds)
+    assert len(actions) > 1000
+    per = cfg.spec.per_slot
+    slots = states[:, :cfg.slots * per].reshape(len(states), cfg.slots, per)
+    allocated = slots[:, :, SLOT_FEATURES.index("allocated")]
+    can_add = slots[:, :, SLOT_FEATURES.index("can_add")] == 1.0
+    np.testing.assert_array_equal(can_add, masks[:, :-1])
+    np.testing.assert_array_equal(np.where(can_add, allocated, np.inf).argmin(axis=1), actions)
