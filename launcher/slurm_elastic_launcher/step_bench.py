@@ -87,7 +87,7 @@ def bench_step(model: str = "resnet18", workers: int = 2, steps: int = 20, warmu
 def _run_workers(mode: str, model: str, workers: int, steps: int, warmup: int, batch: int,
                  dist_backend: str) -> dict[str, Any]:
     """Start the workers (``mode``: ``time`` the phases, or count the boundary's ``ops``); rank 0's figures."""
-    from .bench import free_port  # the resize bench's helper: a free TCP port on this machine
+    from .resize_bench import free_port  # the resize bench's helper: a free TCP port on this machine
 
     with tempfile.TemporaryDirectory(prefix="slurm-elastic-step-") as tmp:
         store_port = free_port()

@@ -164,7 +164,7 @@ def cmd_bench(args: argparse.Namespace, *, command: Callable[[Sequence[str]], in
     """``bench ...``; ``command`` is this command's entry point, which ``bench fuzz``'s ``cli`` family runs."""
     if args.bench in ("resize", "step"):
         try:
-            from slurm_elastic_launcher.bench import bench_resize
+            from slurm_elastic_launcher.resize_bench import bench_resize
             from slurm_elastic_launcher.step_bench import bench_step
         except ImportError as exc:
             raise ConfigError(

@@ -25,7 +25,7 @@ from slurm_elastic.experiments.pool import Pair, PairPool, Progress
 from slurm_elastic.sim.engine import Cadence
 from slurm_elastic.sim.workload import SimJobSpec, load_trace
 from slurm_elastic.workloads.catalog import builtin
-from slurm_elastic.workloads.load import gpus_for_load
+from slurm_elastic.workloads.offered_load import gpus_for_load
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ def run_comparison(policies: Sequence[PolicySpec], seeds: Sequence[int], *, work
         guards: the site guards every policy runs inside (as the daemon runs it); ``None``: the
             bare policies (``reproduce``).
         loads: when given, each seed's workload runs once per load on the cluster sized for it
-            (:func:`~slurm_elastic.workloads.load.gpus_for_load`); each result says its ``load``.
+            (:func:`~slurm_elastic.workloads.offered_load.gpus_for_load`); each result says its ``load``.
         horizon: cut every run at this virtual time (seconds); ``None``: each run ends when its last
             job does (:func:`~slurm_elastic.sim.engine.simulate`).
         pool: the processes the runs share (:class:`~slurm_elastic.experiments.pool.PairPool`: the

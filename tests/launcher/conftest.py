@@ -38,7 +38,7 @@ def start_ranks() -> Iterator[Callable[[str, int], list[subprocess.Popen[str]]]]
     """``start(script, world)``: ``python -c script <rank> <port>`` for each rank, one free port for
     their rendezvous; stdout and stderr piped. Ranks still running at the end are killed."""
     pytest.importorskip("torch")
-    from slurm_elastic_launcher.bench import free_port
+    from slurm_elastic_launcher.resize_bench import free_port
 
     started: list[subprocess.Popen[str]] = []
 
@@ -60,7 +60,7 @@ def start_ranks() -> Iterator[Callable[[str, int], list[subprocess.Popen[str]]]]
 def server() -> Iterator[tuple[int, Any, Any]]:
     """A job's TCPStore (hosted here) and a hostile raw client of it: ``(port, host, hostile)``."""
     pytest.importorskip("torch")
-    from slurm_elastic_launcher.bench import free_port
+    from slurm_elastic_launcher.resize_bench import free_port
     from slurm_elastic_launcher.signed_store import make_store
 
     port = free_port()

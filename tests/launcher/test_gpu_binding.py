@@ -142,8 +142,8 @@ def test_a_worker_started_by_srun_exports_its_local_rank_before_the_world_forms(
     pytest.importorskip("torch")
     import torch
 
-    from slurm_elastic_launcher.bench import free_port
     from slurm_elastic_launcher.env import LauncherEnv
+    from slurm_elastic_launcher.resize_bench import free_port
     from slurm_elastic_launcher.torch_backend import job_backend
 
     # a worker on the dev cluster's fake GPUs: torch sees none (on a GPU machine this process's CUDA

@@ -195,7 +195,7 @@ def test_killed_worker_survivors_reform_and_continue(fake_job_factory: Any) -> N
 def test_bench_resize_measures_both_pauses_on_real_workers(from_: int, to: int, api: str) -> None:
     """The bench's figures come from real runs, under run(ElasticJob) or a loop of the script's own
     (the user-loop API): a grow sends the state, a shrink none (no timing asserted)."""
-    from slurm_elastic_launcher.bench import bench_resize
+    from slurm_elastic_launcher.resize_bench import bench_resize
 
     out = bench_resize("cnn", from_=from_, to=to, steps_after=4, api=api)
     assert (out["from"], out["to"], out["backend"], out["repeat"], out["api"]) == (from_, to, "gloo-cpu", 1, api)

@@ -88,8 +88,8 @@ def test_a_buffer_changed_in_place_in_forward_leaves_the_others_fit_for_backward
     torch = pytest.importorskip("torch")
     import torch.distributed as dist
 
-    from slurm_elastic_launcher.bench import free_port
     from slurm_elastic_launcher.grad_reducer import GradReducer
+    from slurm_elastic_launcher.resize_bench import free_port
 
     class Ema(torch.nn.Module):
         def __init__(self) -> None:

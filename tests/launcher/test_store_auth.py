@@ -238,7 +238,7 @@ def test_connecting_waits_for_a_slow_store_host_longer_than_a_call_may_block() -
     """A store host that answers later than the call timeout (a starved 2-core node, a worker
     started before its host) is still reached; calls then time out as short as asked. CI failed
     on this: a 5-s client timeout was also the connect timeout."""
-    from slurm_elastic_launcher.bench import free_port
+    from slurm_elastic_launcher.resize_bench import free_port
 
     port = free_port()
     hosts: list[Any] = []

@@ -13,7 +13,7 @@ from slurm_elastic.sim.engine import simulate
 from slurm_elastic.sim.workload import requested_time
 from slurm_elastic.workloads.catalog import builtin
 from slurm_elastic.workloads.dl2 import DL2_GPUS, DL2_MAX_GPUS, DL2_MODELS, DL2_SLOT_S, dl2_simulation
-from slurm_elastic.workloads.load import offered_gpus
+from slurm_elastic.workloads.offered_load import offered_gpus
 from slurm_elastic.workloads.philly import PHILLY_GPUS
 
 

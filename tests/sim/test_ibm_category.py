@@ -24,7 +24,7 @@ from slurm_elastic.workloads.ibm import (
     ibm_category,
     largest_batch_time,
 )
-from slurm_elastic.workloads.load import offered_gpus
+from slurm_elastic.workloads.offered_load import offered_gpus
 
 
 @pytest.mark.parametrize("category", [1, 2, 3, 4])

@@ -14,7 +14,7 @@ from slurm_elastic.sim.engine import simulate
 from slurm_elastic.sim.workload import requested_time
 from slurm_elastic.workloads.catalog import builtin
 from slurm_elastic.workloads.ibm import _IBM_CATEGORIES, IBM_OVERLOAD, ibm_categories, ibm_mean_request_s
-from slurm_elastic.workloads.load import offered_gpus
+from slurm_elastic.workloads.offered_load import offered_gpus
 
 
 def test_the_overload_rate_brings_load_times_the_clusters_gpu_time() -> None:

@@ -13,7 +13,7 @@ from slurm_elastic import policies
 from slurm_elastic.cli import main
 from slurm_elastic.experiments.comparison import PolicySpec, run_comparison
 from slurm_elastic.sim.workload import TraceError, requested_time
-from slurm_elastic.workloads.load import gpus_for_load, offered_gpus
+from slurm_elastic.workloads.offered_load import gpus_for_load, offered_gpus
 from slurm_elastic.workloads.philly import philly_like
 
 
