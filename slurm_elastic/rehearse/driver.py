@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from slurm_elastic.errors import ElasticError
 from slurm_elastic.rehearse.sequence import Action, Sequence
 
 PROBE = Path(__file__).with_name("probe.py")
@@ -35,7 +36,7 @@ PROBE = Path(__file__).with_name("probe.py")
 JOB_ID = "rehearsal"
 
 
-class RehearsalError(Exception):
+class RehearsalError(ElasticError):
     """The rehearsal could not go on (a worker failed, a wait ran out); the message says where."""
 
 

@@ -22,6 +22,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from slurm_elastic.errors import ElasticError
+
 MAX_WORKERS = 16
 """Most workers at any point of a rehearsal (they are processes on this machine)."""
 
@@ -36,7 +38,7 @@ RULE = (f"a start of 1..{MAX_WORKERS} workers, then comma-separated actions +K (
 _STEP = re.compile(r"([+-])([0-9]{1,3})")
 
 
-class SequenceError(ValueError):
+class SequenceError(ElasticError, ValueError):
     """A ``--sequence`` that breaks the grammar; the message names the value, the item and the rule."""
 
 
