@@ -44,6 +44,7 @@ from slurm_elastic.core.model import (
 )
 from slurm_elastic.core.rounds import ActionOutcome
 from slurm_elastic.errors import ConfigError, ProfileError
+from slurm_elastic.sim import blocks
 from slurm_elastic.sim.costs import Overhead, ResizeCost, cpu_ask, overhead_for
 from slurm_elastic.sim.job import DONE_EPS, Finish, SimJob, launcher_batch
 from slurm_elastic.sim.progress_pool import ProgressPool, job_reports
@@ -71,10 +72,13 @@ class VirtualCluster:
             (:mod:`slurm_elastic.sim.costs`).
         host_cores: CPU cores every job's workers share (:mod:`slurm_elastic.sim.costs`); ``None``: none
             shared.
+        whole_blocks: a running job frees GPUs only in the whole blocks Slurm frees of a launcher job
+            (:mod:`slurm_elastic.sim.blocks`), and its view says which (``Job.release_blocks``).
     """
 
     def __init__(self, nodes: int, gpus_per_node: int, cost: ResizeCost, fit_progress: bool = True, *,
-                 overhead_s: Overhead = 0.0, equal_start: bool = False, host_cores: int | None = None) -> None:
+                 overhead_s: Overhead = 0.0, equal_start: bool = False, host_cores: int | None = None,
+                 whole_blocks: bool = False) -> None:
         if nodes < 1 or gpus_per_node < 1:
             raise ConfigError(f"cluster of {nodes} nodes x {gpus_per_node} GPUs: both must be >= 1")
         figures = overhead_s.items() if isinstance(overhead_s, Mapping) else [(1, overhead_s)]
@@ -88,6 +92,7 @@ class VirtualCluster:
             raise ConfigError(f"host cores {host_cores}: must be >= 1")
         self.overhead_s = overhead_s
         self.equal_start = equal_start
+        self.whole_blocks = whole_blocks
         self.host_cores = host_cores
         width = max(3, len(str(nodes - 1)))
         self.node_names = tuple(NodeName(f"sim{i:0{width}d}") for i in range(nodes))
@@ -303,7 +308,9 @@ class VirtualCluster:
                 "observed_throughput": j.speed if running else None, "placement": j.placement,
                 "local_batch": j.local_batch if running else 0, "start_time": j.start, "run_time": j.run_time,
                 "last_change_time": j.last_change, "samples_at_last_change": int(j.samples_at_change),
-                "preemptions": j.preemptions, "progress": self._progress(j)}
+                "preemptions": j.preemptions, "progress": self._progress(j),
+                "release_blocks": tuple((n, len(g)) for n, g in j.blocks) if running and self.whole_blocks
+                else None}
 
     # -- actuator ---------------------------------------------------------------------------------
 
@@ -330,6 +337,7 @@ class VirtualCluster:
             return
         if a.kind is ActionKind.PREEMPT:
             job.preemptions += 1
+            job.blocks = ()
             job.state = JobState.PREEMPTED
             self._place(job, Placement())
             job.last_change = now
@@ -348,12 +356,10 @@ class VirtualCluster:
             job.resizes += 1
             grew = a.after.num_gpus > a.before.num_gpus
             pause = self.cost.grow if grew else self.cost.shrink
-        self._place(job, a.after)
+        self._place(job, self._reached(job, a))
         job.global_batch, job.local_batch, job.accumulation = a.global_batch, a.local_batch, a.accumulation
-        if a.kind is ActionKind.START and self.equal_start and a.after.num_gpus:
-            fewest = min(len(g) for _, g in a.after.slots)
-            self._place(job, Placement(tuple((n, g[:fewest]) for n, g in a.after.slots)))
-            k = job.placement.num_gpus
+        k = job.placement.num_gpus
+        if k and (k != a.after.num_gpus or (a.kind is ActionKind.START and self.equal_start)):  # physics moved it
             if job.spec.mode is ElasticMode.EXO:  # the batch follows the GPUs
                 job.global_batch = a.local_batch * a.accumulation * k
             else:
@@ -368,3 +374,26 @@ class VirtualCluster:
         job.last_change = now
         job.samples_at_change = job.samples
         job.configure(now)
+
+    def _reached(self, job: SimJob, a: Action) -> Placement:
+        """Where an action that runs the job really places it: the plan's placement but for the equal
+        start and the whole blocks (:mod:`slurm_elastic.sim.costs`, :mod:`slurm_elastic.sim.blocks`),
+        whose blocks it records."""
+        after = a.after
+        if a.kind is ActionKind.START and self.equal_start and after.num_gpus:
+            fewest = min(len(g) for _, g in after.slots)
+            after = Placement(tuple((n, g[:fewest]) for n, g in after.slots))
+        if not self.whole_blocks:
+            return after
+        before = job.placement
+        if a.kind is ActionKind.START or not before.num_gpus:
+            job.blocks = blocks.after_start(after)
+        elif after.gpu_set() == before.gpu_set():
+            pass
+        elif after.num_gpus > before.num_gpus and before.gpu_set() <= after.gpu_set():
+            job.blocks = blocks.after_grow(job.blocks, before, after)
+        elif after.num_gpus < before.num_gpus:
+            after, job.blocks = blocks.after_shrink(job.blocks, before, after)
+        else:  # a move: its new allocation's blocks
+            job.blocks = blocks.after_start(after)
+        return after

@@ -168,7 +168,7 @@ class Cadence:
 def simulate(jobs: Sequence[SimJobSpec], planner: Planner, *, gpus: int, gpus_per_node: int = 4,
              resize_cost: str | ResizeCost = "in-place", seed: int = 0, round_gap: float | None = None,
              horizon: float | None = None, workload: str = "", overhead_s: float = 0.0,
-             equal_start: bool = False, host_cores: int | None = None,
+             equal_start: bool = False, host_cores: int | None = None, whole_blocks: bool = False,
              cadence: Cadence | None = None) -> dict[str, Any]:
     """Replay ``jobs`` under ``planner`` on a virtual cluster.
 
@@ -185,8 +185,8 @@ def simulate(jobs: Sequence[SimJobSpec], planner: Planner, *, gpus: int, gpus_pe
             or not yet arrived then are reported in ``unfinished``); ``None``: when the last job
             ends (module docstring).
         workload: name recorded in the result.
-        overhead_s, equal_start, host_cores: physics of a real cluster the profiles leave out
-            (:class:`~slurm_elastic.sim.cluster.VirtualCluster`; off by default).
+        overhead_s, equal_start, host_cores, whole_blocks: physics of a real cluster the profiles
+            leave out (:class:`~slurm_elastic.sim.cluster.VirtualCluster`; off by default).
         cadence: when rounds run (a site's daemon: :meth:`Cadence.of`); ``None``: the daemon's
             defaults. ``round_gap`` given replaces it with fixed rounds.
 
@@ -211,7 +211,8 @@ def simulate(jobs: Sequence[SimJobSpec], planner: Planner, *, gpus: int, gpus_pe
         raise ConfigError(f"--gpus {gpus} must be a positive multiple of --gpus-per-node {gpus_per_node}")
     cost = ResizeCost.parse(resize_cost)
     cluster = VirtualCluster(gpus // gpus_per_node, gpus_per_node, cost, fit_progress=planner.uses_progress,
-                             overhead_s=overhead_s, equal_start=equal_start, host_cores=host_cores)
+                             overhead_s=overhead_s, equal_start=equal_start, host_cores=host_cores,
+                             whole_blocks=whole_blocks)
     order = sorted(jobs, key=lambda j: (j.submit_time, j.job_id))
     interval = float(planner.interval)
     epoch_events = planner.epoch_events

@@ -19,7 +19,7 @@ import heapq
 import math
 from dataclasses import dataclass, field
 
-from slurm_elastic.core.model import ElasticMode, Job, JobState, Placement
+from slurm_elastic.core.model import ElasticMode, Job, JobState, NodeName, Placement
 from slurm_elastic.sim.workload import SimJobSpec
 
 DONE_EPS = 1e-9
@@ -79,6 +79,7 @@ class SimJob:
     speed: float = 0.0  # samples/s while not paused
     rate: float = 0.0  # work fraction/s while not paused
     cpu_share: float = 1.0  # of its profiled speed, with the host's cores shared (VirtualCluster.host_cores)
+    blocks: tuple[tuple[NodeName, tuple[int, ...]], ...] = ()  # what Slurm can free of it (whole_blocks)
     finish_at: float = math.inf  # absolute time of completion at the current configuration
     configured: int = 0  # how many times it was configured
     view: Job | None = None  # the planner's view, as last seen

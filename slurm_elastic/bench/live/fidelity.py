@@ -13,7 +13,8 @@ dev cluster (its own, under ``root``, unless told to use one already up) it
 4. simulates the same trace (the real submission times) with the same policy, guards and round
    gap (the daemon's poll interval), the measured profile as the physics, and then, one at a time,
    the physics the bench found the profiles leave out (:data:`PHYSICS`, see
-   :mod:`slurm_elastic.sim.costs`): Slurm's equal GPUs per node when a job starts, the resize
+   :mod:`slurm_elastic.sim.costs`): Slurm's equal GPUs per node when a job starts, the whole blocks
+   Slurm frees of a running launcher job (:mod:`slurm_elastic.sim.blocks`: never its batch host), the resize
    pauses the real jobs reported, their start-up and ending (Slurm's start to their first step, and
    their end report to Slurm's end: the median over the trace's jobs of each), and the host's CPU
    cores shared by every worker (a dev cluster's "GPU" is a CPU process).
@@ -82,7 +83,7 @@ RANGES = ((1, 2), (1, 4), (2, 4), (1, 6), (2, 6))
 """The ``--elastic MIN:MAX`` GPU ranges a trace job draws from."""
 POLL_S = 1.0
 """The daemon's poll interval; the simulator's round gap."""
-PHYSICS = ("equal_start", "pauses", "overhead", "cores")
+PHYSICS = ("equal_start", "blocks", "pauses", "overhead", "cores")
 RUN_FILE = "run.json"
 """The record of a real run in its work folder (trace, Slurm's and the jobs' times): ``--replay``."""
 MAX_RUN_BYTES = 16 << 20
@@ -234,7 +235,8 @@ def _simulate(cfg: Config, trace: Sequence[TraceJob], real: dict[str, Any], phys
     measured = ResizeCost(physics["grow_pause_s"], physics["shrink_pause_s"], CHECKPOINT_RESTART_S, "measured")
     knobs: dict[str, Any] = {
         "overhead_s": (overhead if overhead is not None else physics["overhead_s"]) if "overhead" in have else 0.0,
-        "equal_start": "equal_start" in have, "host_cores": physics["host_cores"] if "cores" in have else None}
+        "equal_start": "equal_start" in have, "whole_blocks": "blocks" in have,
+        "host_cores": physics["host_cores"] if "cores" in have else None}
     res = simulate(specs, policies.build(cfg.daemon.policy, cfg.policy_params, cfg.guards), gpus=gpus,
                    gpus_per_node=gpus_per_node, resize_cost=measured if "pauses" in have else "in-place",
                    round_gap=POLL_S, seed=seed, workload="fidelity", **knobs)
