@@ -37,9 +37,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from slurm_elastic.dev.instance import DEFAULT_INSTANCE, Instance
+from slurm_elastic.dev.instance import DEFAULT_INSTANCE, NETNS_PREFIX, Instance
 from slurm_elastic.dev.network import (
-    NETNS_PREFIX,
     DevNode,
     link_exists,
     netns_exists,

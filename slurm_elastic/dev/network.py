@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from slurm_elastic.dev.instance import DEFAULT_INSTANCE, Instance
-from slurm_elastic.dev.instance import NETNS_PREFIX as NETNS_PREFIX  # re-exported: the namespaces' prefix
 from slurm_elastic.dev.plumbing import DevClusterError, run, save_state
 
 HOSTS_FILE = Path("/etc/hosts")
