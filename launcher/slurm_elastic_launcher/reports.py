@@ -45,9 +45,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .orders import PARAMS_MAX, identity_problem
-from .orders import REPORT_KINDS as REPORT_KINDS
-from .orders import sign_report as sign_report
+from .orders import PARAMS_MAX, REPORT_KINDS, identity_problem, sign_report
 
 
 def parameter_count(model: Any) -> int | None:

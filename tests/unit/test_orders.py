@@ -79,8 +79,7 @@ GOLDEN_REPORT = ('{"job_id":"42","kind":"progress","loss":null,'
 
 def test_the_wire_form_is_frozen_and_both_sides_share_it() -> None:
     from slurm_elastic_launcher import orders as wire
-    from slurm_elastic_launcher.orders import Order
-    from slurm_elastic_launcher.reports import sign_report
+    from slurm_elastic_launcher.orders import Order, sign_report
 
     assert sign("42", 3, "resize", ["w0", "w2"], 16, SECRET) == GOLDEN_ORDER
     assert Order("42", 3, "resize", ("w0", "w2"), 16).signed(SECRET).to_json() == GOLDEN_ORDER
