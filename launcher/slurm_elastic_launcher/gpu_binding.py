@@ -11,8 +11,12 @@ The rules, in order (docs/launcher.md, "Which GPU a worker uses"):
 1. **The task's slot on its node.** Inside a Slurm step (``SLURM_LOCALID`` is set: srun sets it for
    each task, 0 .. tasks on the node - 1) the slot is ``SLURM_LOCALID``; a ``LOCAL_RANK`` in the
    environment is ignored there, because one exported at submit time would reach every task alike
-   (and a satellite gets the job's submit environment). Outside Slurm the slot is ``LOCAL_RANK``
-   (torchrun, the step bench), else 0.
+   (and a satellite gets the job's submit environment). A worker that replaces a lost one, started
+   as a one-task step of the allocation that holds the lost worker's GPU, is told that worker's slot
+   (``SLURM_ELASTIC_SLOT``, which the join script sets only for it and unsets for every other task),
+   and takes it instead of its ``SLURM_LOCALID`` (0): the step sees the node's GPUs of the allocation
+   in the order its first step did, so the slot names the idle GPU. Outside Slurm the slot is
+   ``LOCAL_RANK`` (torchrun, the step bench), else 0.
 2. **The devices it sees.** ``CUDA_VISIBLE_DEVICES`` as Slurm set it for the step on this node
    (the templates run one task per GPU with ``--gres=gpu:N``, so each of the N tasks sees the node's
    N GPUs of the job, or of the satellite, and never another job's). Entries are indices or UUIDs
@@ -64,7 +68,8 @@ class GpuBinding:
 
     Attributes:
         slot: the task's slot on its node (``SLURM_LOCALID``, ``LOCAL_RANK`` or 0).
-        source: where the slot came from: ``"SLURM_LOCALID"``, ``"LOCAL_RANK"`` or ``"default"``.
+        source: where the slot came from: ``"SLURM_LOCALID"``, ``"SLURM_ELASTIC_SLOT"`` (a replacement
+            worker), ``"LOCAL_RANK"`` or ``"default"``.
         visible: the devices the process sees (``CUDA_VISIBLE_DEVICES`` entries, or torch's count).
         index: the index of the worker's device within ``visible`` (``cuda:index``); None: no GPU.
         device: the device Slurm gave the task (``SLURM_STEP_GPUS`` or ``CUDA_VISIBLE_DEVICES`` entry at
@@ -150,9 +155,9 @@ def bind(environ: Mapping[str, str], cuda_count: int | None) -> GpuBinding:
     """This worker's GPU, by the module's rules.
 
     Args:
-        environ: the process environment (``SLURM_LOCALID``, ``LOCAL_RANK``, ``CUDA_VISIBLE_DEVICES``,
-            ``SLURM_STEP_GPUS``, ``SLURM_GPUS_PER_TASK``, ``SLURM_GPU_BIND``, ``SLURMD_NODENAME``,
-            ``SLURM_ELASTIC_DIST_BACKEND``).
+        environ: the process environment (``SLURM_LOCALID``, ``SLURM_ELASTIC_SLOT``, ``LOCAL_RANK``,
+            ``CUDA_VISIBLE_DEVICES``, ``SLURM_STEP_GPUS``, ``SLURM_GPUS_PER_TASK``, ``SLURM_GPU_BIND``,
+            ``SLURMD_NODENAME``, ``SLURM_ELASTIC_DIST_BACKEND``).
         cuda_count: the devices torch counts (``torch.cuda.device_count()``, 0 without CUDA), or None
             if unknown; it bounds the visible list and decides whether a GPU is used at all.
 
@@ -163,7 +168,10 @@ def bind(environ: Mapping[str, str], cuda_count: int | None) -> GpuBinding:
     if cuda_count is not None and cuda_count < 0:
         raise ValueError(f"cuda_count={cuda_count}: must be ≥ 0 or None")
     in_slurm = "SLURM_LOCALID" in environ
-    if in_slurm:
+    if in_slurm and environ.get("SLURM_ELASTIC_SLOT", "") != "":
+        _slot(environ, "SLURM_LOCALID")  # checked all the same
+        slot, source = _slot(environ, "SLURM_ELASTIC_SLOT"), "SLURM_ELASTIC_SLOT"
+    elif in_slurm:
         slot, source = _slot(environ, "SLURM_LOCALID"), "SLURM_LOCALID"
     elif "LOCAL_RANK" in environ:
         slot, source = _slot(environ, "LOCAL_RANK"), "LOCAL_RANK"
@@ -196,7 +204,7 @@ def bind(environ: Mapping[str, str], cuda_count: int | None) -> GpuBinding:
         return GpuBinding(index=None, device=None, **fields)  # no GPU used: reported with none
     else:
         raise GpuBindingError(
-            f"SLURM_LOCALID={slot} but this task sees {n} GPU(s) (CUDA_VISIBLE_DEVICES={cvd!r}): slot "
+            f"{source}={slot} but this task sees {n} GPU(s) (CUDA_VISIBLE_DEVICES={cvd!r}): slot "
             f"{slot} has no GPU of its own (rule: inside a Slurm step, task SLURM_LOCALID uses visible GPU "
             "SLURM_LOCALID; run at most one task per GPU on a node, e.g. --ntasks-per-node equal to "
             "--gres=gpu:N, or bind one GPU per task with --gpus-per-task=1; workers may share a GPU only "

@@ -14,9 +14,10 @@ each part of its work to the module that owns it:
   job whose training ended (its workers are exiting);
 * the waiting elastic jobs a round did not start are leased (:mod:`slurm_elastic.act.leases`);
 * at every poll, what earlier actions left owed is done: node releases that fell due and lost
-  workers' nodes (:mod:`slurm_elastic.act.shrink`), satellites (:mod:`slurm_elastic.act.satellite_upkeep`),
-  leases; and at the first, the previous daemon's unfinished actions are settled
-  (:mod:`slurm_elastic.act.journal`).
+  workers' nodes (:mod:`slurm_elastic.act.shrink`), lost workers' GPUs that no node release frees
+  started again with a new worker (:mod:`slurm_elastic.act.replace`), satellites
+  (:mod:`slurm_elastic.act.satellite_upkeep`), leases; and at the first, the previous daemon's
+  unfinished actions are settled (:mod:`slurm_elastic.act.journal`).
 
 Each action is written to the store before its first command and again after its last, its
 steps journaled in between (:mod:`slurm_elastic.slurm.steps`). One job's action, whatever it
@@ -40,6 +41,7 @@ from slurm_elastic.act.grow import Grows
 from slurm_elastic.act.journal import reconcile_journal
 from slurm_elastic.act.launcher import channel_of, rebatch
 from slurm_elastic.act.leases import Leases
+from slurm_elastic.act.replace import Replacements, Spawn, spawn_detached
 from slurm_elastic.act.satellite_upkeep import cancel_orphans, tend_satellites
 from slurm_elastic.act.shrink import give_back_lost, release_due_nodes, shrink
 from slurm_elastic.core.actions import Action, ActionKind
@@ -70,15 +72,17 @@ class SlurmActor:
         sleep: waits that many seconds (the requeue path's polls).
         crash: called at each crash point (:mod:`slurm_elastic.slurm.steps`; default: what
             ``SLURM_ELASTIC_CRASH_AT`` asks for, nothing when it is unset).
+        spawn: starts a lost worker's replacement step detached (:mod:`slurm_elastic.act.replace`).
     """
 
     def __init__(self, runner: Runner, store: Store, clock: Callable[[], float], *, me: str = "",
                  sleep: Callable[[float], None] = time.sleep, client_env: Mapping[str, str] | None = None,
-                 crash: Callable[[str], None] | None = None) -> None:
+                 crash: Callable[[str], None] | None = None, spawn: Spawn = spawn_detached) -> None:
         self.hands = Hands(runner, store, clock, sleep, crash if crash is not None else crash_from_env(),
                            me or getpass.getuser(), client_settings(os.environ if client_env is None else client_env))
         self.grows = Grows(self.hands)
         self.leases = Leases(self.hands)
+        self.replacements = Replacements(self.hands, spawn)
         self._reconciled = False
 
     # -- the port ---------------------------------------------------------------------------------
@@ -147,11 +151,15 @@ class SlurmActor:
         return self.leases.lease(snapshot, records, started)
 
     def owed(self, records: Mapping[str, JobRecord], finished: frozenset[str], now: float) -> list[str]:
-        """Node releases that fell due, orphan satellites, lost workers' nodes, leases to renew, and
+        """Node releases that fell due, orphan satellites, lost workers' nodes (or new workers on
+        their GPUs, and those withdrawn that never joined), leases to renew, and
         satellites to record or cancel, by what ``records`` show; one line per change."""
         lines = release_due_nodes(self.hands, records, now)
         lines += cancel_orphans(self.hands, records)
-        lines += give_back_lost(self.hands, records, finished)
+        lines += give_back_lost(self.hands, records, finished,
+                                lambda rec, ch, stay, gone, freed: self.replacements.replace(rec, ch, stay, gone, freed,
+                                                                                             records))
+        lines += self.replacements.tend(records, now)
         lines += self.leases.renew(records)
         return lines + tend_satellites(self.hands, records, finished, now)
 

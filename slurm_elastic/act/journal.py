@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 
-from slurm_elastic.act import commands
+from slurm_elastic.act import commands, replace
 from slurm_elastic.act.context import Hands
 from slurm_elastic.act.launcher import channel_of, withdraw
 from slurm_elastic.contract import satellite_marker, satellite_token
@@ -47,6 +47,8 @@ def reconcile_journal(hands: Hands, snapshot: ClusterSnapshot, records: Mapping[
         try:
             if not steps:
                 ok, msg = judged(a, jobs.get(a.job_id))
+            elif "order" in names and "replaces" in next(d for n, d, _ in steps if n == "order"):
+                ok, msg = replace.settle(hands, a, steps, records)
             elif "order" in names and a.kind is ActionKind.GROW:
                 ok, msg = _settle_grow(hands, a, steps, records)
             elif "order" in names:

@@ -18,13 +18,14 @@ This module owns everything a shrink does, from the order to the node release:
   names lost are ordered out of its world (the survivors already train without them), and a node
   of the job's own allocation (never the batch host) whose workers were all lost is released like
   a shrink's, journaled as a SHRINK. A GPU of a node that keeps other workers (or of a satellite
-  that keeps other workers) stays idle until the job ends: Slurm frees none of a node but the
-  whole node, and the snapshot counts the job's GPUs by its allocation (docs/slurm-acting.md).
+  that keeps other workers) cannot be freed: Slurm frees none of a node but the whole node. It is
+  handed to ``replace`` (:meth:`slurm_elastic.act.replace.Replacements.replace`), which starts a
+  new worker on it (docs/slurm-acting.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 
 from slurm_elastic.act.context import Hands
@@ -99,10 +100,16 @@ def release_due_nodes(hands: Hands, records: Mapping[str, JobRecord], now: float
     return lines
 
 
-def give_back_lost(hands: Hands, records: Mapping[str, JobRecord], finished: frozenset[str]) -> list[str]:
+Replace = Callable[[JobRecord, Channel, Sequence[str], Sequence[str], Sequence[str]], "str | None"]
+"""Starts lost workers again: (job, channel, survivors, lost workers, nodes given back) -> a line or None."""
+
+
+def give_back_lost(hands: Hands, records: Mapping[str, JobRecord], finished: frozenset[str],
+                   replace: Replace | None = None) -> list[str]:
     """Give back what workers lost by a running launcher job held (the job's recovery report
-    names them, :attr:`~slurm_elastic.store.ProgressRow.lost`; module docstring). A job whose
-    training ended (``finished``) is left alone. One line per job settled."""
+    names them, :attr:`~slurm_elastic.store.ProgressRow.lost`; module docstring), then hand the lost
+    workers whose GPU was not given back to ``replace``. A job whose training ended (``finished``)
+    is left alone. One line per job settled, and one per job whose workers ``replace`` started."""
     lines = []
     for jid, rec in records.items():
         if rec.state is not JobState.RUNNING or not rec.comment:
@@ -118,13 +125,20 @@ def give_back_lost(hands: Hands, records: Mapping[str, JobRecord], finished: fro
             gone = [w for w in current if w in lost]
             if not gone:
                 continue
-            lines.append(_give_back(hands, rec, channel, current, gone))
+            line, stay, freed = _give_back(hands, rec, channel, current, gone)
+            lines.append(line)
+            again = replace(rec, channel, stay, gone, freed) if replace is not None else None
+            if again:
+                lines.append(again)
         except ElasticError as exc:
             lines.append(f"job {jid}: lost workers {','.join(sorted(lost))} not settled: {exc}")
     return lines
 
 
-def _give_back(hands: Hands, rec: JobRecord, channel: Channel, current: list[str], gone: list[str]) -> str:
+def _give_back(hands: Hands, rec: JobRecord, channel: Channel, current: list[str],
+               gone: list[str]) -> tuple[str, list[str], list[str]]:
+    """Order the lost workers out, and release the job's nodes they all ran on; the line, the
+    survivors and the nodes given back."""
     store = hands.store
     layout = store.workers_of(rec.job_id)
     stay = [w for w in current if w not in gone]
@@ -143,4 +157,4 @@ def _give_back(hands: Hands, rec: JobRecord, channel: Channel, current: list[str
         _owe_release(hands, steps, rec.job_id, keep, len(stay), 0)
         note += f"; node {','.join(freed)} given back"
     store.finish_action(aid, True, hands.clock(), note)
-    return f"job {rec.job_id}: {note}"
+    return f"job {rec.job_id}: {note}", stay, freed

@@ -1,0 +1,111 @@
+"""Issue 38, bug 2, on the real dev cluster: a worker lost on a node that keeps others (here the
+batch host, with the job's other worker) is started again in place. The daemon, at its polls
+alone (no planning round), orders the survivor on, then starts a new worker (a new id) as a
+one-task ``srun --overlap`` step of the job's own allocation on that node, bound to the lost
+worker's GPU; it joins at a step boundary, the world is back to its size, each worker uses a
+distinct GPU the job holds, and the training completes with every sample trained exactly once.
+
+Before the fix the lost worker's GPU stayed idle until the job ended: the world never returned to 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slurm_elastic.dev.processes import worker_processes
+from slurm_elastic.slurm.hostlist import expand_hostlist, parse_gres_detail
+
+from .conftest import DevCluster
+from .test_shrink_in_place import acting_daemon
+
+pytestmark = pytest.mark.slurm
+
+
+def _formed(events: Path) -> list[list[dict[str, Any]]]:
+    """Each world the job formed (its workers' ``formed`` events), a list per generation, in order."""
+    worlds: dict[str, list[dict[str, Any]]] = {}
+    for line in events.read_text().splitlines():
+        e = json.loads(line)
+        if e["ev"] == "formed":
+            worlds.setdefault(e["gen"], []).append(e)
+    return list(worlds.values())
+
+
+def test_a_worker_lost_on_a_shared_node_is_started_again_on_its_gpu(cluster: DevCluster, tmp_path: Path,
+                                                                   submit_example: Any,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    out = cluster.root / "jobs" / "replaced-%j.out"
+    events = cluster.root / "jobs" / f"replaced-events-{tmp_path.name}.jsonl"
+    monkeypatch.setenv("SLURM_ELASTIC_EVENT_LOG", str(events))  # the job's workers' and the new one's
+    epochs, size = 6, 65536
+    job = str(submit_example(out, "--elastic", "2:4", "--gpus-per-node", "2", "--epochs", str(epochs),
+                             dataset_size=size))
+    cluster.wait_state(int(job), "RUNNING", timeout=40)
+    rec = cluster.job(int(job))
+    (node,) = expand_hostlist(rec["nodes"])
+    held = {str(i) for _, idx in parse_gres_detail(rec["gres_detail"], [node]) for i in idx}
+    assert len(held) == 2 and rec["batch_host"] == node, rec  # one node, the batch host: never released
+
+    store, obs, daemon = acting_daemon(cluster, tmp_path)
+    deadline = time.monotonic() + 90
+    while not [r for r in store.progress_of(job) if r.world == 2] or not worker_processes(job).get("w1"):
+        assert time.monotonic() < deadline, "the job did not report at 2 workers"
+        daemon.due()
+        time.sleep(0.5)
+    (first,) = _formed(events)[:1]
+    lost_gpu = next(e["gpu"] for e in first if e["worker"] == "w1")
+    killed = time.time()
+    for pid in worker_processes(job).get("w1", []):
+        os.kill(pid, signal.SIGKILL)
+
+    def back_to_two() -> bool:
+        return any(r.t > killed and r.kind == "resize" and r.world == 2 for r in store.progress_of(job))
+
+    deadline = time.monotonic() + 150
+    while not back_to_two():  # recovery at 1, then the new worker joins: polls only, no round
+        assert time.monotonic() < deadline, ("the world never returned to 2 workers (the lost worker's GPU stays "
+                                             "idle)", [(r.kind, r.world, r.lost) for r in store.progress_of(job)],
+                                             [e.message for e in store.actions_of(job)])
+        assert not [r for r in store.progress_of(job) if r.kind == "end"], "the job ended before it was back at 2"
+        daemon.due()
+        time.sleep(0.5)
+    assert store.lost_workers(job) == {"w1"} and daemon.rounds == 0
+    assert cluster.job(int(job))["nodes"] == node  # nothing given back: the GPU was used again
+    replaced = [e for e in store.actions_of(job) if "started again" in e.action.reason]
+    assert len(replaced) == 1 and replaced[0].state == "done", [(e.action.reason, e.message)
+                                                                for e in store.actions_of(job)]
+    assert "w2 for w1 on" in replaced[0].message and "slot 1" in replaced[0].message, replaced[0].message
+    assert [n for n, _, _ in store.steps_of(replaced[0].id)] == ["order", "srun", "started"]
+
+    deadline = time.monotonic() + 240
+    while cluster.job(int(job))["job_state"] in ("RUNNING", "COMPLETING"):
+        assert time.monotonic() < deadline, "job did not finish"
+        daemon.due()
+        time.sleep(1)
+    log = Path(str(out).replace("%j", job)).read_text()
+    assert cluster.job(int(job))["job_state"] == "COMPLETED", log[-3000:]
+    obs.poll()  # the last reports
+    rows = store.progress_of(job)
+    end = [r for r in rows if r.kind == "end"]
+    assert end and end[-1].samples == epochs * size and end[-1].world == 2, (end, log[-3000:])
+    sizes = [r.world for r in rows if r.kind == "resize"]
+    # the recovery without w1 (then, if rank 0 read it before the next, the order naming the survivor
+    # alone, a resize to the same world), then w2 joined
+    assert sizes[0] == 1 and sizes[-1] == 2 and sizes.count(2) == 1 and set(sizes) == {1, 2}, rows
+    worlds = _formed(events)
+    last = worlds[-1]
+    assert sorted(e["worker"] for e in last) == ["w0", "w2"], worlds
+    gpus = {e["worker"]: e["gpu"] for e in last}
+    assert gpus["w2"] == lost_gpu and gpus["w0"] != gpus["w2"], worlds  # the idle GPU, not the live worker's
+    assert set(gpus.values()) <= held, (gpus, held)
+    w2 = next(e for e in last if e["worker"] == "w2")
+    assert (w2["node"], w2["local_rank"], w2["gpu_index"]) == (node, 1, 1), w2  # the lost worker's slot
+    assert "(workers lost: w1), but the training completed" in log, log[-3000:]
+    assert log.count('"state": "done"') >= 1, log[-3000:]
