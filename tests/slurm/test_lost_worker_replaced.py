@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from slurm_elastic.core.model import NodeName
 from slurm_elastic.dev.processes import worker_processes
 from slurm_elastic.slurm.hostlist import expand_hostlist, parse_gres_detail
 
@@ -50,7 +51,7 @@ def test_a_worker_lost_on_a_shared_node_is_started_again_on_its_gpu(cluster: Dev
     cluster.wait_state(int(job), "RUNNING", timeout=40)
     rec = cluster.job(int(job))
     (node,) = expand_hostlist(rec["nodes"])
-    held = {str(i) for _, idx in parse_gres_detail(rec["gres_detail"], [node]) for i in idx}
+    held = {str(i) for _, idx in parse_gres_detail(rec["gres_detail"], [NodeName(node)]) for i in idx}
     assert len(held) == 2 and rec["batch_host"] == node, rec  # one node, the batch host: never released
 
     store, obs, daemon = acting_daemon(cluster, tmp_path)
@@ -109,3 +110,63 @@ def test_a_worker_lost_on_a_shared_node_is_started_again_on_its_gpu(cluster: Dev
     assert (w2["node"], w2["local_rank"], w2["gpu_index"]) == (node, 1, 1), w2  # the lost worker's slot
     assert "(workers lost: w1), but the training completed" in log, log[-3000:]
     assert log.count('"state": "done"') >= 1, log[-3000:]
+
+
+JOIN = (b'#!/bin/bash\n# can start a worker in place of a lost one (SLURM_ELASTIC_SLOT)\n'
+        b'echo "uid=$(id -u) cwd=$PWD mark=${JOB_MARK:-} overlap=${SLURM_OVERLAP:-unset} job=$SLURM_JOB_ID '
+        b'step=$SLURM_STEP_ID gpus=$CUDA_VISIBLE_DEVICES args=$*" > "$PWD/replaced-$SLURM_JOB_ID.txt"\n')
+
+
+def test_another_users_worker_is_started_again_as_that_user_in_its_environment(
+        cluster: DevCluster, test_user: Any, tmp_path: Path) -> None:
+    """The same replacement for a job of a user who is not the daemon's: its srun runs through
+    ``setpriv`` as that user, in the job's working directory, with the job's saved environment (not
+    the Slurm options in it), as a new step of the job on its 2 GPUs, with ``--replace SLOT JOB W``."""
+    from slurm_elastic.act.actor import SlurmActor
+    from slurm_elastic.observe.view import ClusterView
+    from slurm_elastic.slurm.cli_backend import SlurmCli
+    from slurm_elastic.slurm.commands import run_command
+    from slurm_elastic.store import ProgressRow, Store
+    from slurm_elastic.testing import shipped_profiles
+
+    from .test_satellite_inputs import SECRET, _own
+
+    cluster.cancel_all()
+    work = Path(test_user.pw_dir) / f"replace-{os.getpid()}-{int(time.time())}"
+    work.mkdir()
+    _own(work, test_user, None, 0o700)
+    base = work / "job-r"
+    env = b"JOB_MARK=saved\0SLURM_OVERLAP=0\0PATH=/usr/bin:/bin\0HOME=" + test_user.pw_dir.encode() + b"\0"
+    for suffix, data, mode in (("", SECRET, 0o600), (".orders", b"", 0o600), (".reports", b"", 0o600),
+                               (".join", JOIN, 0o700), (".env", env, 0o600)):
+        _own(Path(f"{base}{suffix}"), test_user, data, mode)
+    submit = ["setpriv", f"--reuid={test_user.pw_uid}", f"--regid={test_user.pw_gid}", "--init-groups", "--",
+              "env", "-i", f"SLURM_CONF={cluster.env['SLURM_CONF']}", f"PATH={cluster.env['PATH']}",
+              "sbatch", "--parsable", "--elastic=1:8", "--gres=gpu:2", "-N1", "--ntasks-per-node=2",
+              f"--chdir={work}", f"--comment=slurm-elastic-orders={base}.orders", "--wrap",
+              "srun --gres=gpu:2 sleep 300"]
+    job = run_command(submit, env=cluster.env).strip().split(";")[0]
+    cluster.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True)
+    assert cluster.wait_state(int(job), "RUNNING", timeout=40)["user_name"] == test_user.pw_name
+
+    def runner(argv: Any) -> str:
+        return run_command(argv, env=cluster.env)
+
+    store = Store(tmp_path / "s.db")
+    obs = ClusterView(SlurmCli(runner), shipped_profiles(), time.time, ("gpu",), store=store)
+    act = SlurmActor(runner, store, time.time, client_env=cluster.env)
+    records = obs.observation().records
+    store.add_reports(job, [ProgressRow(time.time(), "resize", 64, 1, 32, pause_s=0.1, lost=("w1",))], 10)
+    lines = act.owed(records, frozenset(), time.time())
+    assert len(lines) == 2 and "w2 for w1 on" in lines[1] and "slot 1" in lines[1], lines
+    out = work / f"replaced-{job}.txt"
+    deadline = time.monotonic() + 30
+    while not out.exists() or not out.read_text().endswith("\n"):
+        assert time.monotonic() < deadline, (lines, cluster.log_of(int(job)))
+        time.sleep(0.3)
+    said = dict(kv.split("=", 1) for kv in out.read_text().split(" args=")[0].split())
+    assert said["uid"] == str(test_user.pw_uid) and said["cwd"] == str(work), said
+    assert said["mark"] == "saved" and said["overlap"] == "unset", said  # the job's environment, no Slurm option
+    assert said["job"] == job and said["step"] not in ("", "0", "batch") and said["gpus"] == "0,1", said
+    assert out.read_text().split(" args=")[1] == f"--replace 1 {job} w2\n"
+    cluster.cancel_all()
