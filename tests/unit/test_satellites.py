@@ -366,7 +366,7 @@ def test_reports_are_verified_stored_once_and_summarised(tmp_path: Path) -> None
 
 def test_a_report_for_another_job_or_with_a_bad_mac_is_refused() -> None:
     secret = b"k" * 32
-    from slurm_elastic_launcher.reports import sign_report
+    from slurm_elastic_launcher.orders import sign_report
 
     line = sign_report({"job_id": "7", "kind": "progress", "samples": 1}, secret)
     assert verify(line, "7", secret) == {"job_id": "7", "kind": "progress", "samples": 1}
