@@ -76,7 +76,8 @@ raises :class:`OSError` if it cannot."""
 
 def spawn_detached(argv: Sequence[str], env: Mapping[str, str]) -> Started:
     """Start ``argv`` in its own session, with ``env`` only, no input and its output discarded (the
-    step's worker writes to the job's log itself); it outlives the daemon."""
+    step's worker writes to the job's log itself), and none of the daemon's descriptors (the store's
+    lock among them: a restarted daemon must get it while the srun runs); it outlives the daemon."""
     return subprocess.Popen(list(argv), env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
 
@@ -104,6 +105,7 @@ class Replacements:
         self.spawn = spawn
         self._started: dict[tuple[str, str], Started] = {}  # (job, worker) -> its srun, while it may join
         self._settled: set[tuple[str, str]] = set()  # (job, worker) joined or withdrawn: not looked at again
+        self._orders: list[dict[str, Any]] | None = None  # the journaled replacement orders not all settled
 
     def replace(self, rec: JobRecord, channel: Channel, stay: Sequence[str], gone: Sequence[str],
                 freed: Sequence[str], records: Mapping[str, JobRecord]) -> str | None:
@@ -160,8 +162,11 @@ class Replacements:
         workers = [*stay, *new]
         try:
             store.add_workers(jid, [(r.worker, r.node, r.alloc) for r in todo], rec.restart_count)
-            seq = steps.run("order", partial(channel.send, "resize", workers), job=jid, run=rec.restart_count,
-                            t=hands.clock(), workers=workers, replaces=[r.detail() for r in todo])
+            detail: dict[str, Any] = {"job": jid, "run": rec.restart_count, "t": hands.clock(), "workers": workers,
+                                      "replaces": [r.detail() for r in todo]}
+            seq = steps.run("order", partial(channel.send, "resize", workers), **detail)
+            if self._orders is not None:
+                self._orders.append(detail)
         except ElasticError as exc:
             store.finish_action(aid, False, hands.clock(), f"not started again: {exc}")
             return f"job {jid}: lost workers {','.join(lost)} not started again: {exc}"
@@ -187,8 +192,10 @@ class Replacements:
     def tend(self, records: Mapping[str, JobRecord], now: float) -> list[str]:
         """Withdraw the new workers that have not joined within :data:`JOIN_TIMEOUT_S`, or whose srun
         ended before they joined (module docstring); one line per job."""
+        if self._orders is None:  # read from the journal once; this daemon alone adds to it since
+            self._orders = _orders(self.hands)
         lines = []
-        for d in _orders(self.hands):
+        for d in self._orders:
             jid = str(d["job"])
             rec = records.get(jid)
             waiting = [str(r["worker"]) for r in d["replaces"] if (jid, str(r["worker"])) not in self._settled]
@@ -205,6 +212,8 @@ class Replacements:
             if due:
                 lines.append(self._withdraw(rec, due, "its srun ended" if due == ended else
                                             f"it did not join within {JOIN_TIMEOUT_S:.0f} s"))
+        self._orders = [d for d in self._orders
+                        if any((str(d["job"]), str(r["worker"])) not in self._settled for r in d["replaces"])]
         return lines
 
     def _joined(self, jid: str, t: float, world: int) -> bool:
