@@ -112,7 +112,7 @@ FILE_SECONDS = {
     "test_daemon_shadow.py": 69, "test_report_whatif.py": 63, "test_release_paths.py": 60,
     "test_daemon_restart.py": 45, "test_requeued_launcher.py": 36, "test_devcluster.py": 31,
     "test_hostile_user.py": 18, "test_requeued_accounting.py": 12, "test_satellite_inputs.py": 5,
-    "test_lost_worker_replaced.py": 90,
+    "test_lost_worker_replaced.py": 300,
 }
 """Seconds each file took in one ``make test`` on 2 cores (a loaded one: what matters is their ratios),
 to balance the groups; a file not listed counts 30."""

@@ -170,3 +170,69 @@ def test_another_users_worker_is_started_again_as_that_user_in_its_environment(
     assert said["job"] == job and said["step"] not in ("", "0", "batch") and said["gpus"] == "0,1", said
     assert out.read_text().split(" args=")[1] == f"--replace 1 {job} w2\n"
     cluster.cancel_all()
+
+
+def test_a_worker_lost_in_a_satellite_that_keeps_another_is_started_again_in_the_satellite(
+        cluster: DevCluster, tmp_path: Path, submit_example: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job (1 GPU) grown by a 2-GPU satellite on another node; the satellite's first worker is
+    SIGKILLed. The new worker starts as a step of the satellite (which holds the idle GPU), on the
+    lost worker's slot, and the world is back at 3."""
+    from slurm_elastic.core.actions import Action, ActionKind
+    from slurm_elastic.core.model import JobId, Placement
+
+    out = cluster.root / "jobs" / "replaced-sat-%j.out"
+    events = cluster.root / "jobs" / f"replaced-sat-events-{tmp_path.name}.jsonl"
+    monkeypatch.setenv("SLURM_ELASTIC_EVENT_LOG", str(events))
+    epochs, size = 12, 65536
+    job = str(submit_example(out, "--elastic", "1:4", "--gpus-per-node", "1", "--epochs", str(epochs),
+                             dataset_size=size))
+    cluster.wait_state(int(job), "RUNNING", timeout=40)
+    store, obs, daemon = acting_daemon(cluster, tmp_path)
+    deadline = time.monotonic() + 90
+    while not store.progress_of(job):
+        assert time.monotonic() < deadline, "the job did not report"
+        daemon.due()
+        time.sleep(0.5)
+    seen = obs.observation()
+    snap = seen.seen()
+    held = snap.job(JobId(job)).placement
+    ((node, _),) = held.slots
+    other = next(n.name for n in snap.nodes if n.name != node and len(n.free_gpus) >= 2)
+    grown = Placement.of([*((n, g) for n, gs in held.slots for g in gs), (other, 0), (other, 1)])
+    (outcome,) = daemon.act.apply(seen, (Action(ActionKind.GROW, JobId(job), held, grown, 96, 32, 1, 0.1),))
+    assert outcome.ok, outcome.message
+    (sat,) = store.satellites()
+    deadline = time.monotonic() + 150
+    while not any(r.kind == "resize" and r.world == 3 for r in store.progress_of(job)) \
+            or not worker_processes(job).get("w1"):
+        assert time.monotonic() < deadline, "the satellite's workers did not join"
+        daemon.due()
+        time.sleep(0.5)
+    killed = time.time()
+    for pid in worker_processes(job).get("w1", []):
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 150
+    while not any(r.t > killed and r.kind == "resize" and r.world == 3 for r in store.progress_of(job)):
+        assert time.monotonic() < deadline, ([(r.kind, r.world, r.lost) for r in store.progress_of(job)],
+                                             [e.message for e in store.actions_of(job)])
+        assert not [r for r in store.progress_of(job) if r.kind == "end"], "the job ended before it was back at 3"
+        daemon.due()
+        time.sleep(0.5)
+    replaced = [e for e in store.actions_of(job) if "started again" in e.action.reason]
+    assert len(replaced) == 1 and f"w3 for w1 on {other} slot 0 of {sat}" in replaced[0].message, replaced
+    deadline = time.monotonic() + 300
+    while cluster.job(int(job))["job_state"] in ("RUNNING", "COMPLETING"):
+        assert time.monotonic() < deadline, "job did not finish"
+        daemon.due()
+        time.sleep(1)
+    log = Path(str(out).replace("%j", job)).read_text()
+    assert cluster.job(int(job))["job_state"] == "COMPLETED", log[-3000:]
+    obs.poll()
+    end = [r for r in store.progress_of(job) if r.kind == "end"]
+    assert end and end[-1].samples == epochs * size and end[-1].world == 3, end
+    last = _formed(events)[-1]
+    assert sorted(e["worker"] for e in last) == ["w0", "w2", "w3"], last
+    on_sat = {e["worker"]: e["gpu"] for e in last if e["node"] == other}
+    sat_gpus = {str(i) for _, idx in parse_gres_detail(cluster.job(int(sat))["gres_detail"], [NodeName(other)])
+                for i in idx} if cluster.job(int(sat))["job_state"] == "RUNNING" else set(on_sat.values())
+    assert len(set(on_sat.values())) == 2 and set(on_sat.values()) <= sat_gpus, (on_sat, sat_gpus)
