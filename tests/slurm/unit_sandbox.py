@@ -47,7 +47,7 @@ EMULATED = frozenset({
     "ProtectHostname", "RestrictAddressFamilies", "RestrictNamespaces", "RestrictRealtime", "RestrictSUIDSGID",
     "LockPersonality", "SystemCallArchitectures", "SystemCallFilter", "SystemCallErrorNumber",
 })
-NOT_SANDBOX = frozenset({"Type", "ExecStart", "ExecStartPre", "Restart", "RestartSec"})
+NOT_SANDBOX = frozenset({"Type", "ExecStart", "ExecStartPre", "Restart", "RestartSec", "KillMode"})
 NOT_EMULATED: dict[str, str] = {}  # setting -> why the sandbox leaves it to systemd (none so far)
 
 _BOOL = {"yes": True, "true": True, "on": True, "1": True, "no": False, "false": False, "off": False, "0": False}
