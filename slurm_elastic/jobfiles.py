@@ -16,7 +16,7 @@ sparse 8 GiB file or someone else's file, so every access:
 A parent directory may be a link (home directories often are); the owner check on the file itself
 is what keeps root from reading or writing a file the job's user does not own. Nothing checked here
 is handed to a command by name: a command that needs a file's contents gets the bytes read here
-(:func:`~slurm_elastic.slurm.commands.sealed_copy`), since a name checked now may lead elsewhere
+(:func:`~slurm_elastic.slurm.runner.sealed_copy`), since a name checked now may lead elsewhere
 when the command opens it.
 Every failure is a :class:`JobFileError` whose message names the path and the rule.
 """

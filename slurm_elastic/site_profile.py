@@ -7,7 +7,7 @@ job (``slurm-elastic submit``'s template, ``--elastic=K:K``) through Slurm as th
 command, and waits for it to end before the next, so that no two measurements share a node's CPUs
 or links. From the job's signed reports (read and checked as the daemon does, through its
 channel) it takes the median step time over the job's clean windows
-(:func:`~slurm_elastic.observe.progress.step_points`, the measure the daemon fits each job's own
+(:func:`~slurm_elastic.observe.job_reports.step_points`, the measure the daemon fits each job's own
 model from), so a profile and a job's calibration measure the same thing.
 
 It writes ``<out>/<model>/placements.csv`` (the shipped profiles' format: one row per placement and
@@ -37,11 +37,11 @@ from pathlib import Path
 from typing import Any
 
 from slurm_elastic.argtypes import comma_words
+from slurm_elastic.channel import COMMENT_KEY, Channel
 from slurm_elastic.errors import ConfigError, ElasticError
-from slurm_elastic.observe.progress import ReportRefused, row_of, step_points
-from slurm_elastic.orders import COMMENT_KEY, Channel
+from slurm_elastic.observe.job_reports import ReportRefused, row_of, step_points
 from slurm_elastic.resources import EXAMPLE_TRAINER
-from slurm_elastic.slurm.commands import run_command
+from slurm_elastic.slurm.runner import run_command
 from slurm_elastic.submit import new_secret_file, submit
 from slurm_elastic.templates import JobRequest
 from slurm_elastic_predictor.errors import ProfileError
@@ -136,7 +136,7 @@ def profile_site(out: Path, *, models: Sequence[str], placements: Sequence[str],
     nodes = run_command(["sinfo", "-h", "-N", "-o", "%N", *(["-p", partition] if partition else [])], env=env)
     machine = {"gpus_per_node": gpn, "partition": partition, "nodes": sorted(set(nodes.split())),
                "measured": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "by": "slurm-elastic profile",
-               "step_time": "median over clean report windows (slurm_elastic.observe.progress.step_points)"}
+               "step_time": "median over clean report windows (slurm_elastic.observe.job_reports.step_points)"}
     result: dict[str, Any] = {"out": str(out), "gpus_per_node": gpn, "models": {}}
     for model in models:
         rows: list[dict[str, Any]] = []

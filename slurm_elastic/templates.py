@@ -75,7 +75,7 @@ def job_files(secret_file: str) -> dict[str, str]:
     checkpoint its rank 0 writes on a stop order or SIGTERM (preemption, time limit), which a requeued
     start resumes from (not created at submit: the launcher writes it, with its MAC beside it).
 
-    The daemon finds them from the orders path in the job's comment (:mod:`slurm_elastic.orders`).
+    The daemon finds them from the orders path in the job's comment (:mod:`slurm_elastic.channel`).
     """
     return {"orders_file": secret_file + ".orders", "reports_file": secret_file + ".reports",
             "store_file": secret_file + ".store", "join_file": secret_file + ".join",

@@ -9,7 +9,7 @@ This module owns:
   same report), with the site's own start and end latencies by default (:func:`apply_site_physics`);
 * reading the history: :func:`parse_when` (the ``--since``/``--until`` dates), :func:`read_accounting`
   (``sacct --json -a -X -S -E``) and :func:`cluster_gpus` (``sinfo --json``). These run Slurm
-  commands through an injectable runner (default :func:`slurm_elastic.slurm.commands.run_command`).
+  commands through an injectable runner (default :func:`slurm_elastic.slurm.runner.run_command`).
 
 It must not schedule, render or write anywhere but a temporary folder (the trace CSV handed to
 :func:`run_comparison`). The clock is read only by the caller (``now`` is an argument).
@@ -59,9 +59,9 @@ from slurm_elastic.reports.site_physics import SitePhysics, measure_site_physics
 from slurm_elastic.sim.costs import Overhead, overhead_for
 from slurm_elastic.sim.engine import Cadence
 from slurm_elastic.sim.workload import SimJobSpec, trace_job
-from slurm_elastic.slurm.commands import Runner, run_command, run_json, slurm_release
 from slurm_elastic.slurm.json_records import parse_nodes, parse_sacct
 from slurm_elastic.slurm.records import AccountingRecord
+from slurm_elastic.slurm.runner import Runner, run_command, run_json, slurm_release
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The wire form of the channel between the daemon and a job: signed orders in, signed reports out.
 
 This module owns, in one place, the bytes both sides sign and check: the daemon signs orders with
-:func:`sign_order` and checks reports with :func:`verify_report` (``slurm_elastic.orders`` imports
+:func:`sign_order` and checks reports with :func:`verify_report` (``slurm_elastic.channel`` imports
 them from here); the launcher checks orders with :meth:`Order.parse` and signs reports with
 :func:`sign_report`. It imports nothing but the standard library, so the controller may import it
 while the launcher never imports the controller.

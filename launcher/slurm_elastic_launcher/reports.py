@@ -8,7 +8,7 @@ resize the pause it cost.
 These are the inputs of the daemon's throughput and progress predictors, and of the allocation
 report's resize costs and scaled-job efficiency.
 
-Wire form (the contract with ``slurm_elastic.orders.Channel.reports``): one line of sorted,
+Wire form (the contract with ``slurm_elastic.channel.Channel.reports``): one line of sorted,
 compact JSON whose ``mac`` is the hex HMAC-SHA256, keyed with the job's secret, of the same JSON
 without ``mac``. Every report names its job (``job_id``); the daemon refuses a report that names
 another job or whose MAC does not match, so a report can only speak for its own job.

@@ -23,7 +23,7 @@ Each action is written to the store before its first command and again after its
 steps journaled in between (:mod:`slurm_elastic.slurm.steps`). One job's action, whatever it
 meets, never stops the others'. Commands are argv lists run through an injected runner; no shell.
 A command run as root on Slurm's own records (``scontrol``, ``scancel``) has the runner's limit
-(:data:`~slurm_elastic.slurm.commands.COMMAND_TIMEOUT_S`); a satellite's sbatch, run as the job's
+(:data:`~slurm_elastic.slurm.runner.COMMAND_TIMEOUT_S`); a satellite's sbatch, run as the job's
 user, has its own (:mod:`slurm_elastic.act.grow`).
 """
 

@@ -1,7 +1,7 @@
 """GROW of a launcher job in place: a signed order naming the new world, and one satellite per node.
 
 This module owns how a job that runs the launcher (its comment names an order channel,
-:mod:`slurm_elastic.orders`) grows without a restart: one satellite allocation per node with new
+:mod:`slurm_elastic.channel`) grows without a restart: one satellite allocation per node with new
 GPUs, submitted as the job's user with the job's own join script
 (:mod:`slurm_elastic.slurm.satellites`), then marked as the job's; before them a signed order
 naming the new world (the old workers keep training until the joiners are ready, and a daemon
@@ -31,11 +31,11 @@ from functools import partial
 
 from slurm_elastic.act.context import Hands
 from slurm_elastic.act.launcher import batch_of, current_workers
+from slurm_elastic.channel import Channel, ChannelError
 from slurm_elastic.core.actions import Action
 from slurm_elastic.errors import ElasticError
-from slurm_elastic.orders import Channel, ChannelError
-from slurm_elastic.slurm.commands import Command, CommandTimeout, sealed_copy
 from slurm_elastic.slurm.records import JobRecord
+from slurm_elastic.slurm.runner import Command, CommandTimeout, sealed_copy
 from slurm_elastic.slurm.satellites import (
     Inputs,
     NotExpressible,
@@ -157,7 +157,7 @@ class Grows:
 
 
 def _sealed(stack: contextlib.ExitStack, data: bytes, name: str) -> int:
-    """A :func:`~slurm_elastic.slurm.commands.sealed_copy` of ``data``, closed when ``stack`` closes.
+    """A :func:`~slurm_elastic.slurm.runner.sealed_copy` of ``data``, closed when ``stack`` closes.
 
     Raises:
         NotExpressible: the copy cannot be made.

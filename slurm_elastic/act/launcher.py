@@ -13,11 +13,11 @@ from __future__ import annotations
 from functools import partial
 
 from slurm_elastic.act.context import Hands
+from slurm_elastic.channel import Channel, ChannelError, NoChannel
 from slurm_elastic.contract import parse_elastic_request
 from slurm_elastic.core.actions import Action
 from slurm_elastic.core.model import JobState
 from slurm_elastic.errors import ElasticError
-from slurm_elastic.orders import Channel, ChannelError, NoChannel
 from slurm_elastic.slurm.records import JobRecord, initial_workers
 from slurm_elastic.slurm.satellites import NotExpressible
 from slurm_elastic.slurm.steps import Steps

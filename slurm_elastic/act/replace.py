@@ -31,10 +31,10 @@ from typing import Any, Protocol
 
 from slurm_elastic.act.context import Hands
 from slurm_elastic.act.launcher import withdraw
+from slurm_elastic.channel import Channel, ChannelError
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobState
 from slurm_elastic.errors import ElasticError
-from slurm_elastic.orders import Channel, ChannelError
 from slurm_elastic.slurm.records import JobRecord
 from slurm_elastic.slurm.replacements import (
     JOIN_MARKER,

@@ -30,10 +30,10 @@ from functools import partial
 
 from slurm_elastic.act.context import Hands
 from slurm_elastic.act.launcher import batch_of, channel_of, current_workers
+from slurm_elastic.channel import Channel
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobState, Placement
 from slurm_elastic.errors import ElasticError
-from slurm_elastic.orders import Channel
 from slurm_elastic.slurm.records import JobRecord, run_start_of
 from slurm_elastic.slurm.satellites import leaving
 from slurm_elastic.slurm.steps import Steps

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from slurm_elastic import __version__
 
 if TYPE_CHECKING:
-    from slurm_elastic.slurm.commands import Runner
+    from slurm_elastic.slurm.runner import Runner
 
 from slurm_elastic.cli.common import (
     ProgressBar,
@@ -207,7 +207,7 @@ def _check_plugin_release(include: Path, prefix: Path | None, *, writing: bool) 
 def _running_release(prefix: Path | None) -> tuple[tuple[int, int, int] | None, str]:
     """The running Slurm's release and where it was read, or ``(None, "")``."""
     from slurm_elastic.errors import ElasticError
-    from slurm_elastic.slurm.commands import controller_release, release_in, run_command, with_slurm_prefix
+    from slurm_elastic.slurm.runner import controller_release, release_in, run_command, with_slurm_prefix
 
     env = with_slurm_prefix(os.environ, prefix)
     try:

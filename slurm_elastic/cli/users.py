@@ -15,7 +15,7 @@ from slurm_elastic.core.remaining import outlook
 from slurm_elastic.errors import ConfigError
 
 if TYPE_CHECKING:
-    from slurm_elastic.observe.progress import WhatRuns
+    from slurm_elastic.observe.job_reports import WhatRuns
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +25,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     script runs other epochs or another per-worker batch than it was submitted with says so (what
     runs is what it is planned from)."""
     from slurm_elastic.config import load
-    from slurm_elastic.observe.progress import what_runs
+    from slurm_elastic.observe.job_reports import what_runs
     from slurm_elastic.slurm.records import run_start_of
     from slurm_elastic.store import Store, StoreError
 
@@ -96,7 +96,7 @@ def _configured(planned_epochs: float | None, runs: WhatRuns | None) -> dict[str
     """A job's ``epochs`` (those it is planned with: what its reports say it trains), ``submitted``
     (``{"epochs", "local_batch"}`` of ``slurm-elastic submit`` where its script runs others, else
     ``None``) and ``configured_twice`` (the line that says so, else ``""``), from its reports'
-    :class:`~slurm_elastic.observe.progress.WhatRuns` (``None``: it has not reported)."""
+    :class:`~slurm_elastic.observe.job_reports.WhatRuns` (``None``: it has not reported)."""
     said = None
     if runs is not None and runs.submitted_epochs is not None:
         said = {"epochs": runs.submitted_epochs, "local_batch": runs.submitted_local_batch}

@@ -29,7 +29,7 @@ from slurm_elastic.dev import devcluster
 from slurm_elastic.observe.view import ClusterView
 from slurm_elastic.resources import EXAMPLE_TRAINER
 from slurm_elastic.slurm.cli_backend import SlurmCli
-from slurm_elastic.slurm.commands import run_command
+from slurm_elastic.slurm.runner import run_command
 from slurm_elastic.store import Store
 from slurm_elastic.submit import new_secret_file, submit
 from slurm_elastic.templates import JobRequest

@@ -57,7 +57,7 @@ from slurm_elastic.dev.plumbing import (
 )
 from slurm_elastic.dev.processes import Starter, kill_netns_processes, netns_preexec, stop
 from slurm_elastic.resources import SITE_CONFIGS
-from slurm_elastic.slurm.commands import with_slurm_prefix
+from slurm_elastic.slurm.runner import with_slurm_prefix
 from slurm_elastic.textfiles import read_text
 
 log = logging.getLogger(__name__)

@@ -24,6 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from slurm_elastic import policies
+from slurm_elastic.channel import (
+    COMMENT_KEY,
+    JOIN_MAX_BYTES,
+    ORDERS_MAX_BYTES,
+    REPORTS_MAX_BYTES,
+    SECRET_MAX_BYTES,
+    Channel,
+    ChannelError,
+)
 from slurm_elastic.config import Config, DaemonConfig
 from slurm_elastic.contract import ELASTIC_TAG, SATELLITE_KEY
 from slurm_elastic.core.actions import ActionKind
@@ -54,15 +63,6 @@ from slurm_elastic.fuzz.hostile import (
     short,
 )
 from slurm_elastic.observe.history import LEDGER_KEY, USER_HISTORIES, Ledger
-from slurm_elastic.orders import (
-    COMMENT_KEY,
-    JOIN_MAX_BYTES,
-    ORDERS_MAX_BYTES,
-    REPORTS_MAX_BYTES,
-    SECRET_MAX_BYTES,
-    Channel,
-    ChannelError,
-)
 from slurm_elastic.slurm.satellites import ENV_FILE_MAX_BYTES
 from slurm_elastic_launcher.orders import MAC_KEY, canonical, sign_order, sign_report
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from slurm_elastic.channel import COMMENT_KEY
 from slurm_elastic.config import Config, DaemonConfig
 from slurm_elastic.contract import ELASTIC_TAG
 from slurm_elastic.core.actions import Action, ActionKind
@@ -37,8 +38,7 @@ from slurm_elastic.core.model import ClusterSnapshot, JobId, NodeName, NodeState
 from slurm_elastic.daemon import Daemon
 from slurm_elastic.fuzz.case import CaseResult
 from slurm_elastic.observe.view import ClusterView
-from slurm_elastic.orders import COMMENT_KEY
-from slurm_elastic.slurm.actions import SlurmActuator
+from slurm_elastic.slurm.actuator import SlurmActuator
 from slurm_elastic.slurm.json_records import parse_jobs
 from slurm_elastic.slurm.records import JobRecord, NodeRecord
 from slurm_elastic.store import Store

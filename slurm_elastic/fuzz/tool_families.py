@@ -37,9 +37,9 @@ from slurm_elastic.fuzz.hostile import (
     pick,
     short,
 )
-from slurm_elastic.slurm.commands import SlurmCommandError, run_command, run_json
 from slurm_elastic.slurm.dialects import SlurmJsonError
 from slurm_elastic.slurm.json_records import parse_jobs, parse_nodes, parse_sacct
+from slurm_elastic.slurm.runner import SlurmCommandError, run_command, run_json
 
 Command = Callable[[Sequence[str]], int]
 """The ``slurm-elastic`` command's entry point (:func:`slurm_elastic.cli.main`), handed in by the caller."""

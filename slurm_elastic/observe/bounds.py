@@ -3,7 +3,7 @@
 A report's MAC proves only that the job's owner wrote it, so a signed report is still the user's
 word. This module owns the rules a verified report must keep before the daemon plans with it
 (:class:`ReportLimits`, built per job by :func:`limits_of`); a report that breaks one is refused
-(:class:`~slurm_elastic.observe.progress.ReportRefused`) and its job quarantined, so the job is
+(:class:`~slurm_elastic.observe.job_reports.ReportRefused`) and its job quarantined, so the job is
 planned from priors, exactly as if it had never reported (docs/security.md):
 
 * ``world`` (workers) at most the GPUs the job may ever hold: its ``--elastic`` maximum, else

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from slurm_elastic.core.actions import ActionKind
 from slurm_elastic.core.model import ClusterSnapshot, InFlightResize, JobId, JobState
 from slurm_elastic.core.rounds import ActionOutcome
-from slurm_elastic.observe.progress import finished_training
+from slurm_elastic.observe.job_reports import finished_training
 from slurm_elastic.slurm.records import JobRecord, run_start_of
 from slurm_elastic.store import Store
 

@@ -27,7 +27,7 @@ class Observation:
         snapshot: the snapshot built from ``records`` with the resizes under way (a round's
             observation); ``None`` for a poll, which reads the queue alone.
         finished: the running jobs whose last report says their training ended, in their current
-            run (:func:`~slurm_elastic.observe.progress.finished_training`): their workers are
+            run (:func:`~slurm_elastic.observe.job_reports.finished_training`): their workers are
             exiting, nothing is resized or given back any more.
     """
 

@@ -16,11 +16,11 @@ from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from slurm_elastic.channel import COMMENT_KEY
 from slurm_elastic.contract import ElasticRequest, parse_elastic_request
 from slurm_elastic.core.model import ClusterSnapshot, Job, JobState, Node, NodeName, Placement
 from slurm_elastic.errors import ElasticError, SnapshotError
-from slurm_elastic.observe.progress import JobRuntime
-from slurm_elastic.orders import COMMENT_KEY
+from slurm_elastic.observe.job_reports import JobRuntime
 from slurm_elastic.slurm.dialects import DocKind, SlurmJsonError
 from slurm_elastic.slurm.records import JobRecord, NodeRecord
 from slurm_elastic_predictor.calibrate import StepPoint, calibrate
@@ -78,7 +78,7 @@ def snapshot_of(nodes: Sequence[NodeRecord], jobs: Sequence[JobRecord], *, now: 
         partitions: the managed partitions.
         default_model: model assumed for elastic jobs without a reported one.
         satellites: satellite job id -> its job's id (the store's).
-        runtimes: what the launchers reported, by job id (:func:`~slurm_elastic.observe.progress.runtimes`).
+        runtimes: what the launchers reported, by job id (:func:`~slurm_elastic.observe.job_reports.runtimes`).
         refused: as :func:`build_snapshot`'s (one job's broken record never fails the snapshot).
         unreadable_nodes: as :func:`build_snapshot`'s.
         progress_model: the ONES progress model learned from the site's finished jobs
@@ -404,7 +404,7 @@ def job_throughput_model(job_id: str, named: str | None, measured: Sequence[Step
 
     The prior is the profile of the model the job names (``named``, its launcher's report) when
     ``profiles`` has it, else the ``default_model``'s. With measurements (``measured``, the job's
-    :func:`~slurm_elastic.observe.progress.step_points`) the prior is calibrated from them
+    :func:`~slurm_elastic.observe.job_reports.step_points`) the prior is calibrated from them
     (:func:`~slurm_elastic_predictor.calibrate.calibrate`) and named ``<model>~job<id>``; a job that
     names no profiled model has the default's profile as a stand-in, whose batch axis is stretched
     onto the job's (``prior_batch``: the default's typical per-GPU batch); a named model's profile

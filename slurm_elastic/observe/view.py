@@ -25,8 +25,8 @@ from slurm_elastic.core.model import ClusterSnapshot, JobId, JobState
 from slurm_elastic.observe.bounds import limits_of
 from slurm_elastic.observe.history import ProgressLearner
 from slurm_elastic.observe.inflight import finished_jobs, owed_by_store
+from slurm_elastic.observe.job_reports import ingest, join_checked, runtimes
 from slurm_elastic.observe.observation import Observation
-from slurm_elastic.observe.progress import ingest, join_checked, runtimes
 from slurm_elastic.observe.snapshot import SnapshotMemo, fingerprint, in_partitions, snapshot_of
 from slurm_elastic.slurm.dialects import is_bare_completing
 from slurm_elastic.slurm.records import JobRecord, NodeRecord

@@ -2,7 +2,7 @@
 
 This module owns the ``prediction`` table (:func:`prediction_rows`) and its summary figures
 (:func:`prediction_summary`). For each launcher job with reports in the window, its measured
-configurations are its :func:`~slurm_elastic.observe.progress.step_points` over the window's rows
+configurations are its :func:`~slurm_elastic.observe.job_reports.step_points` over the window's rows
 (the median step time of its clean windows at each GPU count, node count and per-GPU batch), in
 the order the job first ran them. Each is predicted two ways, with the same model the daemon
 plans the job with (:func:`~slurm_elastic.observe.snapshot.job_throughput_model`: the profile of
@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from slurm_elastic.errors import ElasticError
-from slurm_elastic.observe.progress import runtime_of, step_points
+from slurm_elastic.observe.job_reports import runtime_of, step_points
 from slurm_elastic.observe.snapshot import job_throughput_model
 from slurm_elastic.reports.usage import percentile
 from slurm_elastic.store import ProgressRow

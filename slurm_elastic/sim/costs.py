@@ -25,7 +25,7 @@ Three physics of a real cluster that the profiles leave out, off unless asked fo
   not measured pays the nearest measured one's (:func:`overhead_for`);
 * ``equal_start``: Slurm gives a job the same GPU count on every node, so the actuator starts a job
   planned on an unequal placement at the largest equal shape inside it (its nodes x their smallest
-  count, :mod:`slurm_elastic.slurm.actions`); a later round grows it;
+  count, :mod:`slurm_elastic.slurm.actuator`); a later round grows it;
 * ``host_cores``: the jobs' workers share this many CPU cores ``C`` (the dev cluster, where a "GPU"
   is a CPU process). A worker computes for the part ``c = min(1, step(1) / step(shape))`` of its
   step that its job's step on one GPU takes (from the profile) and spends the rest in the

@@ -18,12 +18,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from slurm_elastic.slurm.commands import Runner, run_command, slurm_release
 from slurm_elastic.slurm.dialects import detect_version
 from slurm_elastic.slurm.json_records import parse_jobs, parse_nodes
 from slurm_elastic.slurm.listing_json import decode_listing
 from slurm_elastic.slurm.read_memo import ReadMemo
 from slurm_elastic.slurm.records import JobRecord, NodeRecord
+from slurm_elastic.slurm.runner import Runner, run_command, slurm_release
 
 
 @dataclass
@@ -31,7 +31,7 @@ class SlurmCli:
     """Reads Slurm through its commands (argv lists via ``runner``).
 
     Args:
-        runner: runs a command, returns stdout (default: :func:`~slurm_elastic.slurm.commands.run_command`).
+        runner: runs a command, returns stdout (default: :func:`~slurm_elastic.slurm.runner.run_command`).
 
     Raises:
         UnsupportedSlurmVersion: at creation, when ``sinfo --version`` names a release not read here.

@@ -4,7 +4,7 @@ This module owns :func:`parse_nodes`, :func:`parse_jobs` and :func:`parse_sacct`
 typed records of :mod:`slurm_elastic.slurm.records` from a parsed document in any supported dialect
 (:mod:`slurm_elastic.slurm.dialects`), and the keys they read (:data:`JOB_KEYS`, :data:`NODE_KEYS`,
 :data:`SINFO_ROW_KEYS`: what :mod:`~slurm_elastic.slurm.listing_json` keeps of a listing). Running
-the commands is :mod:`slurm_elastic.slurm.commands`'; the same records through pyslurm are
+the commands is :mod:`slurm_elastic.slurm.runner`'; the same records through pyslurm are
 :mod:`slurm_elastic.slurm.pyslurm_records`'. It reads no file, runs no command, reads no clock and
 does not log.
 """

@@ -28,8 +28,8 @@ from typing import Any
 
 import msgspec
 
-from slurm_elastic.slurm.commands import decode_json
 from slurm_elastic.slurm.json_records import JOB_KEYS, NODE_KEYS, SINFO_ROW_KEYS
+from slurm_elastic.slurm.runner import decode_json
 
 _TOP_KEYS = ("meta", "errors", "warnings")
 _LISTS = (("jobs", JOB_KEYS), ("nodes", NODE_KEYS), ("sinfo", SINFO_ROW_KEYS))
@@ -126,7 +126,7 @@ def decode_listing(text: str, argv: Sequence[str]) -> dict[str, Any]:
     """The listing ``argv`` printed, with only the keys the records read (see the module docstring).
 
     Raises:
-        SlurmJsonError: as :func:`~slurm_elastic.slurm.commands.decode_json` (the text is not a JSON
+        SlurmJsonError: as :func:`~slurm_elastic.slurm.runner.decode_json` (the text is not a JSON
             object).
     """
     try:

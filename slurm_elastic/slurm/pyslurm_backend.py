@@ -46,10 +46,10 @@ from types import ModuleType
 from typing import Literal, Protocol, cast
 
 from slurm_elastic.slurm.cli_backend import SlurmCli
-from slurm_elastic.slurm.commands import Runner, SlurmCommandError, run_command, slurm_release
 from slurm_elastic.slurm.dialects import SlurmJsonError, release_text
 from slurm_elastic.slurm.pyslurm_records import PyslurmJob, PyslurmNode, job_record, node_records
 from slurm_elastic.slurm.records import JobRecord, NodeRecord
+from slurm_elastic.slurm.runner import Runner, SlurmCommandError, run_command, slurm_release
 
 __all__ = [
     "PYSLURM_RELEASES",
@@ -162,7 +162,7 @@ def load_pyslurm(
     imported ``__version__``/``slurm_api_version()``; call ``slurm_init()`` if this call imported it.
 
     Args:
-        runner: runs ``sinfo --version`` (default: :func:`~slurm_elastic.slurm.commands.run_command`).
+        runner: runs ``sinfo --version`` (default: :func:`~slurm_elastic.slurm.runner.run_command`).
         importer: imports a module by name (tests pass a fake).
         dist_version: the installed version of a distribution (``importlib.metadata.version``).
         module_found: whether a ``pyslurm`` module can be imported although no distribution metadata

@@ -28,9 +28,9 @@ grown in place: its satellite could only run in the daemon's environment.
 
 No path of the user's reaches sbatch (issue 37, item 2): the daemon reads the join script and the
 environment file once each, through the descriptor it checked (:func:`read_env_file`,
-:meth:`~slurm_elastic.orders.Channel.read_join_script`: a regular file of the user's, not writable
+:meth:`~slurm_elastic.channel.Channel.read_join_script`: a regular file of the user's, not writable
 by others, at most 4 MiB), copies the bytes into sealed memory files
-(:func:`~slurm_elastic.slurm.commands.sealed_copy`) and passes their descriptors ``S`` and ``E`` to
+(:func:`~slurm_elastic.slurm.runner.sealed_copy`) and passes their descriptors ``S`` and ``E`` to
 sbatch, which opens ``/proc/self/fd/S`` as its script (sbatch reads a script only by ``open(2)`` of
 its first argument) and ``/proc/self/fd/E`` as its environment (``--export-file`` reads a file, or a
 descriptor given as a number; the path form fails cleanly where the descriptor is missing instead
@@ -135,7 +135,7 @@ def proc_fd(fd: int) -> str:
 @dataclass(frozen=True, slots=True)
 class Inputs:
     """What a satellite's sbatch reads, as descriptors of sealed copies of the checked bytes
-    (:func:`~slurm_elastic.slurm.commands.sealed_copy`), never a path of the user's.
+    (:func:`~slurm_elastic.slurm.runner.sealed_copy`), never a path of the user's.
 
     Attributes:
         script: descriptor of the join script's copy.

@@ -30,14 +30,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from slurm_elastic import fuzz
+from slurm_elastic.channel import COMMENT_KEY
 from slurm_elastic.cli import main
 from slurm_elastic.fuzz.case import CaseResult, attempt_any
 from slurm_elastic.fuzz.daemon_families import sign_any
 from slurm_elastic.fuzz.fuzzed_cluster import NOW, FuzzCluster, report_body
-from slurm_elastic.orders import COMMENT_KEY
-from slurm_elastic.slurm.commands import SlurmCommandError, run_command, run_json
 from slurm_elastic.slurm.dialects import SlurmJsonError
 from slurm_elastic.slurm.json_records import parse_jobs
+from slurm_elastic.slurm.runner import SlurmCommandError, run_command, run_json
 from slurm_elastic.testing import shipped_profiles
 
 REQUIRED_KEYS = {"cases", "outcomes", "foreign_exceptions", "rounds_failed", "other_jobs_unplanned"}
@@ -135,9 +135,9 @@ KNOWN: dict[str, Known] = {}
 """Empty: every bug the fuzzing found is fixed (each one's reproducer is in :data:`FIXED`)."""
 
 FIXED: dict[str, Callable[[Path], None]] = {
-    # observe/progress.py row_of: a kind that is not a string is refused (the job quarantined), not a TypeError
+    # observe/job_reports.py row_of: a kind that is not a string is refused (the job quarantined), not a TypeError
     "report kind unhashable": lambda tmp: _round_with(tmp, _signed_report(kind=["progress"])),
-    # observe/progress.py _number: a number past 2**62 is refused as out of range (no OverflowError in float())
+    # observe/job_reports.py _number: a number past 2**62 is refused as out of range (no OverflowError in float())
     "report number too large for a float": lambda tmp: _round_with(tmp, _signed_report(t=10**400)),
     # ... and so is an integer SQLite cannot hold (store.py _insert_progress)
     "report integer too large for SQLite": lambda tmp: _round_with(tmp, _signed_report(epoch_size=2**64)),
@@ -155,7 +155,7 @@ FIXED: dict[str, Callable[[Path], None]] = {
     # slurm/hostlist.py: at most 100,000 names or GPU indices (no hang, no MemoryError)
     "hostlist range without bound": lambda tmp: _round_with(tmp, _record(nodes="n[000-999999999]")),
     "IDX range without bound": lambda tmp: _round_with(tmp, _record(gres_detail=["gpu:2(IDX:0-99999999999)"])),
-    # slurm/commands.py: bytes that are not UTF-8 are replaced; deep nesting or huge integers are SlurmJsonError
+    # slurm/runner.py: bytes that are not UTF-8 are replaced; deep nesting or huge integers are SlurmJsonError
     "squeue output not UTF-8": lambda tmp: _squeue_printed(tmp, b'{"name": "tr\xffain"}'),
     "squeue output nested": lambda tmp: _only(
         lambda: run_json(lambda argv: "[" * 100_000 + "]" * 100_000, ["squeue"]), SlurmJsonError),

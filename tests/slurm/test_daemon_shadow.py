@@ -14,7 +14,7 @@ from slurm_elastic.core.model import JobId, JobState
 from slurm_elastic.daemon import Daemon
 from slurm_elastic.observe.view import ClusterView
 from slurm_elastic.slurm.cli_backend import SlurmCli
-from slurm_elastic.slurm.commands import run_command
+from slurm_elastic.slurm.runner import run_command
 from slurm_elastic.store import Store
 from slurm_elastic.testing import shipped_profiles
 

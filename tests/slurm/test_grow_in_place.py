@@ -20,8 +20,8 @@ from slurm_elastic.core.model import JobId, NodeName, Placement
 from slurm_elastic.observe.view import ClusterView
 from slurm_elastic.resources import EXAMPLE_TRAINER
 from slurm_elastic.slurm.cli_backend import SlurmCli
-from slurm_elastic.slurm.commands import run_command
 from slurm_elastic.slurm.hostlist import expand_hostlist, parse_gres_detail
+from slurm_elastic.slurm.runner import run_command
 from slurm_elastic.store import Store
 from slurm_elastic.testing import shipped_profiles
 

@@ -125,7 +125,7 @@ def test_another_users_worker_is_started_again_as_that_user_in_its_environment(
     from slurm_elastic.act.actor import SlurmActor
     from slurm_elastic.observe.view import ClusterView
     from slurm_elastic.slurm.cli_backend import SlurmCli
-    from slurm_elastic.slurm.commands import run_command
+    from slurm_elastic.slurm.runner import run_command
     from slurm_elastic.store import ProgressRow, Store
     from slurm_elastic.testing import shipped_profiles
 

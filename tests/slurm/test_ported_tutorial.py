@@ -28,7 +28,7 @@ from slurm_elastic.core.model import JobId
 from slurm_elastic.rehearse.driver import PROBE
 from slurm_elastic.resources import EXAMPLE_TRAINER
 from slurm_elastic.slurm.cli_backend import SlurmCli
-from slurm_elastic.slurm.commands import run_command
+from slurm_elastic.slurm.runner import run_command
 from slurm_elastic.store import Store
 from slurm_elastic.wiring import cluster_view, slurm_daemon
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from slurm_elastic.slurm.commands import run_command
+from slurm_elastic.slurm.runner import run_command
 from slurm_elastic.whatif import read_accounting
 
 from .conftest import DevCluster, base_state

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from slurm_elastic.channel import Channel
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, Placement
-from slurm_elastic.orders import Channel
 from slurm_elastic.slurm.hostlist import expand_hostlist
 
 from .conftest import DevCluster, base_state

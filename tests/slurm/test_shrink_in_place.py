@@ -21,7 +21,7 @@ from slurm_elastic.dev.processes import worker_processes
 from slurm_elastic.observe.view import ClusterView
 from slurm_elastic.resources import EXAMPLE_TRAINER
 from slurm_elastic.slurm.cli_backend import SlurmCli
-from slurm_elastic.slurm.commands import run_command
+from slurm_elastic.slurm.runner import run_command
 from slurm_elastic.store import Store
 from slurm_elastic.testing import shipped_profiles
 from slurm_elastic.wiring import slurm_daemon

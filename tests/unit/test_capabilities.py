@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 
 from slurm_elastic import policies
+from slurm_elastic.channel import COMMENT_KEY
 from slurm_elastic.core.actions import ActionKind, diff
 from slurm_elastic.core.constraints import plan_violations
 from slurm_elastic.core.model import ClusterSnapshot, JobId, JobState, NodeName, NodeState
 from slurm_elastic.core.planner import build_plan
 from slurm_elastic.observe.snapshot import build_snapshot, fold
-from slurm_elastic.orders import COMMENT_KEY
 from slurm_elastic.slurm.records import GpuRequest, JobRecord, NodeRecord
 from slurm_elastic.slurm.satellites import leaving
 from slurm_elastic.testing import make_job, make_nodes, make_snapshot, shipped_profiles
@@ -118,7 +118,7 @@ def test_a_planned_shrink_frees_the_blocks_slurm_frees() -> None:
 
 
 def test_a_launcher_job_without_its_join_script_cannot_grow(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from slurm_elastic.observe.progress import join_checked
+    from slurm_elastic.observe.job_reports import join_checked
 
     secret = tmp_path / "job-1"
     for suffix, mode in (("", 0o600), (".orders", 0o600)):

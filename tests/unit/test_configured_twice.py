@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from slurm_elastic.observe.progress import configured_twice, ingest
+from slurm_elastic.observe.job_reports import configured_twice, ingest
 from slurm_elastic.store import Store
 from slurm_elastic.testing import report_limits
 from slurm_elastic_launcher.reports import Reporter
@@ -47,7 +47,7 @@ def test_the_daemon_says_it_in_its_log_once_and_still_reads_the_report(tmp_path:
     for t in (90.0, 95.0):
         reporter.write("progress", t, step=1, samples=64, epoch=0, epoch_size=640, world=1, local_batch=64)
     store = Store(tmp_path / "s.db")
-    with caplog.at_level(logging.WARNING, logger="slurm_elastic.observe.progress"):
+    with caplog.at_level(logging.WARNING, logger="slurm_elastic.observe.job_reports"):
         assert ingest(store, [_rec("7", {"n7": 1}, comment)], report_limits(100.0), 100.0) == 2
     said = [r.getMessage() for r in caplog.records if "submitted with" in r.getMessage()]
     assert said == ["job 7: the script trains 5 epochs at a per-worker batch of 64, but the job was submitted with "

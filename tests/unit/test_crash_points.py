@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 
+from slurm_elastic.channel import Channel
 from slurm_elastic.contract import satellite_token
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import ClusterSnapshot, JobId, JobState, NodeName
 from slurm_elastic.errors import ConfigError
-from slurm_elastic.orders import Channel
-from slurm_elastic.slurm.actions import SlurmActuator
+from slurm_elastic.slurm.actuator import SlurmActuator
 from slurm_elastic.slurm.records import JobRecord
 from slurm_elastic.slurm.steps import CRASH_ENV, CRASH_POINTS, STEPS, crash_from_env
 from slurm_elastic.store import Store, StoreError

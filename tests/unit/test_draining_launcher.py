@@ -19,12 +19,12 @@ import numpy as np
 import pytest
 
 from slurm_elastic import policies
+from slurm_elastic.channel import Channel
 from slurm_elastic.core.actions import Action, ActionKind, diff
 from slurm_elastic.core.constraints import plan_violations
 from slurm_elastic.core.model import ClusterSnapshot, InFlightResize, JobId, JobState, NodeName, NodeState
 from slurm_elastic.observe.snapshot import build_snapshot, fold
-from slurm_elastic.orders import Channel
-from slurm_elastic.slurm.actions import SlurmActuator
+from slurm_elastic.slurm.actuator import SlurmActuator
 from slurm_elastic.slurm.records import GpuRequest, JobRecord, NodeRecord
 from slurm_elastic.store import ProgressRow, Store
 from slurm_elastic.testing import shipped_profiles

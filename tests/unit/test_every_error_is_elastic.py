@@ -20,7 +20,7 @@ from slurm_elastic.errors import ElasticError
 
 APART = {
     # an outcome its caller turns into a refused report line, never raised past it
-    "slurm_elastic.observe.progress.ReportRefused",
+    "slurm_elastic.observe.job_reports.ReportRefused",
     "slurm_elastic.observe.bounds.ReportOutOfBounds",
     # a fuzz case's time limit: a BaseException on purpose, so the code under test cannot catch it
     "slurm_elastic.fuzz.case.CaseTimeout",

@@ -24,9 +24,9 @@ from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId
 from slurm_elastic.core.rounds import RoundRecord
 from slurm_elastic.daemon import Daemon
-from slurm_elastic.observe.progress import END_REPORT_TRUST_S
+from slurm_elastic.observe.job_reports import END_REPORT_TRUST_S
 from slurm_elastic.observe.view import ClusterView
-from slurm_elastic.slurm.actions import SlurmActuator
+from slurm_elastic.slurm.actuator import SlurmActuator
 from slurm_elastic.store import Store
 from slurm_elastic.testing import shipped_profiles
 from slurm_elastic_launcher.orders import sign_report

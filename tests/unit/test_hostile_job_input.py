@@ -27,16 +27,16 @@ from types import FrameType
 import pytest
 
 from slurm_elastic import policies
+from slurm_elastic.channel import Channel, ChannelError, NoChannel
 from slurm_elastic.config import Config, DaemonConfig
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, JobState, NodeName, NodeState, Placement
 from slurm_elastic.core.rounds import RoundRecord
 from slurm_elastic.daemon import Daemon
+from slurm_elastic.observe.job_reports import END_REPORT_TRUST_S
 from slurm_elastic.observe.observation import Observation
-from slurm_elastic.observe.progress import END_REPORT_TRUST_S
 from slurm_elastic.observe.view import ClusterView
-from slurm_elastic.orders import Channel, ChannelError, NoChannel
-from slurm_elastic.slurm.actions import SlurmActuator
+from slurm_elastic.slurm.actuator import SlurmActuator
 from slurm_elastic.slurm.json_records import parse_jobs
 from slurm_elastic.slurm.records import GpuRequest, JobRecord, NodeRecord
 from slurm_elastic.store import Store, StoreError
@@ -229,7 +229,7 @@ def test_an_orders_file_swapped_after_the_check_is_refused_unread(tmp_path: Path
         replacement = f"os.unlink({str(orders)!r}); os.symlink('/dev/zero', {str(orders)!r})"
     proc = _in_child(f"""
         import os
-        from slurm_elastic.orders import Channel, ChannelError
+        from slurm_elastic.channel import Channel, ChannelError
         ch = Channel.open("7", {USER!r}, {comment!r})
         {replacement}
         for call in (lambda: ch.workers(["w0"]), lambda: ch.send("resize", ["w0"]), ch.history):
@@ -249,7 +249,7 @@ def test_a_huge_sparse_reports_file_is_read_a_chunk_at_a_time_or_refused(tmp_pat
     reports = tmp_path / "job-7.reports"
     proc = _in_child(f"""
         import os
-        from slurm_elastic.orders import Channel, ChannelError
+        from slurm_elastic.channel import Channel, ChannelError
         ch = Channel.open("7", {USER!r}, {comment!r})
         os.truncate({str(reports)!r}, 8 << 30)
         try:

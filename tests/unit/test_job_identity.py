@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from slurm_elastic.core.model import JobId, NodeName, NodeState
-from slurm_elastic.observe.progress import ReportRefused, ingest, row_of, runtime_of, runtimes
+from slurm_elastic.observe.job_reports import ReportRefused, ingest, row_of, runtime_of, runtimes
 from slurm_elastic.observe.snapshot import build_snapshot
 from slurm_elastic.slurm.records import NodeRecord
 from slurm_elastic.store import SCHEMA_VERSION, ProgressRow, Store

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from slurm_elastic.core.model import JobId, JobState, NodeName, NodeState
-from slurm_elastic.observe.progress import ReportRefused, ingest, row_of, runtime_of, step_points
+from slurm_elastic.observe.job_reports import ReportRefused, ingest, row_of, runtime_of, step_points
 from slurm_elastic.observe.snapshot import build_snapshot
 from slurm_elastic.slurm.records import GpuRequest, JobRecord, NodeRecord
 from slurm_elastic.store import SCHEMA_VERSION, ProgressRow, Store
@@ -105,7 +105,7 @@ def test_a_job_that_measured_itself_is_planned_with_its_own_model() -> None:
     nodes = [NodeRecord(NodeName(n), NodeState.UP, ("MIXED",), 4, (), (), ("gpu",)) for n in ("n0", "n1")]
     slow = [StepPoint(1, 1, 32, 2.0 * float(prior.t_iter(32, 1, 1))),
             StepPoint(2, 1, 32, 2.0 * float(prior.t_iter(64, 2, 1)))]
-    from slurm_elastic.observe.progress import JobRuntime
+    from slurm_elastic.observe.job_reports import JobRuntime
 
     runtimes = {"8": JobRuntime(local_batch=32, step_points=tuple(slow))}
     snap = build_snapshot(nodes, [_rec("7", {"n0": 1}), _rec("8", {"n1": 2})], now=10.0, profiles=profiles,
@@ -198,7 +198,7 @@ def test_the_progress_model_is_learned_from_finished_jobs_kept_and_refitted_as_h
 def test_status_and_metrics_show_what_is_predicted_beside_what_is_measured() -> None:
     from slurm_elastic.core.remaining import outlook
     from slurm_elastic.daemon_metrics import Metrics
-    from slurm_elastic.observe.progress import JobRuntime
+    from slurm_elastic.observe.job_reports import JobRuntime
 
     profiles = shipped_profiles()
     nodes = [NodeRecord(NodeName(n), NodeState.UP, ("MIXED",), 4, (), (), ("gpu",)) for n in ("n0", "n1")]

@@ -16,12 +16,12 @@ from slurm_elastic.contract import ELASTIC_TAG
 from slurm_elastic.core.model import JobState
 from slurm_elastic.errors import SnapshotError
 from slurm_elastic.observe.snapshot import SnapshotMemo, snapshot_of
-from slurm_elastic.slurm.commands import decode_json
 from slurm_elastic.slurm.dialects import SlurmJsonError
 from slurm_elastic.slurm.json_records import parse_jobs, parse_nodes
 from slurm_elastic.slurm.listing_json import ListedRecord, decode_listing
 from slurm_elastic.slurm.read_memo import ReadMemo
 from slurm_elastic.slurm.records import JobRecord, NodeRecord
+from slurm_elastic.slurm.runner import decode_json
 from slurm_elastic.testing import shipped_profiles
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "slurm-json"

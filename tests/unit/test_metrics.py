@@ -246,7 +246,7 @@ def test_unreadable_private_data_is_refused(text: str) -> None:
 ])
 def test_the_daemon_shows_identities_only_when_private_data_allows(answer: str | None, shown: bool) -> None:
     from slurm_elastic.cli.admins import metrics_identities_shown
-    from slurm_elastic.slurm.commands import SlurmCommandError
+    from slurm_elastic.slurm.runner import SlurmCommandError
 
     seen: list[list[str]] = []
 

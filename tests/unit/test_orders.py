@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_elastic.orders import Channel, ChannelError, sign, verify
+from slurm_elastic.channel import Channel, ChannelError, sign, verify
 
 USER = "root"  # the tests run as root; the files they make are root's
 

@@ -26,7 +26,6 @@ from slurm_elastic.core.model import Job, JobState, NodeState
 from slurm_elastic.errors import ElasticError
 from slurm_elastic.observe.view import ClusterView
 from slurm_elastic.slurm.cli_backend import SlurmCli
-from slurm_elastic.slurm.commands import SlurmCommandError
 from slurm_elastic.slurm.dialects import SlurmJsonError, UnsupportedSlurmVersion
 from slurm_elastic.slurm.pyslurm_backend import (
     PyslurmApi,
@@ -37,6 +36,7 @@ from slurm_elastic.slurm.pyslurm_backend import (
 )
 from slurm_elastic.slurm.pyslurm_records import job_record
 from slurm_elastic.slurm.records import GpuRequest, JobRecord, NodeRecord
+from slurm_elastic.slurm.runner import SlurmCommandError
 from slurm_elastic.testing import shipped_profiles
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "slurm-json" / "25.11"

@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from slurm_elastic.channel import Channel
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, JobState
-from slurm_elastic.orders import Channel
-from slurm_elastic.slurm.actions import SlurmActuator
+from slurm_elastic.slurm.actuator import SlurmActuator
 from slurm_elastic.store import ProgressRow, Store
 from slurm_elastic.testing import make_job, make_nodes, make_snapshot
 

@@ -17,7 +17,7 @@ import pytest
 
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, JobState, NodeName, Placement
-from slurm_elastic.slurm.actions import SlurmActuator
+from slurm_elastic.slurm.actuator import SlurmActuator
 from slurm_elastic.slurm.records import GpuRequest, JobRecord
 from slurm_elastic.store import ProgressRow, Store
 from slurm_elastic.testing import make_job, make_nodes, make_snapshot

@@ -4,7 +4,7 @@ user can stall holds the daemon's loop once, briefly, not every round.
 The satellite's sbatch once got ``--export-file=<secret>.env`` and ``<secret>.join`` by name, after
 the daemon had checked them by descriptor: a user who swapped either for a FIFO in between held
 the grow for the command's 30 s timeout, every round. These tests run the real actuator and the
-real :func:`~slurm_elastic.slurm.commands.run_command` on a stand-in ``sbatch`` that opens what it
+real :func:`~slurm_elastic.slurm.runner.run_command` on a stand-in ``sbatch`` that opens what it
 is given the way Slurm's does (the script by name, ``--export-file`` by name or, for a number, by
 descriptor), with the user's files swapped for FIFOs right before it runs.
 """
@@ -24,9 +24,9 @@ import pytest
 
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import ClusterSnapshot, JobId, JobState, NodeName, Placement
-from slurm_elastic.slurm.actions import SlurmActuator
-from slurm_elastic.slurm.commands import run_command
+from slurm_elastic.slurm.actuator import SlurmActuator
 from slurm_elastic.slurm.records import GpuRequest, JobRecord
+from slurm_elastic.slurm.runner import run_command
 from slurm_elastic.store import Store
 from slurm_elastic.testing import make_job, make_nodes, make_snapshot
 
@@ -223,7 +223,7 @@ def test_a_stalled_user_command_holds_the_loop_once_then_that_users_grows_back_o
 
 def test_sealed_copies_are_read_only_and_reach_a_command_as_another_user_only_through_its_descriptor(
         tmp_path: Path) -> None:
-    from slurm_elastic.slurm.commands import Command, CommandTimeout, sealed_copy
+    from slurm_elastic.slurm.runner import Command, CommandTimeout, sealed_copy
 
     fd = sealed_copy(b"A=1\0", "env")
     try:

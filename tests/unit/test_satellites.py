@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from slurm_elastic.channel import Channel, verify
 from slurm_elastic.contract import parse_elastic_request
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, JobState, NodeName, NodeState, Placement
 from slurm_elastic.observe.inflight import owed_by_store
-from slurm_elastic.observe.progress import ingest, runtime_of
+from slurm_elastic.observe.job_reports import ingest, runtime_of
 from slurm_elastic.observe.snapshot import build_snapshot, fold
-from slurm_elastic.orders import Channel, verify
-from slurm_elastic.slurm.actions import SlurmActuator
+from slurm_elastic.slurm.actuator import SlurmActuator
 from slurm_elastic.slurm.records import GpuRequest, JobRecord, NodeRecord, initial_workers
 from slurm_elastic.slurm.satellites import (
     Inputs,
@@ -379,14 +379,14 @@ def test_channel_refuses_a_join_script_others_can_write(tmp_path: Path) -> None:
     comment, _ = _job_files(tmp_path)
     os.chmod(tmp_path / "job-1.join", 0o722)
     channel = Channel.open("7", USER, comment)
-    from slurm_elastic.orders import ChannelError
+    from slurm_elastic.channel import ChannelError
 
     with pytest.raises(ChannelError, match="must not be writable by group or others"):
         channel.join_script()
 
 
 def test_a_refused_satellite_withdraws_the_joiners_it_ordered(tmp_path: Path) -> None:
-    from slurm_elastic.slurm.commands import SlurmCommandError
+    from slurm_elastic.slurm.runner import SlurmCommandError
 
     comment, secret = _job_files(tmp_path)
 
@@ -524,7 +524,7 @@ def test_a_lost_worker_on_a_node_that_keeps_others_frees_nothing_but_leaves_the_
 
 
 def test_a_report_naming_lost_workers_is_read_and_a_bad_one_refused() -> None:
-    from slurm_elastic.observe.progress import ReportRefused, row_of
+    from slurm_elastic.observe.job_reports import ReportRefused, row_of
 
     base = {"kind": "resize", "t": 1.0, "samples": 10, "world": 2, "global_batch": 64, "pause_s": 0.1}
     assert row_of({**base, "lost": ["w1", "w3", "w1"]}).lost == ("w1", "w3")

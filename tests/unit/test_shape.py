@@ -62,7 +62,7 @@ def test_observing_runs_no_command_and_imports_no_actuator() -> None:
             continue
         imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         imported |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-        assert not imported & {"subprocess", "slurm_elastic.slurm.actions", "slurm_elastic.slurm.commands",
+        assert not imported & {"subprocess", "slurm_elastic.slurm.actuator", "slurm_elastic.slurm.runner",
                                "slurm_elastic.slurm.satellites"}, name
 
 

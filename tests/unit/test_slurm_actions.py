@@ -9,9 +9,9 @@ import pytest
 
 from slurm_elastic.core.actions import Action, ActionKind
 from slurm_elastic.core.model import JobId, JobState, Placement
-from slurm_elastic.slurm.actions import CREDENTIAL_WAIT_S, NotExpressible, SlurmActuator, commands, reconcile
-from slurm_elastic.slurm.commands import SlurmCommandError
+from slurm_elastic.slurm.actuator import CREDENTIAL_WAIT_S, NotExpressible, SlurmActuator, commands, reconcile
 from slurm_elastic.slurm.records import GpuRequest, JobRecord
+from slurm_elastic.slurm.runner import SlurmCommandError
 from slurm_elastic.store import Store
 from slurm_elastic.testing import make_job, make_nodes, make_snapshot
 

@@ -9,8 +9,8 @@ import pytest
 
 from slurm_elastic.observe.view import ClusterView
 from slurm_elastic.slurm.cli_backend import SlurmCli
-from slurm_elastic.slurm.commands import SlurmCommandError, run_command, slurm_release
 from slurm_elastic.slurm.dialects import UnsupportedSlurmVersion
+from slurm_elastic.slurm.runner import SlurmCommandError, run_command, slurm_release
 from slurm_elastic.testing import shipped_profiles
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "slurm-json"

@@ -16,7 +16,7 @@ import pytest
 
 from slurm_elastic.contract import ContractError, parse_elastic_request
 from slurm_elastic.core.model import ElasticMode, JobId, JobState, NodeName, NodeState
-from slurm_elastic.observe.progress import JobRuntime
+from slurm_elastic.observe.job_reports import JobRuntime
 from slurm_elastic.observe.snapshot import build_snapshot
 from slurm_elastic.slurm.dialects import (
     JsonDialect,

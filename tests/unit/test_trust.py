@@ -108,7 +108,7 @@ def test_every_field_a_report_sets_is_one_the_guard_takes_back() -> None:
 
     from slurm_elastic.core.model import JobState, ProgressReport
     from slurm_elastic.core.trust import REPORTED_FIELDS
-    from slurm_elastic.observe.progress import JobRuntime
+    from slurm_elastic.observe.job_reports import JobRuntime
     from slurm_elastic.observe.snapshot import snapshot_of
     from slurm_elastic.testing import shipped_profiles
     from slurm_elastic_predictor.calibrate import StepPoint

@@ -67,7 +67,7 @@ def test_a_job_still_completing_its_requeue_is_started_next_round(tmp_path: Path
     begin time); now the start is refused, journaled, and the next round starts it."""
     from slurm_elastic.core.actions import Action, ActionKind
     from slurm_elastic.core.model import JobId
-    from slurm_elastic.slurm.actions import SlurmActuator
+    from slurm_elastic.slurm.actuator import SlurmActuator
     from slurm_elastic.store import Store
 
     from .test_crash_points import FakeSlurm, snapshot_of

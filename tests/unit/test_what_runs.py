@@ -17,7 +17,7 @@ from slurm_elastic import policies
 from slurm_elastic.core.model import JobId, JobState
 from slurm_elastic.core.trust import ReportGuard, fair_shares, without_reports
 from slurm_elastic.observe.bounds import MAX_EPOCHS, ReportOutOfBounds
-from slurm_elastic.observe.progress import ReportRefused, WhatRuns, row_of, runtime_of, what_runs
+from slurm_elastic.observe.job_reports import ReportRefused, WhatRuns, row_of, runtime_of, what_runs
 from slurm_elastic.observe.snapshot import snapshot_of
 from slurm_elastic.store import ProgressRow, Store
 from slurm_elastic.testing import report_limits, shipped_profiles

@@ -73,7 +73,7 @@ from slurm_elastic.dev import devcluster
 from slurm_elastic.dev.demo import DemoJob, submit_job
 from slurm_elastic.dev.processes import die_with_parent, worker_processes
 from slurm_elastic.errors import ConfigError
-from slurm_elastic.slurm.commands import run_command
+from slurm_elastic.slurm.runner import run_command
 from slurm_elastic.slurm.steps import CRASH_ENV, CRASH_POINTS
 from slurm_elastic.store import Store
 

@@ -65,8 +65,8 @@ from slurm_elastic.sim.costs import CHECKPOINT_RESTART_S, IN_PLACE_GROW_S, IN_PL
 from slurm_elastic.sim.engine import simulate
 from slurm_elastic.sim.workload import SimJobSpec
 from slurm_elastic.site_profile import EXAMPLE, profile_site
-from slurm_elastic.slurm.commands import run_command, run_json
 from slurm_elastic.slurm.json_records import parse_sacct
+from slurm_elastic.slurm.runner import run_command, run_json
 from slurm_elastic.store import Store
 from slurm_elastic.submit import new_secret_file, submit
 from slurm_elastic.templates import JobRequest

@@ -30,9 +30,9 @@ from slurm_elastic.core.guards import Guards
 from slurm_elastic.dev import devcluster
 from slurm_elastic.errors import ConfigError
 from slurm_elastic.slurm.cli_backend import SlurmCli
-from slurm_elastic.slurm.commands import run_command
 from slurm_elastic.slurm.dialects import has_settled
 from slurm_elastic.slurm.records import JobRecord
+from slurm_elastic.slurm.runner import run_command
 from slurm_elastic.store import JournalEntry, Store
 from slurm_elastic.testing import shipped_profiles
 from slurm_elastic.wiring import cluster_view, slurm_daemon

@@ -18,7 +18,7 @@ from slurm_elastic.core.model import JobId, JobState
 from slurm_elastic.dev import devcluster
 from slurm_elastic.errors import ConfigError
 from slurm_elastic.slurm.cli_backend import SlurmCli
-from slurm_elastic.slurm.commands import run_command
+from slurm_elastic.slurm.runner import run_command
 from slurm_elastic.store import Store
 from slurm_elastic.testing import shipped_profiles
 from slurm_elastic.wiring import cluster_view, slurm_daemon

@@ -192,7 +192,7 @@ class Channel:
     def read_join_script(self) -> bytes:
         """The bytes of the job's join script, read through the descriptor that was checked
         (:meth:`join_script`'s rules, at most :data:`JOIN_MAX_BYTES`): what a satellite's sbatch is
-        given (:func:`~slurm_elastic.slurm.commands.sealed_copy`), never the path.
+        given (:func:`~slurm_elastic.slurm.runner.sealed_copy`), never the path.
 
         Raises:
             ChannelError: it is missing or breaks a rule.

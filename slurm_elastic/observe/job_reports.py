@@ -1,7 +1,7 @@
 """Launcher reports into the daemon: each job's signed report lines, as typed progress rows, and what they say now.
 
 This module owns two passive steps of every observation: :func:`ingest` reads the new signed
-reports of each started launcher job (:meth:`slurm_elastic.orders.Channel.reports`, from the
+reports of each started launcher job (:meth:`slurm_elastic.channel.Channel.reports`, from the
 offset the store kept) and stores them as :class:`~slurm_elastic.store.ProgressRow` s, and
 :func:`runtime_of` turns a job's rows into the :class:`JobRuntime` its snapshot is built with
 (samples done, throughput measured at the current size, per-GPU batch, epoch size, the epochs it
@@ -25,9 +25,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from slurm_elastic.channel import Channel, ChannelError, NoChannel
 from slurm_elastic.core.model import JobState, ProgressReport
 from slurm_elastic.observe.bounds import ReportLimits, ReportOutOfBounds
-from slurm_elastic.orders import Channel, ChannelError, NoChannel
 from slurm_elastic.slurm.records import JobRecord, initial_workers, run_start_of
 from slurm_elastic.store import ProgressRow, Store
 from slurm_elastic_launcher.orders import identity_problem
@@ -71,7 +71,7 @@ class JobRuntime:
         run_time: seconds executed so far (overrides ``now - start_time``).
         progress: latest loss/metric report.
         can_grow: ``False`` when the job runs the launcher but its join script is missing or breaks
-            a rule (:meth:`~slurm_elastic.orders.Channel.join_script`): it cannot grow in place.
+            a rule (:meth:`~slurm_elastic.channel.Channel.join_script`): it cannot grow in place.
         step_points: the job's own measured step times, one per (GPUs, nodes, per-GPU batch) it ran
             at (:func:`step_points`): what its throughput model is fitted from.
     """
