@@ -193,7 +193,8 @@ def test_the_daemon_under_the_unit_grows_a_users_job_in_place_in_the_jobs_enviro
     submit_env = {"HOME": test_user.pw_dir, "USER": test_user.pw_name, "LOGNAME": test_user.pw_name,
                   "PATH": f"{VENV_BIN}:/usr/bin:/bin", "SLURM_CONF": cluster.env["SLURM_CONF"],
                   "JOB_MARK": "from the user's submit", "LANG": "C.UTF-8"}
-    epochs, size = 2, 32768  # long enough that the satellite's worker joins before the job ends, on 2 busy cores
+    epochs, size = 5, 32768  # long enough that the satellite's worker joins before the job ends, on 2 busy cores
+    # (2 epochs were not, once, with the suite run beside other work: the job ended 8 s after the grow)
     proc = _as(test_user, [str(VENV_BIN / "slurm-elastic"), "submit", "--elastic", "1:2", "--gpus-per-node", "1",
                            "--epochs", str(epochs), "--output", str(work / "job-%j.out"), "--",
                            str(probe), sys.executable, str(EXAMPLE), "--dataset-size", str(size)],
