@@ -34,12 +34,11 @@ the acting step (:mod:`slurm_elastic.act.replace`) runs them.
 from __future__ import annotations
 
 import os
-import pwd
 import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from slurm_elastic.slurm.satellites import Layout, NotExpressible
+from slurm_elastic.slurm.satellites import Layout, NotExpressible, as_user
 
 JOIN_MARKER = b"SLURM_ELASTIC_SLOT"
 """What a join script that can start a replacement worker (``--replace SLOT``) contains: one rendered
@@ -179,13 +178,7 @@ def as_user_keeping_env(user: str, me: str) -> list[str]:
     Raises:
         NotExpressible: ``user`` is unknown on this host.
     """
-    if user == me:
-        return []
-    try:
-        pw = pwd.getpwnam(user)
-    except (KeyError, ValueError):
-        raise NotExpressible(f"user {user!r} is unknown on this host: cannot start a step as them") from None
-    return ["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--init-groups", "--"]
+    return as_user(user, me, reset_env=False)
 
 
 def srun_argv(job_id: str, r: Replacement, work_dir: str, script: str, *, srun: str = "srun",

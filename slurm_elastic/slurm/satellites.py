@@ -223,13 +223,15 @@ def mark_argv(sat_id: str, parent: str) -> list[str]:
     return ["scontrol", "update", f"JobId={sat_id}", f"AdminComment={satellite_marker(parent)}"]
 
 
-def as_user(user: str, me: str) -> list[str]:
+def as_user(user: str, me: str, *, reset_env: bool = True) -> list[str]:
     """The prefix that runs a command as ``user``, in a fresh environment, or nothing if we are them.
 
     ``setpriv`` (root, or ``CAP_SETUID``/``CAP_SETGID``) switches to the user's uid, primary group
     and groups, without PAM (``runuser`` opens a PAM session: more privileges and modules than a
     ``sbatch`` needs) and with the environment reset to the user's basics (``--reset-env``).
-    :func:`sbatch_argv` then clears the environment in every case, ours included.
+    :func:`sbatch_argv` then clears the environment in every case, ours included. ``reset_env``
+    false keeps the environment the command is given (a replacement's srun passes its environment
+    to the step: :mod:`slurm_elastic.slurm.replacements`).
 
     Raises:
         NotExpressible: ``user`` is unknown on this host.
@@ -239,8 +241,9 @@ def as_user(user: str, me: str) -> list[str]:
     try:
         pw = pwd.getpwnam(user)
     except (KeyError, ValueError):
-        raise NotExpressible(f"user {user!r} is unknown on this host: cannot submit as them") from None
-    return ["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--init-groups", "--reset-env", "--"]
+        raise NotExpressible(f"user {user!r} is unknown on this host: cannot run a command as them") from None
+    return ["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--init-groups",
+            *(["--reset-env"] if reset_env else []), "--"]
 
 
 @dataclass(frozen=True, slots=True)
