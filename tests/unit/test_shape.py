@@ -69,7 +69,8 @@ def test_observing_runs_no_command_and_imports_no_actuator() -> None:
 PREDICTOR = ROOT.parent / "predictor" / "slurm_elastic_predictor"
 DECIDING = [*sorted((ROOT / "core").glob("*.py")), ROOT / "sim" / "workload.py", ROOT / "sim" / "truth.py",
             ROOT / "sim" / "cluster.py", ROOT / "sim" / "job.py", ROOT / "sim" / "costs.py",
-            ROOT / "sim" / "progress_pool.py", ROOT / "sim" / "engine.py", PREDICTOR / "progress.py",
+            ROOT / "sim" / "progress_pool.py", ROOT / "sim" / "engine.py", ROOT / "sim" / "blocks.py",
+            ROOT / "workloads" / "offered_load.py", PREDICTOR / "progress.py",
             PREDICTOR / "throughput.py", PREDICTOR / "calibrate.py", PREDICTOR / "profiles.py"]
 """What plans, and what a plan or a simulated run is computed from: its floats must be the same on every CPU."""
 CPU_DEPENDENT = {
