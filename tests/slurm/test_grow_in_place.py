@@ -175,7 +175,7 @@ def test_ported_ddp_script_grows_shrinks_and_resumes_after_a_requeue(cluster: De
     from slurm_elastic_launcher.examples import make_npy_data
 
     data = cluster.root / "npy-data"  # under the dev root: readable by the job's user
-    samples, epochs = make_npy_data.write(data, 2048), 150
+    samples, epochs = make_npy_data.write(data, 2048), 100
     script = EXAMPLE_TRAINER.with_name("train_elastic.py")
     out = cluster.root / "jobs" / "ported-grow-%j.out"
     events = cluster.root / "jobs" / f"ported-grow-events-{tmp_path.name}.jsonl"
