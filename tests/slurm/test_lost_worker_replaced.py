@@ -39,6 +39,18 @@ def _formed(events: Path) -> list[list[dict[str, Any]]]:
     return list(worlds.values())
 
 
+def _run_to_the_end(cluster: DevCluster, job: str, daemon: Any, out: Path, timeout: float) -> str:
+    """Drive the daemon's polls until Slurm is done with ``job``; the job's log, once it COMPLETED."""
+    deadline = time.monotonic() + timeout
+    while cluster.job(int(job))["job_state"] in ("RUNNING", "COMPLETING"):
+        assert time.monotonic() < deadline, "job did not finish"
+        daemon.due()
+        time.sleep(1)
+    log = Path(str(out).replace("%j", job)).read_text()
+    assert cluster.job(int(job))["job_state"] == "COMPLETED", log[-3000:]
+    return log
+
+
 def test_a_worker_lost_on_a_shared_node_is_started_again_on_its_gpu(cluster: DevCluster, tmp_path: Path,
                                                                    submit_example: Any,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
@@ -85,13 +97,7 @@ def test_a_worker_lost_on_a_shared_node_is_started_again_on_its_gpu(cluster: Dev
     assert "w2 for w1 on" in replaced[0].message and "slot 1" in replaced[0].message, replaced[0].message
     assert [n for n, _, _ in store.steps_of(replaced[0].id)] == ["order", "srun", "started"]
 
-    deadline = time.monotonic() + 240
-    while cluster.job(int(job))["job_state"] in ("RUNNING", "COMPLETING"):
-        assert time.monotonic() < deadline, "job did not finish"
-        daemon.due()
-        time.sleep(1)
-    log = Path(str(out).replace("%j", job)).read_text()
-    assert cluster.job(int(job))["job_state"] == "COMPLETED", log[-3000:]
+    log = _run_to_the_end(cluster, job, daemon, out, 240)
     obs.poll()  # the last reports
     rows = store.progress_of(job)
     end = [r for r in rows if r.kind == "end"]
@@ -220,13 +226,7 @@ def test_a_worker_lost_in_a_satellite_that_keeps_another_is_started_again_in_the
         time.sleep(0.5)
     replaced = [e for e in store.actions_of(job) if "started again" in e.action.reason]
     assert len(replaced) == 1 and f"w3 for w1 on {other} slot 0 of {sat}" in replaced[0].message, replaced
-    deadline = time.monotonic() + 300
-    while cluster.job(int(job))["job_state"] in ("RUNNING", "COMPLETING"):
-        assert time.monotonic() < deadline, "job did not finish"
-        daemon.due()
-        time.sleep(1)
-    log = Path(str(out).replace("%j", job)).read_text()
-    assert cluster.job(int(job))["job_state"] == "COMPLETED", log[-3000:]
+    _run_to_the_end(cluster, job, daemon, out, 300)
     obs.poll()
     end = [r for r in store.progress_of(job) if r.kind == "end"]
     assert end and end[-1].samples == epochs * size and end[-1].world == 3, end
